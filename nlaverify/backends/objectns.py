@@ -1,0 +1,274 @@
+"""Namespaces over NumPy object arrays: exact SymPy and high-precision mpmath.
+
+They implement the subset of the array API that :mod:`nlaverify.ops` uses, with
+the same names and signatures, so an op runs unchanged on them. Elementwise
+functions map a scalar function over the array; reductions and ``@`` use
+NumPy's object-dtype loops (which call the scalars' ``+`` and ``*``).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mpmath
+import numpy as np
+import sympy
+
+from nlaverify.backends.base import Namespace
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool | np.bool_)
+
+
+class ObjectNamespace(Namespace):
+    """Shared machinery of the SymPy and mpmath namespaces."""
+
+    object_arrays = True
+    float32: Any = object
+    float64: Any = object
+    int64: Any = np.int64
+    bool: Any = np.bool_
+
+    # -- conversion ------------------------------------------------------------
+    def scalar(self, v: Any) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def asarray(self, x: Any, dtype: Any = None) -> np.ndarray:
+        arr = np.asarray(x, dtype=object) if not isinstance(x, np.ndarray) else x
+        if arr.dtype.kind in "biu" and dtype is None:
+            return np.asarray(x)  # integer index arrays (tokens) stay integer
+        out = np.empty(arr.shape, dtype=object)
+        for idx, v in np.ndenumerate(arr):
+            out[idx] = self.scalar(v)
+        return out
+
+    def _map(self, f: Callable[[Any], Any], x: Any) -> np.ndarray:
+        arr = np.asarray(x, dtype=object)
+        out = np.empty(arr.shape, dtype=object)
+        for idx, v in np.ndenumerate(arr):
+            out[idx] = f(v)
+        return out
+
+    def _wrap(self, v: Any) -> np.ndarray:
+        if isinstance(v, np.ndarray):
+            return v
+        out = np.empty((), dtype=object)
+        out[()] = v
+        return out
+
+    # -- creation --------------------------------------------------------------
+    def zeros(self, shape: Sequence[int] | int, dtype: Any = None) -> np.ndarray:
+        return np.full(shape, self.scalar(0), dtype=object)
+
+    def ones(self, shape: Sequence[int] | int, dtype: Any = None) -> np.ndarray:
+        return np.full(shape, self.scalar(1), dtype=object)
+
+    def zeros_like(self, x: Any) -> np.ndarray:
+        return self.zeros(np.shape(x))
+
+    def ones_like(self, x: Any) -> np.ndarray:
+        return self.ones(np.shape(x))
+
+    def arange(self, n: int) -> np.ndarray:
+        return np.arange(n)
+
+    def one_hot(self, tokens: Any, depth: int, dtype: Any = None) -> np.ndarray:
+        hot = np.asarray(tokens)[..., None] == np.arange(depth)
+        return self.asarray(hot.astype(np.int64), dtype=object)
+
+    def astype(self, x: Any, dtype: Any) -> np.ndarray:
+        return self.asarray(x, dtype=object)
+
+    # -- shape manipulation ----------------------------------------------------
+    def reshape(self, x: Any, shape: Sequence[int]) -> np.ndarray:
+        return np.reshape(x, shape)
+
+    def permute_dims(self, x: Any, axes: Sequence[int]) -> np.ndarray:
+        return np.transpose(x, axes)
+
+    def matrix_transpose(self, x: Any) -> np.ndarray:
+        return np.swapaxes(x, -1, -2)
+
+    def take(self, x: Any, indices: Any, axis: int = 0) -> np.ndarray:
+        return np.take(x, np.asarray(indices), axis=axis)
+
+    def concat(self, arrays: Sequence[Any], axis: int = 0) -> np.ndarray:
+        return np.concatenate(arrays, axis=axis)
+
+    def stack(self, arrays: Sequence[Any], axis: int = 0) -> np.ndarray:
+        return np.stack(arrays, axis=axis)
+
+    def expand_dims(self, x: Any, axis: int = 0) -> np.ndarray:
+        return np.expand_dims(x, axis)
+
+    def tril(self, x: Any, k: int = 0) -> np.ndarray:
+        return np.tril(x, k)
+
+    # -- arithmetic ------------------------------------------------------------
+    def matmul(self, a: Any, b: Any) -> np.ndarray:
+        return self._wrap(np.matmul(a, b))
+
+    def sum(self, x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._wrap(np.sum(np.asarray(x, dtype=object), axis=axis, keepdims=keepdims))
+
+    def where(self, cond: Any, a: Any, b: Any) -> np.ndarray:
+        c, a, b = np.broadcast_arrays(np.asarray(cond), np.asarray(a, dtype=object),
+                                      np.asarray(b, dtype=object))
+        out = np.empty(c.shape, dtype=object)
+        for idx, ci in np.ndenumerate(c):
+            out[idx] = self._select(ci, a[idx], b[idx])
+        return out
+
+    def _select(self, cond: Any, a: Any, b: Any) -> Any:
+        return a if cond else b
+
+    def greater(self, a: Any, b: Any) -> np.ndarray:
+        """Elementwise ``a > b`` as an object array (symbolic relations stay unevaluated)."""
+        return np.frompyfunc(operator.gt, 2, 1)(np.asarray(a, dtype=object), b)
+
+    def isfinite(self, x: Any) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def all(self, x: Any) -> bool:
+        return bool(np.all(x))
+
+    def exp(self, x: Any) -> np.ndarray:
+        return self._map(self._exp, x)
+
+    def log(self, x: Any) -> np.ndarray:
+        return self._map(self._log, x)
+
+    def sqrt(self, x: Any) -> np.ndarray:
+        return self._map(self._sqrt, x)
+
+    def tanh(self, x: Any) -> np.ndarray:
+        return self._map(self._tanh, x)
+
+    def sin(self, x: Any) -> np.ndarray:
+        return self._map(self._sin, x)
+
+    def cos(self, x: Any) -> np.ndarray:
+        return self._map(self._cos, x)
+
+    def erf(self, x: Any) -> np.ndarray:
+        return self._map(self._erf, x)
+
+    _exp: Callable[[Any], Any]
+    _log: Callable[[Any], Any]
+    _sqrt: Callable[[Any], Any]
+    _tanh: Callable[[Any], Any]
+    _sin: Callable[[Any], Any]
+    _cos: Callable[[Any], Any]
+    _erf: Callable[[Any], Any]
+
+
+class SympyNamespace(ObjectNamespace):
+    """Exact arithmetic on object arrays of SymPy expressions."""
+
+    name = "sympy"
+    exact = True
+
+    def __init__(self) -> None:
+        self.pi = sympy.pi
+        self.inf = sympy.oo
+        self._exp, self._log, self._sqrt = sympy.exp, sympy.log, sympy.sqrt
+        self._tanh, self._sin, self._cos, self._erf = sympy.tanh, sympy.sin, sympy.cos, sympy.erf
+        self._shift_count = 0
+
+    def scalar(self, v: Any) -> sympy.Basic:
+        """Exact SymPy value of ``v``; a float is taken as the binary number it is."""
+        if isinstance(v, sympy.Basic):
+            return v
+        if _is_bool(v):
+            return sympy.true if v else sympy.false
+        if isinstance(v, numbers.Integral):
+            return sympy.Integer(int(v))
+        if isinstance(v, numbers.Real):
+            fv = float(v)
+            if fv == float("inf"):
+                return sympy.oo
+            if fv == float("-inf"):
+                return -sympy.oo
+            return sympy.Rational(fv)
+        raise TypeError(f"cannot convert {type(v).__name__} to an exact SymPy number")
+
+    def rational(self, p: int, q: int = 1) -> sympy.Rational:
+        return sympy.Rational(p, q)
+
+    def const_sqrt(self, p: int, q: int = 1, pi_power: int = 0) -> sympy.Basic:
+        return sympy.sqrt(sympy.Rational(p, q) * sympy.pi**pi_power)
+
+    def reset_shifts(self) -> None:
+        """Restart the numbering of :meth:`stability_shift` symbols (for reproducible proofs)."""
+        self._shift_count = 0
+
+    def stability_shift(self, z: Any, axis: int = -1) -> np.ndarray:
+        shape = list(np.shape(z))
+        shape[axis] = 1
+        out = np.empty(shape, dtype=object)
+        for idx in np.ndindex(*shape):
+            out[idx] = sympy.Symbol(f"c_{self._shift_count}", real=True)
+            self._shift_count += 1
+        return out
+
+    def _select(self, cond: Any, a: Any, b: Any) -> Any:
+        if _is_bool(cond) or cond in (sympy.true, sympy.false):
+            return a if bool(cond) else b
+        return sympy.Piecewise((a, cond), (b, True))
+
+    def isfinite(self, x: Any) -> np.ndarray:
+        return self._map(lambda v: not (v.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)), x)
+
+
+class MpmathNamespace(ObjectNamespace):
+    """High-precision arithmetic: object arrays of ``mpf`` in a private context.
+
+    The context is private (``mpmath.MPContext``), so the working precision of
+    this namespace never changes the global ``mpmath.mp``.
+    """
+
+    name = "mpmath"
+
+    def __init__(self, digits: int) -> None:
+        ctx = mpmath.MPContext()
+        ctx.dps = digits
+        self.ctx = ctx
+        self.digits = digits
+        self.pi = ctx.pi
+        self.inf = ctx.inf
+        self._exp, self._log, self._sqrt = ctx.exp, ctx.log, ctx.sqrt
+        self._tanh, self._sin, self._cos, self._erf = ctx.tanh, ctx.sin, ctx.cos, ctx.erf
+
+    def __repr__(self) -> str:
+        return f"<nlaverify namespace mpmath ({self.digits} digits)>"
+
+    def scalar(self, v: Any) -> Any:
+        """``v`` as an ``mpf`` of this context (a float converts exactly)."""
+        if _is_bool(v):
+            return bool(v)
+        if isinstance(v, sympy.Basic):
+            return self.ctx.mpf(sympy.N(v, self.digits + 10).__str__()) if v.is_number else v
+        return self.ctx.mpf(v)
+
+    def rational(self, p: int, q: int = 1) -> Any:
+        return self.ctx.mpf(p) / q
+
+    def const_sqrt(self, p: int, q: int = 1, pi_power: int = 0) -> Any:
+        return self.ctx.sqrt(self.ctx.mpf(p) / q * self.ctx.pi**pi_power)
+
+    def stability_shift(self, z: Any, axis: int = -1) -> np.ndarray:
+        return self.max(z, axis=axis, keepdims=True)
+
+    def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+        return self._wrap(np.max(np.asarray(x, dtype=object), axis=axis, keepdims=keepdims))
+
+    def isfinite(self, x: Any) -> np.ndarray:
+        return self._map(lambda v: bool(self.ctx.isfinite(v)), x).astype(bool)
+
+    def to_float64(self, x: Any) -> np.ndarray:
+        """Round an mpmath array to float64 (correctly rounded)."""
+        return np.asarray(self._map(float, x), dtype=np.float64)

@@ -1,0 +1,92 @@
+"""Command line: ``nlaverify derive | list | verify``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nlaverify.errors import NlaverifyError
+
+
+def _cmd_derive(args: argparse.Namespace) -> int:
+    from nlaverify.proofs import derive
+
+    return derive(args.ids, check=args.check, root=Path(args.root), jobs=args.jobs)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from nlaverify.identities import load_catalogue
+    from nlaverify.proofs import read_index
+
+    catalogue = load_catalogue()
+    index = read_index(Path(args.root))
+    rows = [{"id": i, "family": x.family, "title": x.title, "seed": x.seed,
+             "statement": x.statement, "certifies": list(x.certifies),
+             "status": index.get(i, {}).get("verdict", "not derived")}
+            for i, x in catalogue.items()]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+        return 0
+    width = max(len(r["id"]) for r in rows)
+    for r in rows:
+        print(f"{r['id']:<{width}}  {r['status']:<11}  {r['family']:<10}  {r['seed']}")
+    print(f"{len(rows)} identities")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from nlaverify.crosscheck import format_summary, run_crosscheck
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits)
+    if args.json:
+        json.dump(report.as_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(format_summary(report))
+    return 0 if report.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    p = argparse.ArgumentParser(prog="nlaverify", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("derive", help="regenerate the proof documents (or --check them)")
+    d.add_argument("ids", nargs="*", help="identity ids (default: all)")
+    d.add_argument("--check", action="store_true",
+                   help="write nothing; fail when a proof fails or a document is stale")
+    d.add_argument("--root", default="docs/proofs", help="proof documents folder")
+    d.add_argument("--jobs", type=int, default=None, help="parallel processes (default: cores)")
+    d.set_defaults(func=_cmd_derive)
+
+    ls = sub.add_parser("list", help="list the identities and their status")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--root", default="docs/proofs")
+    ls.set_defaults(func=_cmd_list)
+
+    v = sub.add_parser("verify", help="cross-check every op on several backends")
+    v.add_argument("--backends", default="numpy,jax,mpmath",
+                   help="comma-separated: numpy, jax, mpmath, cupy (default numpy,jax,mpmath)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--digits", type=int, default=50, help="mpmath digits")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=_cmd_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``nlaverify`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except NlaverifyError as exc:
+        print(f"nlaverify: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""Exceptions raised on bad input. Each message names the argument or node,
+and the expected versus the actual shape, dtype or value."""
+
+from __future__ import annotations
+
+
+class NlaverifyError(Exception):
+    """Base class of nlaverify's input errors."""
+
+
+class ShapeError(NlaverifyError, ValueError):
+    """An argument of the wrong shape (or the wrong number of dimensions)."""
+
+
+class DTypeError(NlaverifyError, TypeError):
+    """An argument of the wrong dtype (e.g. integer weights, mixed precisions)."""
+
+
+class NonFiniteError(NlaverifyError, ValueError):
+    """An argument that holds ``inf`` or ``nan``."""
+
+
+class UnknownNameError(NlaverifyError, KeyError):
+    """An unknown op, identity, backend or preset name."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,98 @@
+"""Evaluation and reverse-mode back-propagation over a computational graph.
+
+Baggag & Saad §2.6: evaluate the nodes in topological order, then walk the
+reverse order; a node's error is the sum over its consumers of their
+cotangents (the chain rule over out-edges),
+
+.. math:: \\delta_k = \\sum_{i \\in \\operatorname{out}(k)} \\delta_i
+          \\frac{\\partial a_i}{\\partial a_k}.
+
+Nodes: ``kind="input"`` (values given by the caller) or ``kind="op"`` with
+``op`` (a name in :data:`nlaverify.ops.registry.OPS`) and ``static`` keyword
+arguments; an edge ``u -> v`` carries ``pos``, the argument position of ``u`` in
+``v``'s op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from nlaverify.backends.base import Namespace
+from nlaverify.errors import ShapeError, UnknownNameError
+from nlaverify.ops.registry import get_op
+
+
+def add_input(graph: nx.DiGraph, name: str, shape: tuple[int, ...] | None = None) -> str:
+    """Add an input (or parameter) node; returns its name."""
+    graph.add_node(name, kind="input", shape=shape)
+    return name
+
+
+def add_op(graph: nx.DiGraph, name: str, op: str, inputs: list[str], **static: Any) -> str:
+    """Add an op node computing ``op(*inputs, **static)``; returns its name."""
+    spec = get_op(op)
+    if len(inputs) != len(spec.args):
+        raise ShapeError(f"node {name!r}: op {op!r} takes {len(spec.args)} arguments "
+                         f"({', '.join(a.name for a in spec.args)}), got {len(inputs)}")
+    for src in inputs:
+        if src not in graph:
+            raise UnknownNameError(f"node {name!r}: unknown input node {src!r}")
+    graph.add_node(name, kind="op", op=op, static=dict(static))
+    for pos, src in enumerate(inputs):
+        graph.add_edge(src, name, pos=pos)
+    return name
+
+
+def _arguments(graph: nx.DiGraph, node: str) -> list[str]:
+    preds = sorted(graph.in_edges(node, data="pos"), key=lambda e: e[2])
+    return [u for u, _, _ in preds]
+
+
+def evaluate(graph: nx.DiGraph, xp: Namespace, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Values of every node, computed in ``networkx.topological_sort`` order."""
+    values: dict[str, Any] = {}
+    for node in nx.topological_sort(graph):
+        attrs = graph.nodes[node]
+        if attrs["kind"] == "input":
+            if node not in inputs:
+                raise UnknownNameError(f"evaluate: no value given for input node {node!r}")
+            values[node] = inputs[node]
+            continue
+        spec = get_op(attrs["op"])
+        args = [values[u] for u in _arguments(graph, node)]
+        try:
+            values[node] = spec.forward(xp, *args, **attrs["static"])
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"node {node!r}: {exc}") from exc
+    return values
+
+
+def backprop(
+    graph: nx.DiGraph, xp: Namespace, values: Mapping[str, Any], output: str, seed: Any = None
+) -> dict[str, Any]:
+    """Cotangents (errors :math:`\\delta`) of every node that ``output`` depends on.
+
+    Args:
+        values: the result of :func:`evaluate`.
+        output: the root; its cotangent is ``seed`` (default 1, i.e. :math:`\\delta_n = 1`).
+    """
+    ones = xp.ones_like(values[output]) if seed is None else seed
+    cot: dict[str, Any] = {output: ones}
+    order = [n for n in nx.topological_sort(graph) if n == output or nx.has_path(graph, n, output)]
+    for node in reversed(order):
+        attrs = graph.nodes[node]
+        if attrs["kind"] == "input" or node not in cot:
+            continue
+        spec = get_op(attrs["op"])
+        arg_nodes = _arguments(graph, node)
+        args = [values[u] for u in arg_nodes]
+        grads = iter(spec.vjp(xp, cot[node], *args, **attrs["static"]))
+        for arg, src in zip(spec.args, arg_nodes, strict=True):
+            if arg.kind != "real":
+                continue
+            g = next(grads)
+            cot[src] = g if src not in cot else cot[src] + g
+    return cot

@@ -1,0 +1,94 @@
+"""The identity catalogue: data types and the registry.
+
+An :class:`Identity` is one checked fact: a statement in LaTeX, the seed
+section it comes from, the functions it certifies (by qualified name), a
+``derive`` function that proves it exactly and returns a :class:`Proof`, and
+optionally a numeric cross-check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nlaverify.errors import UnknownNameError
+
+Verdict = Literal["proved", "failed", "error"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One derivation step: prose, and optionally a displayed LaTeX formula."""
+
+    text: str
+    latex: str | None = None
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The outcome of a derivation: verdict, the steps taken, and what was checked."""
+
+    verdict: Verdict
+    steps: tuple[Step, ...]
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One entry of the catalogue (see the module docstring)."""
+
+    id: str
+    family: str
+    title: str
+    statement: str
+    seed: str
+    certifies: tuple[str, ...]
+    derive: Callable[[], Proof]
+    check: Callable[[], Any] | None = None
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+_REGISTRY: dict[str, Identity] = {}
+#: modules that register identities when imported, in document order
+CATALOGUE_MODULES: tuple[str, ...] = (
+    "nlaverify.identities.lemmas",
+    "nlaverify.identities.jacobians",
+    "nlaverify.identities.closed_forms",
+    "nlaverify.identities.backprop",
+)
+
+
+def register(identity: Identity) -> Identity:
+    """Add ``identity`` to the catalogue; ids are unique."""
+    if identity.id in _REGISTRY:
+        raise ValueError(f"identity id {identity.id!r} is registered twice")
+    _REGISTRY[identity.id] = identity
+    return identity
+
+
+def load_catalogue() -> dict[str, Identity]:
+    """Import every catalogue module and return ``{id: Identity}`` in document order."""
+    import importlib
+
+    for name in CATALOGUE_MODULES:
+        importlib.import_module(name)
+    return dict(_REGISTRY)
+
+
+def get_identity(identity_id: str) -> Identity:
+    """The identity called ``identity_id``; an unknown id names the close ones."""
+    catalogue = load_catalogue()
+    if identity_id not in catalogue:
+        import difflib
+
+        close = difflib.get_close_matches(identity_id, list(catalogue), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UnknownNameError(f"unknown identity id {identity_id!r}{hint}; "
+                               f"`nlaverify list` prints all {len(catalogue)}")
+    return catalogue[identity_id]
+
+
+def qualname(f: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function: how a proof names what it certifies."""
+    return f"{f.__module__}.{f.__qualname__}"

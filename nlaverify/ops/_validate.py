@@ -1,0 +1,135 @@
+"""Argument checks shared by every op: shapes, dtypes, finiteness, token ranges.
+
+Shapes are checked against *named* dimensions: ``("n", "d_in")`` binds ``n`` and
+``d_in`` at their first use and every later use must agree, so an error says
+which argument disagrees with which, e.g.
+``affine: argument 'W': expected shape (d_in=3, d_out), got (4, 5)``.
+A leading ``"*"`` matches any number of batch dimensions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nlaverify.backends.base import Namespace
+from nlaverify.errors import DTypeError, NonFiniteError, ShapeError
+
+Dims = tuple[str | int, ...]
+
+
+def _fmt(dims: Dims, bound: dict[str, int]) -> str:
+    parts = []
+    for d in dims:
+        if isinstance(d, str) and d in bound:
+            parts.append(f"{d}={bound[d]}")
+        else:
+            parts.append(str(d))
+    return "(" + ", ".join(parts) + (",)" if len(parts) == 1 else ")")
+
+
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(s) for s in np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape)
+
+
+def check_args(
+    op: str,
+    xp: Namespace,
+    specs: dict[str, tuple[Any, Dims]],
+    *,
+    bound: dict[str, int] | None = None,
+    floating: bool = True,
+) -> dict[str, int]:
+    """Check the shapes, dtypes and finiteness of an op's array arguments.
+
+    Args:
+        op: the op's name, used in messages.
+        xp: the namespace the op runs on.
+        specs: ``{argument name: (array, named dims)}``; ``None`` arrays are skipped.
+        bound: dimensions already known (e.g. ``{"n_heads": 2}``).
+        floating: require a real floating dtype, the same for all arguments.
+
+    Returns:
+        The bound dimension sizes.
+
+    Raises:
+        ShapeError, DTypeError, NonFiniteError: naming the argument, expected vs actual.
+    """
+    bound = dict(bound or {})
+    dtype_of: tuple[str, Any] | None = None
+    for name, (x, dims) in specs.items():
+        if x is None:
+            continue
+        shape = _shape(x)
+        core = dims[1:] if dims and dims[0] == "*" else dims
+        if (dims and dims[0] == "*" and len(shape) < len(core)) or (
+            not (dims and dims[0] == "*") and len(shape) != len(core)
+        ):
+            raise ShapeError(
+                f"{op}: argument {name!r}: expected shape {_fmt(dims, bound)}, got {shape}"
+            )
+        tail = shape[len(shape) - len(core):]
+        for d, s in zip(core, tail, strict=True):
+            if isinstance(d, int):
+                ok = s == d
+            elif d in bound:
+                ok = s == bound[d]
+            else:
+                bound[d] = s
+                ok = True
+            if not ok:
+                raise ShapeError(
+                    f"{op}: argument {name!r}: expected shape {_fmt(dims, bound)}, got {shape}"
+                )
+        if floating:
+            dtype_of = _check_dtype(op, xp, name, x, dtype_of)
+            _check_finite(op, xp, name, x)
+    return bound
+
+
+def _check_dtype(op: str, xp: Namespace, name: str, x: Any, seen: tuple[str, Any] | None):
+    if xp.object_arrays:
+        if getattr(x, "dtype", None) is None or x.dtype.kind != "O":
+            raise DTypeError(
+                f"{op}: argument {name!r}: expected an object array of {xp.name} scalars "
+                f"(use xp.asarray), got dtype {x.dtype}"
+            )
+        return seen
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or not xp.isdtype(dtype, "real floating"):
+        raise DTypeError(f"{op}: argument {name!r}: expected a real floating dtype, got {dtype}")
+    if seen is not None and seen[1] != dtype:
+        raise DTypeError(
+            f"{op}: argument {name!r}: expected dtype {seen[1]} (the dtype of {seen[0]!r}), "
+            f"got {dtype}"
+        )
+    return seen or (name, dtype)
+
+
+def _check_finite(op: str, xp: Namespace, name: str, x: Any) -> None:
+    if xp.exact or not xp.is_concrete(x):
+        return
+    if not bool(xp.all(xp.isfinite(x))):
+        raise NonFiniteError(f"{op}: argument {name!r}: expected finite values, got inf or nan")
+
+
+def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> None:
+    """Check that ``tokens`` is an integer array with entries in ``[0, vocab)``."""
+    if xp.object_arrays:
+        arr = np.asarray(tokens)
+        integral = arr.dtype.kind in "iu"
+        dtype = arr.dtype
+    else:
+        dtype = getattr(tokens, "dtype", None)
+        integral = dtype is not None and xp.isdtype(dtype, "integral")
+    if not integral:
+        raise DTypeError(f"{op}: argument {name!r}: expected an integer dtype, got {dtype}")
+    if xp.is_concrete(tokens) and _shape(tokens):
+        lo, hi = (int(np.min(arr)), int(np.max(arr))) if xp.object_arrays else (
+            int(xp.min(tokens)), int(xp.max(tokens)))
+        if lo < 0 or hi >= vocab:
+            raise ShapeError(
+                f"{op}: argument {name!r}: expected token ids in [0, {vocab}), got ids in "
+                f"[{lo}, {hi}]"
+            )

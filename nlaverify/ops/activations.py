@@ -1,0 +1,106 @@
+"""Pointwise nonlinearities of the MLP sublayer (forward and VJP).
+
+Baggag & Saad §3.7.2 (input-dependent Jacobians) and §3.7.3 (gated SwiGLU).
+Each Jacobian is diagonal, so each VJP is :math:`g \\odot \\sigma'(x)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.ops._validate import check_args
+
+#: the cubic coefficient of the tanh form of GELU, 0.044715, held exactly
+GELU_TANH_COEFF = (44715, 1_000_000)
+
+
+def _check(op: str, xp: Namespace, **arrays: Any) -> None:
+    check_args(op, xp, {k: (v, ("*",)) for k, v in arrays.items()})
+
+
+def relu(xp: Namespace, x: Any) -> Any:
+    r""":math:`\operatorname{ReLU}(x) = \max(x, 0)` (Baggag & Saad §3.7.2)."""
+    _check("relu", xp, x=x)
+    return xp.where(xp.greater(x, 0), x, xp.zeros_like(x))
+
+
+def relu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r""":math:`\bar x = g \odot \mathbb 1[x > 0]` (the subgradient 0 is taken at 0)."""
+    _check("relu_vjp", xp, x=x, G=G)
+    return (xp.where(xp.greater(x, 0), G, xp.zeros_like(G)),)
+
+
+def sigmoid(xp: Namespace, x: Any) -> Any:
+    r"""Logistic function in the overflow-free form
+    :math:`\sigma(x) = \tfrac12\bigl(1 + \tanh(x/2)\bigr) = 1/(1+e^{-x})`."""
+    half = xp.rational(1, 2)
+    return half * (1 + xp.tanh(x * half))
+
+
+def silu(xp: Namespace, x: Any) -> Any:
+    r""":math:`\operatorname{SiLU}(x) = x\,\sigma(x)`."""
+    _check("silu", xp, x=x)
+    return x * sigmoid(xp, x)
+
+
+def _silu_derivative(xp: Namespace, x: Any) -> Any:
+    s = sigmoid(xp, x)
+    return s * (1 + x * (1 - s))
+
+
+def silu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r""":math:`\bar x = g \odot \sigma(x)\bigl(1 + x(1-\sigma(x))\bigr)`."""
+    _check("silu_vjp", xp, x=x, G=G)
+    return (G * _silu_derivative(xp, x),)
+
+
+def gelu_erf(xp: Namespace, x: Any) -> Any:
+    r"""Exact GELU: :math:`x\,\Phi(x) = \tfrac x2\bigl(1 + \operatorname{erf}(x/\sqrt2)\bigr)`."""
+    _check("gelu_erf", xp, x=x)
+    return x * (1 + xp.erf(x / xp.const_sqrt(2))) * xp.rational(1, 2)
+
+
+def gelu_erf_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r""":math:`\bar x = g \odot \bigl(\Phi(x) + x\,\varphi(x)\bigr)`,
+    :math:`\varphi(x) = e^{-x^2/2}/\sqrt{2\pi}`."""
+    _check("gelu_erf_vjp", xp, x=x, G=G)
+    Phi = (1 + xp.erf(x / xp.const_sqrt(2))) * xp.rational(1, 2)
+    phi = xp.exp(-x * x * xp.rational(1, 2)) / xp.const_sqrt(2, pi_power=1)
+    return (G * (Phi + x * phi),)
+
+
+def _gelu_tanh_constants(xp: Namespace) -> tuple[Any, Any]:
+    return xp.const_sqrt(2, pi_power=-1), xp.rational(*GELU_TANH_COEFF)
+
+
+def gelu_tanh(xp: Namespace, x: Any) -> Any:
+    r"""Tanh GELU: :math:`\tfrac x2\bigl(1 + \tanh(u)\bigr)`,
+    :math:`u = \sqrt{2/\pi}\,(x + 0.044715\,x^3)`."""
+    _check("gelu_tanh", xp, x=x)
+    k, a = _gelu_tanh_constants(xp)
+    return x * (1 + xp.tanh(k * (x + a * x * x * x))) * xp.rational(1, 2)
+
+
+def gelu_tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r""":math:`\bar x = g \odot \Bigl(\tfrac12(1+t) + \tfrac x2 (1-t^2)\sqrt{2/\pi}\,
+    (1 + 3\cdot 0.044715\, x^2)\Bigr)`, :math:`t = \tanh u`."""
+    _check("gelu_tanh_vjp", xp, x=x, G=G)
+    k, a = _gelu_tanh_constants(xp)
+    t = xp.tanh(k * (x + a * x * x * x))
+    half = xp.rational(1, 2)
+    return (G * (half * (1 + t) + half * x * (1 - t * t) * k * (1 + 3 * a * x * x)),)
+
+
+def swiglu(xp: Namespace, a: Any, b: Any) -> Any:
+    r"""SwiGLU gate (Baggag & Saad §3.7.3): :math:`\operatorname{SiLU}(a) \odot b`,
+    with :math:`a = X W_1`, :math:`b = X W_3` the two branches."""
+    _check("swiglu", xp, a=a, b=b)
+    return silu(xp, a) * b
+
+
+def swiglu_vjp(xp: Namespace, G: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    r""":math:`\bar a = g \odot b \odot \operatorname{SiLU}'(a)`,
+    :math:`\bar b = g \odot \operatorname{SiLU}(a)`."""
+    _check("swiglu_vjp", xp, a=a, b=b, G=G)
+    return G * b * _silu_derivative(xp, a), G * silu(xp, a)

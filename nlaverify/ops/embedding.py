@@ -1,0 +1,66 @@
+"""Token embedding and sinusoidal positional encoding (forward and VJP).
+
+Baggag & Saad §3.2: a token is a one-hot row :math:`u_t`, its embedding the row
+:math:`u_t W_E`; the whole sequence is :math:`X_0 = U W_E + P`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.ops._validate import check_args, check_tokens
+
+
+def embed(xp: Namespace, tokens: Any, W_E: Any) -> Any:
+    r"""One-hot embedding :math:`X = U W_E`, computed as a row gather
+    (:math:`U_{ij} = \mathbb 1[t_i = j]`, Baggag & Saad §3.2).
+
+    Args:
+        tokens: ``(n,)`` integer ids in ``[0, V)``.
+        W_E: ``(V, d)`` embedding matrix.
+    """
+    V = check_args("embed", xp, {"W_E": (W_E, ("V", "d"))})["V"]
+    check_tokens("embed", xp, "tokens", tokens, V)
+    return xp.take(W_E, tokens, axis=0)
+
+
+def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
+    r"""VJP of :func:`embed` with respect to :math:`W_E`: :math:`\bar W_E = U^\top G`
+    (rows of repeated tokens add up). Tokens are not differentiable."""
+    dims = check_args("embed_vjp", xp, {"W_E": (W_E, ("V", "d")), "G": (G, ("n", "d"))})
+    check_tokens("embed_vjp", xp, "tokens", tokens, dims["V"])
+    U = xp.one_hot(tokens, dims["V"], G.dtype)
+    return (xp.matmul(xp.matrix_transpose(U), G),)
+
+
+def sinusoidal_positions(xp: Namespace, n: int, d: int, base: int = 10000) -> Any:
+    r"""Sinusoidal encoding of Vaswani et al. (Baggag & Saad §3.2, §3.6.2):
+
+    .. math:: P_{t,2i} = \sin\bigl(t\,\omega_i\bigr),\quad
+       P_{t,2i+1} = \cos\bigl(t\,\omega_i\bigr),\quad \omega_i = b^{-2i/d}.
+
+    Exact on SymPy (:math:`\omega_i` is a rational power of the integer base).
+    """
+    if n < 1 or d < 1:
+        from nlaverify.errors import ShapeError
+
+        raise ShapeError(f"sinusoidal_positions: expected n >= 1 and d >= 1, got n={n}, d={d}")
+    exponents = xp.asarray([xp.rational(2 * (k // 2), d) for k in range(d)])
+    omega = xp.exp(-exponents * xp.log(xp.asarray([xp.rational(base)])))
+    angle = xp.asarray([[xp.rational(t)] for t in range(n)]) * omega
+    even = xp.asarray([k % 2 == 0 for k in range(d)])
+    return xp.where(even, xp.sin(angle), xp.cos(angle))
+
+
+def add_positions(xp: Namespace, X: Any, base: int = 10000) -> Any:
+    r"""Absolute positions added to the embeddings: :math:`X + P` (Baggag & Saad §3.2)."""
+    dims = check_args("add_positions", xp, {"X": (X, ("n", "d"))})
+    P = sinusoidal_positions(xp, dims["n"], dims["d"], base)
+    return X + (xp.astype(P, X.dtype) if not xp.object_arrays else P)
+
+
+def add_positions_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple[Any]:
+    r"""VJP of :func:`add_positions`: :math:`P` is constant, so :math:`\bar X = G`."""
+    check_args("add_positions_vjp", xp, {"X": (X, ("n", "d")), "G": (G, ("n", "d"))})
+    return (G,)

@@ -1,0 +1,106 @@
+"""Affine maps, residual addition and elementwise arithmetic (forward and VJP).
+
+Row-vector convention (Baggag & Saad §3.4.1): tokens are rows, ``Y = X W + b``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.errors import ShapeError
+from nlaverify.ops._validate import check_args
+
+
+def affine(xp: Namespace, X: Any, W: Any, b: Any | None = None) -> Any:
+    r"""Affine map :math:`Y = X W + \mathbf{1} b^\top` (Baggag & Saad §2.1, §3.4.1).
+
+    Args:
+        X: ``(*, d_in)`` rows of inputs.
+        W: ``(d_in, d_out)`` weights.
+        b: ``(d_out,)`` bias, or ``None``.
+
+    Returns:
+        ``(*, d_out)``.
+    """
+    check_args("affine", xp, {"X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")),
+                              "b": (b, ("d_out",))})
+    Y = xp.matmul(X, W)
+    return Y if b is None else Y + b
+
+
+def affine_vjp(xp: Namespace, G: Any, X: Any, W: Any, b: Any | None = None) -> tuple[Any, ...]:
+    r"""VJP of :func:`affine` (Baggag & Saad §2.6, eq. for :math:`\partial\eta/\partial W_l`).
+
+    .. math::
+        \bar X = G W^\top,\qquad \bar W = X^\top G,\qquad \bar b = G^\top \mathbf{1},
+
+    with the batch dimensions of ``X`` and ``G`` flattened into rows.
+
+    Returns:
+        ``(dX, dW)`` or ``(dX, dW, db)`` when ``b`` is given.
+    """
+    dims = check_args("affine_vjp", xp, {"X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")),
+                                         "b": (b, ("d_out",)), "G": (G, ("*", "d_out"))})
+    rows_X = xp.reshape(X, (-1, dims["d_in"]))
+    rows_G = xp.reshape(G, (-1, dims["d_out"]))
+    dX = xp.matmul(G, xp.matrix_transpose(W))
+    dW = xp.matmul(xp.matrix_transpose(rows_X), rows_G)
+    if b is None:
+        return dX, dW
+    return dX, dW, xp.sum(rows_G, axis=0)
+
+
+def add(xp: Namespace, x: Any, y: Any) -> Any:
+    r"""Sum :math:`x + y`; with equal shapes it is the residual addition
+    :math:`X + F(X)` of Baggag & Saad §3.8."""
+    _same_shape("add", xp, x, y)
+    return x + y
+
+
+def add_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
+    r"""VJP of :func:`add`: :math:`(\bar x, \bar y) = (G, G)` (the residual stream
+    passes the cotangent unchanged, Baggag & Saad §3.13.1)."""
+    _same_shape("add_vjp", xp, x, y)
+    return G, G
+
+
+def mul(xp: Namespace, x: Any, y: Any) -> Any:
+    r"""Elementwise product :math:`x \odot y`."""
+    _same_shape("mul", xp, x, y)
+    return x * y
+
+
+def mul_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
+    r"""VJP of :func:`mul`: :math:`(\bar x, \bar y) = (G \odot y, G \odot x)`."""
+    _same_shape("mul_vjp", xp, x, y)
+    return G * y, G * x
+
+
+def scale(xp: Namespace, x: Any, c: Any) -> Any:
+    r"""Multiplication by a constant, :math:`c x` (``c`` is not differentiated)."""
+    check_args("scale", xp, {"x": (x, ("*",))})
+    return c * x
+
+
+def scale_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
+    r"""VJP of :func:`scale`: :math:`\bar x = c G`."""
+    return (c * G,)
+
+
+def shift(xp: Namespace, x: Any, c: Any) -> Any:
+    r"""Addition of a constant, :math:`x + c` (``c`` is not differentiated)."""
+    check_args("shift", xp, {"x": (x, ("*",))})
+    return x + c
+
+
+def shift_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
+    r"""VJP of :func:`shift`: :math:`\bar x = G`."""
+    return (G,)
+
+
+def _same_shape(op: str, xp: Namespace, x: Any, y: Any) -> None:
+    check_args(op, xp, {"x": (x, ("*",)), "y": (y, ("*",))})
+    sx, sy = tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ()))
+    if sx != sy:
+        raise ShapeError(f"{op}: argument 'y': expected shape {sx} (the shape of 'x'), got {sy}")

@@ -1,0 +1,181 @@
+"""The table of ops: each forward next to its VJP, with argument shapes.
+
+One :class:`OpSpec` per op feeds everything that is generic over ops: the
+exact proofs (``sympy.diff`` of the forward against the VJP on the SymPy
+namespace), the JAX-autodiff and mpmath cross-checks, the finite-difference
+checks, the hypothesis strategies and the mutation tests. A new op added here
+is proved and tested everywhere at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nlaverify.errors import UnknownNameError
+from nlaverify.ops import activations, embedding, linear, loss, norms, sdpa, softmaxes
+
+ArgKind = Literal["real", "tokens"]
+
+
+@dataclass(frozen=True)
+class Arg:
+    """An op argument: its name, named dimensions and kind.
+
+    ``kind="tokens"`` is an integer array with values in ``[0, dims_of["V"])``,
+    not differentiated; ``"real"`` arguments are differentiated.
+    """
+
+    name: str
+    dims: tuple[str | int, ...]
+    kind: ArgKind = "real"
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: forward, VJP, arguments, the seed section, and test sizes.
+
+    ``vjp(xp, G, *args, **static)`` returns one cotangent per ``real`` argument,
+    in order. ``proof_sizes`` are the concrete sizes of the exact proof;
+    ``size_ranges`` bound the sizes hypothesis draws.
+    """
+
+    name: str
+    forward: Callable[..., Any]
+    vjp: Callable[..., tuple[Any, ...]]
+    args: tuple[Arg, ...]
+    seed: str
+    vjp_statement: str
+    proof_sizes: Mapping[str, int]
+    size_ranges: Mapping[str, tuple[int, int]]
+    static: Mapping[str, Any] = field(default_factory=dict)
+    #: static values for the exact proof (e.g. a positive symbol for ``eps``)
+    proof_static: Mapping[str, str] = field(default_factory=dict)
+    #: the magnitude of inputs the tests draw (kept where float64 is well conditioned)
+    input_scale: float = 2.0
+
+    @property
+    def real_args(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.kind == "real")
+
+    @property
+    def qualified_names(self) -> tuple[str, str]:
+        return (f"{self.forward.__module__}.{self.forward.__qualname__}",
+                f"{self.vjp.__module__}.{self.vjp.__qualname__}")
+
+
+def _spec(name, fwd, vjp, args, seed, stmt, proof, ranges, **kw) -> OpSpec:
+    return OpSpec(name, fwd, vjp, tuple(args), seed, stmt, proof, ranges, **kw)
+
+
+R = Arg
+_NUM = (1, 4)
+
+OPS: dict[str, OpSpec] = {s.name: s for s in [
+    _spec("affine", linear.affine, linear.affine_vjp,
+          [R("X", ("n", "d_in")), R("W", ("d_in", "d_out")), R("b", ("d_out",))],
+          "Baggag & Saad §2.6, §3.4.1",
+          r"\bar X = G W^\top,\ \bar W = X^\top G,\ \bar b = G^\top\mathbf 1",
+          {"n": 2, "d_in": 2, "d_out": 2}, {"n": _NUM, "d_in": _NUM, "d_out": _NUM}),
+    _spec("embed", embedding.embed, embedding.embed_vjp,
+          [R("tokens", ("n",), "tokens"), R("W_E", ("V", "d"))],
+          "Baggag & Saad §3.2", r"\bar W_E = U^\top G",
+          {"n": 3, "V": 3, "d": 2}, {"n": _NUM, "V": (1, 6), "d": _NUM}),
+    _spec("add_positions", embedding.add_positions, embedding.add_positions_vjp,
+          [R("X", ("n", "d"))], "Baggag & Saad §3.2, §3.6.2", r"\bar X = G",
+          {"n": 3, "d": 4}, {"n": _NUM, "d": (1, 6)}),
+    _spec("softmax", softmaxes.softmax, softmaxes.softmax_vjp, [R("Z", ("n", "m"))],
+          "Baggag & Saad §3.4.2",
+          r"\bar z = p \odot (g - \langle g, p\rangle\mathbf 1) "
+          r"= (\operatorname{diag}(p) - p p^\top) g",
+          {"n": 2, "m": 3}, {"n": _NUM, "m": (1, 6)}),
+    _spec("log_softmax", softmaxes.log_softmax, softmaxes.log_softmax_vjp, [R("Z", ("n", "m"))],
+          "Baggag & Saad §3.1, §3.13.1", r"\bar z = g - p\,(\mathbf 1^\top g)",
+          {"n": 2, "m": 3}, {"n": _NUM, "m": (1, 6)}),
+    _spec("attention", sdpa.attention, sdpa.attention_vjp,
+          [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
+          "Baggag & Saad §3.4.2",
+          r"\bar V = P^\top G,\ dS = P\odot(dP - \operatorname{rowsum}(dP\odot P)),\ "
+          r"\bar Q = dS\,K/\sqrt{d_k},\ \bar K = dS^\top Q/\sqrt{d_k}",
+          {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM}),
+    _spec("causal_attention", sdpa.attention, sdpa.attention_vjp,
+          [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
+          "Baggag & Saad §3.4.4",
+          r"\text{as attention, with } P_{ij} = 0 = dS_{ij} \text{ for } j > i",
+          {"n": 3, "d_k": 1, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
+          static={"causal": True}),
+    _spec("split_heads", sdpa.split_heads, sdpa.split_heads_vjp,
+          [R("X", ("n", "hd"))], "Baggag & Saad §3.5.1",
+          r"\bar X = \operatorname{merge}(G)", {"n": 2, "hd": 4},
+          {"n": _NUM, "hd": (2, 8)}, static={"n_heads": 2}),
+    _spec("merge_heads", sdpa.merge_heads, sdpa.merge_heads_vjp,
+          [R("X", ("h", "n", "d_h"))], "Baggag & Saad §3.5.2",
+          r"\bar X = \operatorname{split}(G)", {"h": 2, "n": 2, "d_h": 2},
+          {"h": _NUM, "n": _NUM, "d_h": _NUM}),
+    _spec("multihead_attention", sdpa.multihead_attention,
+          sdpa.multihead_attention_vjp,
+          [R("X", ("n", "d")), R("W_Q", ("d", "hd")), R("W_K", ("d", "hd")),
+           R("W_V", ("d", "hd")), R("W_O", ("hd", "d"))],
+          "Baggag & Saad §3.5.3",
+          r"\text{chain rule through affine, split, attention, merge; } "
+          r"\bar X = \textstyle\sum_{u\in\{Q,K,V\}} \operatorname{merge}(\bar U) W_U^\top",
+          {"n": 2, "d": 2, "hd": 2}, {"n": _NUM, "d": _NUM, "hd": (2, 2)},
+          static={"n_heads": 2, "causal": True}),
+    _spec("layernorm", norms.layernorm, norms.layernorm_vjp,
+          [R("x", ("n", "d")), R("gamma", ("d",)), R("beta", ("d",))],
+          "Baggag & Saad §3.8",
+          r"\bar x = \tfrac1\sigma\bigl(g_{\hat x} - \overline{g_{\hat x}} - \hat x\,"
+          r"\overline{g_{\hat x}\odot\hat x}\bigr),\ \bar\gamma = \sum g\odot\hat x,\ "
+          r"\bar\beta = \sum g",
+          {"n": 1, "d": 3}, {"n": _NUM, "d": (2, 6)},
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}),
+    _spec("rmsnorm", norms.rmsnorm, norms.rmsnorm_vjp,
+          [R("x", ("n", "d")), R("gamma", ("d",))], "Baggag & Saad §3.8.1",
+          r"\bar x = \tfrac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),\ "
+          r"\bar\gamma = \sum g\odot\hat x",
+          {"n": 1, "d": 3}, {"n": _NUM, "d": (1, 6)},
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}),
+    _spec("relu", activations.relu, activations.relu_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §3.7.2", r"\bar x = g\odot\mathbb 1[x>0]",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("gelu_erf", activations.gelu_erf, activations.gelu_erf_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §3.7.2", r"\bar x = g\odot(\Phi(x) + x\varphi(x))",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("gelu_tanh", activations.gelu_tanh, activations.gelu_tanh_vjp,
+          [R("x", ("n", "d"))], "Baggag & Saad §3.7.2",
+          r"\bar x = g\odot\bigl(\tfrac12(1+t) + \tfrac x2(1-t^2)\sqrt{2/\pi}(1+3a x^2)\bigr)",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("silu", activations.silu, activations.silu_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §3.7.3", r"\bar x = g\odot\sigma(x)(1 + x(1-\sigma(x)))",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("swiglu", activations.swiglu, activations.swiglu_vjp,
+          [R("a", ("n", "d")), R("b", ("n", "d"))], "Baggag & Saad §3.7.3",
+          r"\bar a = g\odot b\odot\operatorname{SiLU}'(a),\ \bar b = g\odot\operatorname{SiLU}(a)",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("residual_add", linear.add, linear.add_vjp, [R("x", ("n", "d")), R("y", ("n", "d"))],
+          "Baggag & Saad §3.8, §3.9", r"\bar x = \bar y = G",
+          {"n": 2, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("mul", linear.mul, linear.mul_vjp, [R("x", ("n", "d")), R("y", ("n", "d"))],
+          "Baggag & Saad §2.6", r"\bar x = G\odot y,\ \bar y = G\odot x",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("scale", linear.scale, linear.scale_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §2.6", r"\bar x = c\,G", {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM},
+          static={"c": 3}),
+    _spec("shift", linear.shift, linear.shift_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §2.6", r"\bar x = G", {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM},
+          static={"c": -2}),
+    _spec("cross_entropy", loss.cross_entropy, loss.cross_entropy_vjp,
+          [R("Z", ("n", "V")), R("targets", ("n",), "tokens")],
+          "Baggag & Saad §3.1, §3.13.1", r"\bar Z = \tfrac{g}{n}(P - Y)",
+          {"n": 2, "V": 3}, {"n": _NUM, "V": (2, 6)}),
+]}
+
+
+def get_op(name: str) -> OpSpec:
+    """The :class:`OpSpec` called ``name``; an unknown name lists the known ones."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UnknownNameError(
+            f"unknown op {name!r}: expected one of {', '.join(sorted(OPS))}") from None

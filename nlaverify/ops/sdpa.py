@@ -1,0 +1,142 @@
+"""Scaled dot-product attention, causal masking and multi-head split/merge.
+
+Baggag & Saad §3.4 (single head), §3.4.4 (masking), §3.5 (multi-head);
+Baptista, Stuart & Tran §5 (decoder-only Transformer). Heads are a leading
+batch axis: ``Q, K, V`` have shape ``(*, n, d_k)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.ops._validate import check_args
+from nlaverify.ops.linear import affine, affine_vjp
+from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
+
+
+def causal_mask(xp: Namespace, n: int) -> Any:
+    r"""Boolean ``(n, n)`` mask, ``True`` where position :math:`j \le i` may be seen.
+
+    Adding :math:`M_{ij} = -\infty` for :math:`j > i` makes the attention matrix
+    lower triangular (Baggag & Saad §3.4.4).
+    """
+    idx = xp.arange(n)
+    return idx[:, None] >= idx[None, :]
+
+
+def attention_scores(xp: Namespace, Q: Any, K: Any, causal: bool = False) -> Any:
+    r"""Scores :math:`S = Q K^\top/\sqrt{d_k} + M` with :math:`M` the causal mask."""
+    dims = check_args("attention_scores", xp, {"Q": (Q, ("*", "n", "d_k")),
+                                               "K": (K, ("*", "n", "d_k"))})
+    S = xp.matmul(Q, xp.matrix_transpose(K)) / xp.const_sqrt(dims["d_k"])
+    if causal:
+        S = xp.where(causal_mask(xp, dims["n"]), S, -xp.inf)
+    return S
+
+
+def attention(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = False) -> Any:
+    r"""Scaled dot-product attention (Baggag & Saad §3.4.2):
+
+    .. math:: A = \operatorname{softmax}\!\Bigl(\frac{Q K^\top}{\sqrt{d_k}} + M\Bigr) V .
+    """
+    check_args("attention", xp, {"Q": (Q, ("*", "n", "d_k")), "K": (K, ("*", "n", "d_k")),
+                                 "V": (V, ("*", "n", "d_v"))})
+    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal)), V)
+
+
+def attention_vjp(
+    xp: Namespace, G: Any, Q: Any, K: Any, V: Any, causal: bool = False
+) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`attention`. With :math:`P = \operatorname{softmax}(S)`:
+
+    .. math::
+        \bar V = P^\top G,\quad dP = G V^\top,\quad
+        dS = P \odot \bigl(dP - \operatorname{rowsum}(dP \odot P)\bigr),\quad
+        \bar Q = \frac{dS\, K}{\sqrt{d_k}},\quad \bar K = \frac{dS^\top Q}{\sqrt{d_k}} .
+
+    Masked entries have :math:`P_{ij} = 0`, hence :math:`dS_{ij} = 0`.
+    """
+    dims = check_args("attention_vjp", xp, {"Q": (Q, ("*", "n", "d_k")),
+                                            "K": (K, ("*", "n", "d_k")),
+                                            "V": (V, ("*", "n", "d_v")),
+                                            "G": (G, ("*", "n", "d_v"))})
+    P = softmax(xp, attention_scores(xp, Q, K, causal))
+    dV = xp.matmul(xp.matrix_transpose(P), G)
+    dS = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(V)), P)
+    root = xp.const_sqrt(dims["d_k"])
+    dQ = xp.matmul(dS, K) / root
+    dK = xp.matmul(xp.matrix_transpose(dS), Q) / root
+    return dQ, dK, dV
+
+
+def split_heads(xp: Namespace, X: Any, n_heads: int) -> Any:
+    r"""``(n, h d_h) -> (h, n, d_h)``: column block :math:`k` becomes head :math:`k`
+    (Baggag & Saad §3.5.1, headwise projections)."""
+    dims = check_args("split_heads", xp, {"X": (X, ("n", "hd"))})
+    if dims["hd"] % n_heads:
+        from nlaverify.errors import ShapeError
+
+        raise ShapeError(f"split_heads: argument 'X': expected a last dimension divisible by "
+                         f"n_heads={n_heads}, got {dims['hd']}")
+    d_h = dims["hd"] // n_heads
+    return xp.permute_dims(xp.reshape(X, (dims["n"], n_heads, d_h)), (1, 0, 2))
+
+
+def merge_heads(xp: Namespace, X: Any) -> Any:
+    r"""``(h, n, d_h) -> (n, h d_h)``, the concatenation of Baggag & Saad §3.5.2."""
+    dims = check_args("merge_heads", xp, {"X": (X, ("h", "n", "d_h"))})
+    return xp.reshape(xp.permute_dims(X, (1, 0, 2)), (dims["n"], dims["h"] * dims["d_h"]))
+
+
+def split_heads_vjp(xp: Namespace, G: Any, X: Any, n_heads: int) -> tuple[Any]:
+    r"""VJP of :func:`split_heads`: a permutation, so its transpose (inverse) is
+    :func:`merge_heads`."""
+    return (merge_heads(xp, G),)
+
+
+def merge_heads_vjp(xp: Namespace, G: Any, X: Any) -> tuple[Any]:
+    r"""VJP of :func:`merge_heads`: :func:`split_heads` of the cotangent."""
+    return (split_heads(xp, G, X.shape[0]),)
+
+
+def multihead_attention(
+    xp: Namespace, X: Any, W_Q: Any, W_K: Any, W_V: Any, W_O: Any,
+    n_heads: int, causal: bool = False,
+) -> Any:
+    r"""Multi-head self-attention with output projection (Baggag & Saad §3.5):
+
+    .. math:: \operatorname{MHA}(X) = [A_1, \dots, A_h]\, W_O,\qquad
+       A_k = \operatorname{attention}(X W_Q^{(k)}, X W_K^{(k)}, X W_V^{(k)}),
+
+    where :math:`W^{(k)}` is column block :math:`k`.
+    """
+    Q, K, V = (split_heads(xp, affine(xp, X, W), n_heads) for W in (W_Q, W_K, W_V))
+    return affine(xp, merge_heads(xp, attention(xp, Q, K, V, causal)), W_O)
+
+
+def multihead_attention_vjp(
+    xp: Namespace, G: Any, X: Any, W_Q: Any, W_K: Any, W_V: Any, W_O: Any,
+    n_heads: int, causal: bool = False,
+) -> tuple[Any, Any, Any, Any, Any]:
+    r"""VJP of :func:`multihead_attention`: the chain rule through
+    :func:`affine_vjp`, :func:`merge_heads_vjp`, :func:`attention_vjp` and
+    :func:`split_heads_vjp`; the three cotangents reaching :math:`X` are summed.
+
+    Returns:
+        ``(dX, dW_Q, dW_K, dW_V, dW_O)``.
+    """
+    Q, K, V = (split_heads(xp, affine(xp, X, W), n_heads) for W in (W_Q, W_K, W_V))
+    A = attention(xp, Q, K, V, causal)
+    M = merge_heads(xp, A)
+    dM, dW_O = affine_vjp(xp, G, M, W_O)
+    (dA,) = merge_heads_vjp(xp, dM, A)
+    dQ, dK, dV = attention_vjp(xp, dA, Q, K, V, causal)
+    dX = None
+    grads = []
+    for dH, W in ((dQ, W_Q), (dK, W_K), (dV, W_V)):
+        (dP,) = split_heads_vjp(xp, dH, None, n_heads)
+        dXi, dWi = affine_vjp(xp, dP, X, W)
+        dX = dXi if dX is None else dX + dXi
+        grads.append(dWi)
+    return (dX, *grads, dW_O)

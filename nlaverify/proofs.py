@@ -1,0 +1,131 @@
+"""Run the derivations and (re)generate or check the proof documents."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from nlaverify.identities.core import Identity, Proof, get_identity, load_catalogue
+from nlaverify.symbolic.document import (
+    identity_path,
+    render_family,
+    render_identity,
+    render_index,
+    write_atomically,
+)
+
+#: where the committed proof documents live, relative to the repository root
+DEFAULT_ROOT = Path("docs/proofs")
+
+
+def derive_one(identity_id: str) -> tuple[str, Proof, float]:
+    """Derive one identity; an exception becomes an ``error`` verdict with its traceback."""
+    identity = get_identity(identity_id)
+    start = time.perf_counter()
+    try:
+        proof = identity.derive()
+    except Exception:  # a crashing derivation is reported, never hidden
+        proof = Proof("error", (), traceback.format_exc(limit=6))
+    return identity_id, proof, time.perf_counter() - start
+
+
+def run_derivations(
+    ids: Sequence[str], jobs: int = 1, progress: Callable[[str], None] | None = None
+) -> dict[str, Proof]:
+    """Derive ``ids`` (in parallel with ``jobs`` processes); results in the order of ``ids``."""
+    results: dict[str, Proof] = {}
+    total = len(ids)
+
+    def report(k: int, identity_id: str, proof: Proof, seconds: float) -> None:
+        if progress:
+            progress(f"[{k:>3}/{total}] {identity_id:<32} {proof.verdict:<7} {seconds:6.2f} s")
+
+    if jobs > 1 and total > 1:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+            for k, (identity_id, proof, sec) in enumerate(pool.map(derive_one, ids), 1):
+                results[identity_id] = proof
+                report(k, identity_id, proof, sec)
+    else:
+        for k, identity_id in enumerate(ids, 1):
+            _, proof, sec = derive_one(identity_id)
+            results[identity_id] = proof
+            report(k, identity_id, proof, sec)
+    return {i: results[i] for i in ids}
+
+
+def _index_entry(identity: Identity, verdict: str) -> dict[str, object]:
+    return {"family": identity.family, "title": identity.title, "seed": identity.seed,
+            "verdict": verdict, "doc": identity_path(identity),
+            "certifies": list(identity.certifies)}
+
+
+def read_index(root: Path = DEFAULT_ROOT) -> dict[str, dict[str, object]]:
+    """The committed ``index.json`` (empty when there is none)."""
+    path = root / "index.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def render_documents(
+    catalogue: dict[str, Identity], proofs: dict[str, Proof], old_index: dict[str, dict]
+) -> dict[str, str]:
+    """All files to write: the derived identities' documents, every family index and
+    ``index.json`` (identities not re-derived keep their committed verdict)."""
+    files = {identity_path(catalogue[i]): render_identity(catalogue[i], p)
+             for i, p in proofs.items()}
+    verdicts = {i: str(old_index.get(i, {}).get("verdict", "missing")) for i in catalogue}
+    verdicts.update({i: p.verdict for i, p in proofs.items()})
+    families: dict[str, list[tuple[Identity, str]]] = {}
+    for i, identity in catalogue.items():
+        families.setdefault(identity.family, []).append((identity, verdicts[i]))
+    for family, rows in families.items():
+        files[f"{family}.md"] = render_family(family, rows)
+    files["index.json"] = render_index(
+        {i: _index_entry(catalogue[i], verdicts[i]) for i in catalogue})
+    return files
+
+
+def derive(
+    ids: Sequence[str] = (), *, check: bool = False, root: Path = DEFAULT_ROOT,
+    jobs: int | None = None, out=sys.stderr,
+) -> int:
+    """Regenerate (or with ``check``, verify) the proof documents; returns an exit code.
+
+    ``check`` writes nothing: it fails, naming each culprit, when a proof is not
+    ``proved`` or a committed document differs from the regenerated one.
+    """
+    catalogue = load_catalogue()
+    for i in ids:
+        get_identity(i)  # raises with a clear message for an unknown id
+    selected = list(ids) or list(catalogue)
+    jobs = jobs or min(len(selected), os.cpu_count() or 1)
+    start = time.perf_counter()
+    proofs = run_derivations(selected, jobs, progress=lambda s: print(s, file=out, flush=True))
+    files = render_documents(catalogue, proofs, read_index(root) if ids else {})
+    failures = [f"{i}: {p.verdict}" + (f" ({p.detail.strip().splitlines()[-1]})" if p.detail
+                                         else "")
+                for i, p in proofs.items() if p.verdict != "proved"]
+    if check:
+        stale = [rel for rel, content in files.items() if not (root / rel).exists()
+                 or (root / rel).read_text(encoding="utf-8") != content]
+        if not ids:
+            known = set(files)
+            stale += [str(p.relative_to(root)) for p in sorted(root.rglob("*.md"))
+                      if str(p.relative_to(root)) not in known]
+        for s in stale:
+            failures.append(f"stale proof document: {root / s} (run `nlaverify derive`)")
+    else:
+        write_atomically(root, files)
+    elapsed = time.perf_counter() - start
+    proved = sum(p.verdict == "proved" for p in proofs.values())
+    print(f"{proved}/{len(proofs)} identities proved in {elapsed:.1f} s"
+          + ("" if check else f"; documents written to {root}/"), file=out)
+    for f in failures:
+        print(f"FAIL {f}", file=out)
+    return 1 if failures else 0

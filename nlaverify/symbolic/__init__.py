@@ -1,0 +1,1 @@
+"""Derivation helpers: symbolic arrays, the exact zero test, VJP proofs, proof documents."""
