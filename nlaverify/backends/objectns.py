@@ -252,6 +252,10 @@ class MpmathNamespace(ObjectNamespace):
             return bool(v)
         if isinstance(v, sympy.Basic):
             return self.ctx.mpf(sympy.N(v, self.digits + 10).__str__()) if v.is_number else v
+        if isinstance(v, numbers.Integral):
+            return self.ctx.mpf(int(v))
+        if isinstance(v, numbers.Real):
+            return self.ctx.mpf(float(v))
         return self.ctx.mpf(v)
 
     def rational(self, p: int, q: int = 1) -> Any:

@@ -40,6 +40,7 @@ def check_args(
     *,
     bound: dict[str, int] | None = None,
     floating: bool = True,
+    neg_inf_ok: tuple[str, ...] = (),
 ) -> dict[str, int]:
     """Check the shapes, dtypes and finiteness of an op's array arguments.
 
@@ -49,6 +50,7 @@ def check_args(
         specs: ``{argument name: (array, named dims)}``; ``None`` arrays are skipped.
         bound: dimensions already known (e.g. ``{"n_heads": 2}``).
         floating: require a real floating dtype, the same for all arguments.
+        neg_inf_ok: arguments that may hold ``-inf`` (masked scores), never ``nan``/``+inf``.
 
     Returns:
         The bound dimension sizes.
@@ -84,7 +86,7 @@ def check_args(
                 )
         if floating:
             dtype_of = _check_dtype(op, xp, name, x, dtype_of)
-            _check_finite(op, xp, name, x)
+            _check_finite(op, xp, name, x, name in neg_inf_ok)
     return bound
 
 
@@ -107,11 +109,15 @@ def _check_dtype(op: str, xp: Namespace, name: str, x: Any, seen: tuple[str, Any
     return seen or (name, dtype)
 
 
-def _check_finite(op: str, xp: Namespace, name: str, x: Any) -> None:
+def _check_finite(op: str, xp: Namespace, name: str, x: Any, neg_inf_ok: bool) -> None:
     if xp.exact or not xp.is_concrete(x):
         return
-    if not bool(xp.all(xp.isfinite(x))):
-        raise NonFiniteError(f"{op}: argument {name!r}: expected finite values, got inf or nan")
+    good = xp.isfinite(x)
+    if neg_inf_ok:
+        good = good | (x == -xp.inf)
+    if not bool(xp.all(good)):
+        what = "finite values or -inf" if neg_inf_ok else "finite values"
+        raise NonFiniteError(f"{op}: argument {name!r}: expected {what}, got inf or nan")
 
 
 def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> None:

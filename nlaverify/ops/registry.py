@@ -52,8 +52,8 @@ class OpSpec:
     static: Mapping[str, Any] = field(default_factory=dict)
     #: static values for the exact proof (e.g. a positive symbol for ``eps``)
     proof_static: Mapping[str, str] = field(default_factory=dict)
-    #: the magnitude of inputs the tests draw (kept where float64 is well conditioned)
-    input_scale: float = 2.0
+    #: condition estimate of the op at given real inputs (default: input magnitudes)
+    condition: Callable[[list[Any]], float] | None = None
 
     @property
     def real_args(self) -> tuple[Arg, ...]:
@@ -63,6 +63,18 @@ class OpSpec:
     def qualified_names(self) -> tuple[str, str]:
         return (f"{self.forward.__module__}.{self.forward.__qualname__}",
                 f"{self.vjp.__module__}.{self.vjp.__qualname__}")
+
+
+def _norm_condition(args: list[Any]) -> float:
+    r"""Normalization amplifies relative error by :math:`\max|x-\mu| / \min\sigma`."""
+    import numpy as np
+
+    from nlaverify.tolerance import magnitude_condition
+
+    x = np.asarray(args[0], dtype=np.float64)
+    c = x - x.mean(axis=-1, keepdims=True)
+    sigma = float(np.sqrt((c * c).mean(axis=-1) + 1e-5).min())
+    return magnitude_condition(*args) * max(1.0, float(np.abs(x).max()) / sigma)
 
 
 def _spec(name, fwd, vjp, args, seed, stmt, proof, ranges, **kw) -> OpSpec:
@@ -129,13 +141,13 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\overline{g_{\hat x}\odot\hat x}\bigr),\ \bar\gamma = \sum g\odot\hat x,\ "
           r"\bar\beta = \sum g",
           {"n": 1, "d": 3}, {"n": _NUM, "d": (2, 6)},
-          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}),
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
     _spec("rmsnorm", norms.rmsnorm, norms.rmsnorm_vjp,
           [R("x", ("n", "d")), R("gamma", ("d",))], "Baggag & Saad §3.8.1",
           r"\bar x = \tfrac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),\ "
           r"\bar\gamma = \sum g\odot\hat x",
           {"n": 1, "d": 3}, {"n": _NUM, "d": (1, 6)},
-          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}),
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
     _spec("relu", activations.relu, activations.relu_vjp, [R("x", ("n", "d"))],
           "Baggag & Saad §3.7.2", r"\bar x = g\odot\mathbb 1[x>0]",
           {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),

@@ -21,7 +21,7 @@ def softmax(xp: Namespace, Z: Any, axis: int = -1) -> Any:
 
     .. math:: p_i = \frac{e^{z_i - c}}{\sum_j e^{z_j - c}},\qquad c = \max_j z_j .
     """
-    check_args("softmax", xp, {"Z": (Z, ("*", "m"))})
+    check_args("softmax", xp, {"Z": (Z, ("*", "m"))}, neg_inf_ok=("Z",))
     E = xp.exp(Z - xp.stability_shift(Z, axis))
     return E / xp.sum(E, axis=axis, keepdims=True)
 
@@ -40,7 +40,8 @@ def softmax_vjp_from_output(xp: Namespace, G: Any, P: Any, axis: int = -1) -> An
 
 def softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]:
     r"""VJP of :func:`softmax`: :math:`\bar z = p \odot (g - \langle g, p\rangle)`."""
-    check_args("softmax_vjp", xp, {"Z": (Z, ("*", "m")), "G": (G, ("*", "m"))})
+    check_args("softmax_vjp", xp, {"Z": (Z, ("*", "m")), "G": (G, ("*", "m"))},
+               neg_inf_ok=("Z",))
     return (softmax_vjp_from_output(xp, G, softmax(xp, Z, axis), axis),)
 
 
@@ -58,12 +59,13 @@ def log_softmax(xp: Namespace, Z: Any, axis: int = -1) -> Any:
 
     .. math:: \log p_i = (z_i - c) - \log\sum_j e^{z_j - c}.
     """
-    check_args("log_softmax", xp, {"Z": (Z, ("*", "m"))})
+    check_args("log_softmax", xp, {"Z": (Z, ("*", "m"))}, neg_inf_ok=("Z",))
     S = Z - xp.stability_shift(Z, axis)
     return S - xp.log(xp.sum(xp.exp(S), axis=axis, keepdims=True))
 
 
 def log_softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]:
     r"""VJP of :func:`log_softmax`: :math:`\bar z = g - p\,(\mathbf 1^\top g)`."""
-    check_args("log_softmax_vjp", xp, {"Z": (Z, ("*", "m")), "G": (G, ("*", "m"))})
+    check_args("log_softmax_vjp", xp, {"Z": (Z, ("*", "m")), "G": (G, ("*", "m"))},
+               neg_inf_ok=("Z",))
     return (G - softmax(xp, Z, axis) * xp.sum(G, axis=axis, keepdims=True),)

@@ -1,0 +1,219 @@
+"""Numeric cross-checks of every op's VJP: NumPy against JAX autodiff, the mpmath
+reference, float32, a high-precision finite difference, and CuPy.
+
+The subject is always the hand-derived VJP, run through the same function on
+each namespace; the references are independent (``jax.vjp`` of the forward) or
+far more precise (mpmath at ``digits`` digits). Every bound comes from
+:mod:`nlaverify.tolerance`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nlaverify.backends import BackendUnavailable, get_namespace
+from nlaverify.ops.registry import OPS, OpSpec
+from nlaverify.strategies import OpCase, make_case
+from nlaverify.tolerance import (
+    Tolerance, finite_difference_tolerance, magnitude_condition, tolerance,
+)
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One comparison: which op, which check, the error and the bound."""
+
+    op: str
+    check: str
+    error: float
+    rtol: float
+    ok: bool
+    reason: str
+    skipped: str | None = None
+
+
+@dataclass
+class Report:
+    """All rows of a cross-check run."""
+
+    rows: list[CheckRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows if r.skipped is None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "rows": [asdict(r) for r in self.rows]}
+
+
+def case_condition(case: OpCase) -> float:
+    """The condition estimate of a case: the op's own, else input magnitudes."""
+    real = [case.args[k] for k in case.real_indices()]
+    if case.spec.condition is not None:
+        return max(1.0, case.spec.condition(real))
+    return magnitude_condition(*real)
+
+
+def case_size(case: OpCase) -> int:
+    """The longest accumulation bound: the largest number of entries of any array."""
+    return max([int(np.size(a)) for a in case.args] + [int(case.cotangent.size), 1])
+
+
+def _convert(xp, case: OpCase, dtype: Any) -> tuple[list[Any], Any]:
+    args = []
+    for a, x in zip(case.spec.args, case.args, strict=True):
+        if a.kind == "tokens":
+            args.append(x if xp.object_arrays else xp.asarray(x))
+        else:
+            args.append(xp.asarray(x) if xp.object_arrays else xp.asarray(x, dtype=dtype))
+    G = xp.asarray(case.cotangent) if xp.object_arrays else xp.asarray(case.cotangent, dtype=dtype)
+    return args, G
+
+
+def run_vjp(case: OpCase, backend: str, dtype: str = "float64", digits: int | None = None):
+    """``(output, cotangents)`` of the hand-derived VJP on ``backend``."""
+    xp = get_namespace(backend, digits=digits)
+    dt = None if xp.object_arrays else getattr(xp, dtype)
+    args, G = _convert(xp, case, dt)
+    out = case.spec.forward(xp, *args, **case.static)
+    return out, case.spec.vjp(xp, G, *args, **case.static)
+
+
+def jax_autodiff_vjp(case: OpCase):
+    """``(output, cotangents)`` from ``jax.vjp`` of the forward function (float64)."""
+    import jax
+
+    xp = get_namespace("jax")
+    real = case.real_indices()
+    args, G = _convert(xp, case, xp.float64)
+
+    def f(*reals: Any) -> Any:
+        full = list(args)
+        for k, r in zip(real, reals, strict=True):
+            full[k] = r
+        return case.spec.forward(xp, *full, **case.static)
+
+    out, pullback = jax.vjp(f, *[args[k] for k in real])
+    return out, pullback(G)
+
+
+def _compare_all(name: str, check: str, actual: Sequence[Any], expected: Sequence[Any],
+                 tol: Tolerance) -> CheckRow:
+    worst = 0.0
+    ok = True
+    for a, e in zip(actual, expected, strict=True):
+        c = tol.compare(a, e)
+        worst = max(worst, c.normwise)
+        ok = ok and c.ok
+    return CheckRow(name, check, worst, tol.rtol, ok, tol.reason)
+
+
+def finite_difference_row(case: OpCase, digits: int) -> CheckRow:
+    r"""Directional check in mpmath:
+    :math:`\langle G, (f(x+hv) - f(x-hv))/2h\rangle` against :math:`\sum_k\langle \bar x_k,
+    v_k\rangle` from the VJP, with a seeded direction :math:`v` and
+    :math:`h = 10^{-\lfloor \text{digits}/3 \rfloor}`."""
+    xp = get_namespace("mpmath", digits=digits)
+    args, G = _convert(xp, case, None)
+    rng = np.random.default_rng(len(case.args) * 7919 + case_size(case))
+    real = case.real_indices()
+    dirs = {k: xp.asarray(rng.standard_normal(np.shape(case.args[k]))) for k in real}
+    h = xp.ctx.mpf(10) ** (-(digits // 3))
+
+    def f_at(sign: int) -> Any:
+        moved = list(args)
+        for k in real:
+            moved[k] = args[k] + dirs[k] * (sign * h)
+        return np.asarray(case.spec.forward(xp, *moved, **case.static), dtype=object)
+
+    fd = np.sum(np.asarray(G, dtype=object) * (f_at(1) - f_at(-1))) / (2 * h)
+    cot = case.spec.vjp(xp, G, *args, **case.static)
+    exact = sum((np.sum(np.asarray(c, dtype=object) * dirs[k]) for k, c in zip(real, cot,
+                                                                              strict=True)), 0)
+    tol = finite_difference_tolerance(digits, float(h), condition=case_condition(case),
+                                      size=case_size(case))
+    err = abs(float(fd - exact)) / max(1.0, abs(float(exact)))
+    return CheckRow(case.spec.name, f"finite-difference (mpmath {digits} digits)", err, tol.rtol,
+                    err <= tol.rtol, tol.reason)
+
+
+def check_case(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"),
+               digits: int = 50) -> list[CheckRow]:
+    """All checks of one case that the listed backends allow."""
+    name = case.spec.name
+    kappa, k = case_condition(case), case_size(case)
+    rows: list[CheckRow] = []
+    out64, cot64 = run_vjp(case, "numpy", "float64")
+    if "jax" in backends:
+        out_j, cot_j = jax_autodiff_vjp(case)
+        tol = tolerance("float64", size=k, condition=kappa, depth=2)
+        rows.append(_compare_all(name, "numpy vs jax.vjp (float64)", [out64, *cot64],
+                                 [out_j, *cot_j], tol))
+    if "mpmath" in backends or "cupy" in backends:
+        out_m, cot_m = run_vjp(case, "mpmath", digits=digits)
+    if "mpmath" in backends:
+        tol = tolerance("float64", size=k, condition=kappa, depth=2)
+        rows.append(_compare_all(name, f"numpy float64 vs mpmath {digits}", [out64, *cot64],
+                                 [out_m, *cot_m], tol))
+        out32, cot32 = run_vjp(case, "numpy", "float32")
+        tol32 = tolerance("float32", size=k, condition=kappa, depth=2)
+        rows.append(_compare_all(name, f"numpy float32 vs mpmath {digits}", [out32, *cot32],
+                                 [out_m, *cot_m], tol32))
+        rows.append(finite_difference_row(case, digits))
+    if "cupy" in backends:
+        try:
+            out_c, cot_c = run_vjp(case, "cupy", "float64")
+        except BackendUnavailable as exc:
+            rows.append(CheckRow(name, "cupy float64 vs mpmath", math.nan, math.nan, True, "",
+                                 skipped=str(exc)))
+        else:
+            tol = tolerance("float64", size=k, condition=kappa, depth=2)
+            rows.append(_compare_all(name, f"cupy float64 vs mpmath {digits}", [out_c, *cot_c],
+                                     [out_m, *cot_m], tol))
+    return rows
+
+
+def default_case(spec: OpSpec, seed: int) -> OpCase:
+    """The case ``verify`` runs: the largest sizes of the op's ranges, seeded."""
+    sizes = {k: hi for k, (_, hi) in spec.size_ranges.items()}
+    if "n_heads" in spec.static and "hd" in sizes:
+        h = spec.static["n_heads"]
+        sizes["hd"] = h * max(1, sizes["hd"] // h)
+    return make_case(spec, sizes, seed)
+
+
+def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: int = 0,
+                   digits: int = 50, ops: Sequence[str] | None = None) -> Report:
+    """Cross-check every op (or ``ops``) on one seeded case each."""
+    known = {"numpy", "jax", "mpmath", "cupy"}
+    for b in backends:
+        if b not in known:
+            from nlaverify.errors import UnknownNameError
+
+            raise UnknownNameError(f"verify: unknown backend {b!r}: expected some of "
+                                   f"{', '.join(sorted(known))}")
+    report = Report()
+    for name in ops or list(OPS):
+        report.rows += check_case(default_case(OPS[name], seed), backends, digits)
+    return report
+
+
+def format_summary(report: Report) -> str:
+    """A fixed-width table and a closing line ``N passed, N failed, N skipped``."""
+    lines = [f"{'op':<22} {'check':<36} {'error':>10} {'bound':>10}  result"]
+    for r in report.rows:
+        if r.skipped:
+            lines.append(f"{r.op:<22} {r.check:<36} {'':>10} {'':>10}  SKIPPED ({r.skipped})")
+        else:
+            lines.append(f"{r.op:<22} {r.check:<36} {r.error:10.2e} {r.rtol:10.2e}  "
+                         f"{'ok' if r.ok else 'FAIL'}")
+    passed = sum(r.ok and not r.skipped for r in report.rows)
+    failed = sum(not r.ok and not r.skipped for r in report.rows)
+    skipped = sum(bool(r.skipped) for r in report.rows)
+    lines.append(f"cross-check: {passed} passed, {failed} failed, {skipped} skipped")
+    return "\n".join(lines)
