@@ -20,7 +20,10 @@ from nlaverify.backends import BackendUnavailable, get_namespace
 from nlaverify.ops.registry import OPS, OpSpec
 from nlaverify.strategies import OpCase, make_case
 from nlaverify.tolerance import (
-    Tolerance, finite_difference_tolerance, magnitude_condition, tolerance,
+    Tolerance,
+    finite_difference_tolerance,
+    magnitude_condition,
+    tolerance,
 )
 
 

@@ -48,7 +48,7 @@ def run_derivations(
             progress(f"[{k:>3}/{total}] {identity_id:<32} {proof.verdict:<7} {seconds:6.2f} s")
 
     if jobs > 1 and total > 1:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             for k, (identity_id, proof, sec) in enumerate(pool.map(derive_one, ids), 1):
                 results[identity_id] = proof
                 report(k, identity_id, proof, sec)
@@ -93,13 +93,14 @@ def render_documents(
 
 def derive(
     ids: Sequence[str] = (), *, check: bool = False, root: Path = DEFAULT_ROOT,
-    jobs: int | None = None, out=sys.stderr,
+    jobs: int | None = None, out=None,
 ) -> int:
     """Regenerate (or with ``check``, verify) the proof documents; returns an exit code.
 
     ``check`` writes nothing: it fails, naming each culprit, when a proof is not
     ``proved`` or a committed document differs from the regenerated one.
     """
+    out = sys.stderr if out is None else out
     catalogue = load_catalogue()
     for i in ids:
         get_identity(i)  # raises with a clear message for an unknown id

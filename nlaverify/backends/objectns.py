@@ -38,9 +38,9 @@ class ObjectNamespace(Namespace):
         raise NotImplementedError
 
     def asarray(self, x: Any, dtype: Any = None) -> np.ndarray:
+        if dtype is not None and dtype is not object and np.dtype(dtype).kind in "iu":
+            return np.asarray(x, dtype=dtype)  # integer index arrays (tokens) on request
         arr = np.asarray(x, dtype=object) if not isinstance(x, np.ndarray) else x
-        if arr.dtype.kind in "biu" and dtype is None:
-            return np.asarray(x)  # integer index arrays (tokens) stay integer
         out = np.empty(arr.shape, dtype=object)
         for idx, v in np.ndenumerate(arr):
             out[idx] = self.scalar(v)

@@ -59,12 +59,28 @@ CATALOGUE_MODULES: tuple[str, ...] = (
 )
 
 
+_ORDER: dict[str, tuple[str, int]] = {}
+
+
 def register(identity: Identity) -> Identity:
-    """Add ``identity`` to the catalogue; ids are unique."""
+    """Add ``identity`` to the catalogue; ids are unique. The catalogue's order is
+    that of :data:`CATALOGUE_MODULES`, then of registration within a module, whatever
+    the order in which the modules happened to be imported."""
+    import sys
+
     if identity.id in _REGISTRY:
         raise ValueError(f"identity id {identity.id!r} is registered twice")
+    module = sys._getframe(1).f_globals.get("__name__", "")
     _REGISTRY[identity.id] = identity
+    _ORDER[identity.id] = (module, len(_ORDER))
     return identity
+
+
+def _position(identity_id: str) -> tuple[int, int]:
+    module, seq = _ORDER[identity_id]
+    rank = CATALOGUE_MODULES.index(module) if module in CATALOGUE_MODULES else len(
+        CATALOGUE_MODULES)
+    return rank, seq
 
 
 def load_catalogue() -> dict[str, Identity]:
@@ -73,7 +89,7 @@ def load_catalogue() -> dict[str, Identity]:
 
     for name in CATALOGUE_MODULES:
         importlib.import_module(name)
-    return dict(_REGISTRY)
+    return {i: _REGISTRY[i] for i in sorted(_REGISTRY, key=_position)}
 
 
 def get_identity(identity_id: str) -> Identity:

@@ -92,7 +92,8 @@ def check_args(
 
 def _check_dtype(op: str, xp: Namespace, name: str, x: Any, seen: tuple[str, Any] | None):
     if xp.object_arrays:
-        if getattr(x, "dtype", None) is None or x.dtype.kind != "O":
+        # 0-d results of object arrays are bare scalars (SymPy or mpf): accept them
+        if hasattr(x, "dtype") and x.dtype.kind != "O":
             raise DTypeError(
                 f"{op}: argument {name!r}: expected an object array of {xp.name} scalars "
                 f"(use xp.asarray), got dtype {x.dtype}"

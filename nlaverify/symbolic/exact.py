@@ -24,7 +24,12 @@ def is_zero(expr: sympy.Expr) -> bool:
     The ladder, cheapest first: expansion, then the numerator of
     :func:`sympy.together` (rational identities), then
     :func:`sympy.piecewise_fold` + :func:`sympy.simplify` (piecewise and
-    transcendental ones). Only an exact 0 counts; no numeric sampling.
+    transcendental ones). Only an exact 0 counts as proved.
+
+    Before the expensive :func:`sympy.simplify`, the expression is evaluated
+    at a rational point: a value that is clearly nonzero *disproves* the
+    identity at once (sound: a nonzero value is a counterexample). Sampling
+    never proves anything; it only makes refutation fast.
     """
     expr = sympy.sympify(expr) if not isinstance(expr, sympy.Basic) else expr
     if expr == 0:
@@ -38,7 +43,22 @@ def is_zero(expr: sympy.Expr) -> bool:
     num, _ = sympy.fraction(sympy.together(expr))
     if sympy.expand(num) == 0:
         return True
+    if _refuted_at_a_point(expr):
+        return False
     return sympy.simplify(expr) == 0
+
+
+def _refuted_at_a_point(expr: sympy.Expr) -> bool:
+    """True when ``expr`` is clearly nonzero at a deterministic rational point."""
+    point = {}
+    for k, sym in enumerate(sorted(expr.free_symbols, key=lambda s: s.name)):
+        value = sympy.Rational(3 + (7 * k) % 11, 7 + (5 * k) % 13)
+        point[sym] = value if sym.is_positive else value * (-1) ** k
+    try:
+        value = sympy.N(expr.xreplace(point), 30)
+    except (TypeError, ValueError):  # pragma: no cover - exotic expressions
+        return False
+    return bool(value.is_number and value.is_finite and abs(value) > sympy.Float("1e-20"))
 
 
 def all_zero(exprs: Iterable[sympy.Expr]) -> tuple[bool, int, int]:
