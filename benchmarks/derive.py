@@ -27,9 +27,9 @@ def main() -> int:
 
     from nlaverify.proofs import derive
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as quiet:
         start = time.perf_counter()
-        code = derive(root=Path(tmp), out=open(os.devnull, "w"))  # noqa: SIM115
+        code = derive(root=Path(tmp), out=quiet)
         derive_s = time.perf_counter() - start
         cmp = filecmp.dircmp(tmp, ROOT / "docs" / "proofs")
         same = not (cmp.diff_files or cmp.left_only or cmp.right_only) and all(
