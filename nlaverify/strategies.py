@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from nlaverify.ops.registry import OPS, OpSpec
+from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask
 
 __all__ = [
     "OpCase", "make_case", "op_cases", "orthogonal_matrices", "seeds", "spd_matrices",
@@ -58,6 +58,10 @@ def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
         if a.kind == "tokens":
             args.append(rng.integers(0, sizes["V"], size=shape, dtype=np.int64))
+        elif a.kind == "fixed":
+            args.append(scale * rng.standard_normal(shape))
+        elif a.kind == "mask":
+            args.append(fixed_routing_mask(*shape))
         else:
             args.append(scale * rng.standard_normal(shape))
     static = dict(spec.static)
@@ -69,12 +73,7 @@ def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0
 def _sizes(spec: OpSpec) -> st.SearchStrategy[dict[str, int]]:
     strategies = {k: st.integers(lo, hi) for k, (lo, hi) in spec.size_ranges.items()}
     sizes = st.fixed_dictionaries(strategies)
-    if "n_heads" in spec.static:  # the head dimension must split evenly
-        h = spec.static["n_heads"]
-        key = "hd" if "hd" in strategies else None
-        if key:
-            sizes = sizes.map(lambda s: {**s, key: h * max(1, s[key] // h)})
-    return sizes
+    return sizes.map(spec.fix_sizes) if spec.fix_sizes else sizes
 
 
 @st.composite

@@ -87,7 +87,7 @@ def _numeric_catches(spec: OpSpec) -> bool:
     return not by_check["jax.vjp"] and not rows[-1].ok
 
 
-@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("op", [k for k, s in OPS.items() if s.differentiable])
 def test_sign_flip_is_caught(op: str) -> None:
     spec = OPS[op]
     which = len(spec.real_args) - 1

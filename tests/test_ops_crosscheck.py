@@ -13,7 +13,7 @@ from nlaverify.strategies import op_cases
 DIGITS = 40
 
 
-@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("op", [k for k, s in OPS.items() if s.differentiable])
 @given(data=__import__("hypothesis").strategies.data())
 def test_vjp_agrees_with_jax_mpmath_fd(op: str, data) -> None:
     case = data.draw(op_cases(op))

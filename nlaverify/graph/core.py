@@ -7,7 +7,7 @@ cotangents (the chain rule over out-edges),
 .. math:: \\delta_k = \\sum_{i \\in \\operatorname{out}(k)} \\delta_i
           \\frac{\\partial a_i}{\\partial a_k}.
 
-Nodes: ``kind="input"`` (values given by the caller) or ``kind="op"`` with
+Nodes: ``kind="input"`` or ``"param"`` (values given by the caller) or ``kind="op"`` with
 ``op`` (a name in :data:`nlaverify.ops.registry.OPS`) and ``static`` keyword
 arguments; an edge ``u -> v`` carries ``pos``, the argument position of ``u`` in
 ``v``'s op.
@@ -15,7 +15,7 @@ arguments; an edge ``u -> v`` carries ``pos``, the argument position of ``u`` in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -51,14 +51,49 @@ def _arguments(graph: nx.DiGraph, node: str) -> list[str]:
     return [u for u, _, _ in preds]
 
 
-def evaluate(graph: nx.DiGraph, xp: Namespace, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Values of every node, computed in ``networkx.topological_sort`` order."""
+def needed_nodes(graph: nx.DiGraph, outputs: Sequence[str] | None,
+                 overrides: Mapping[str, Any] = ()) -> list[str]:
+    """Nodes to evaluate, in topological order: all, or the ancestors of ``outputs``
+    (the walk stops at overridden nodes, whose values are given)."""
+    order = list(nx.topological_sort(graph))
+    if outputs is None:
+        return order
+    keep: set[str] = set()
+    stack = list(outputs)
+    while stack:
+        node = stack.pop()
+        if node in keep:
+            continue
+        if node not in graph:
+            raise UnknownNameError(f"evaluate: unknown output node {node!r}")
+        keep.add(node)
+        if node not in overrides:
+            stack.extend(graph.predecessors(node))
+    return [n for n in order if n in keep]
+
+
+def evaluate(
+    graph: nx.DiGraph, xp: Namespace, inputs: Mapping[str, Any], *,
+    outputs: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Values of the nodes, computed in ``networkx.topological_sort`` order.
+
+    Args:
+        inputs: values of the ``input`` and ``param`` nodes.
+        outputs: compute only these nodes and what they need (default: every node).
+        overrides: values imposed on nodes (their own inputs are then not needed).
+    """
+    overrides = dict(overrides or {})
     values: dict[str, Any] = {}
-    for node in nx.topological_sort(graph):
+    for node in needed_nodes(graph, outputs, overrides):
         attrs = graph.nodes[node]
-        if attrs["kind"] == "input":
+        if node in overrides:
+            values[node] = overrides[node]
+            continue
+        if attrs["kind"] in ("input", "param"):
             if node not in inputs:
-                raise UnknownNameError(f"evaluate: no value given for input node {node!r}")
+                raise UnknownNameError(f"evaluate: no value given for {attrs['kind']} node "
+                                       f"{node!r}")
             values[node] = inputs[node]
             continue
         spec = get_op(attrs["op"])
@@ -81,10 +116,10 @@ def backprop(
     """
     ones = xp.ones_like(values[output]) if seed is None else seed
     cot: dict[str, Any] = {output: ones}
-    order = [n for n in nx.topological_sort(graph) if n == output or nx.has_path(graph, n, output)]
+    order = needed_nodes(graph, [output])
     for node in reversed(order):
         attrs = graph.nodes[node]
-        if attrs["kind"] == "input" or node not in cot:
+        if attrs["kind"] != "op" or node not in cot:
             continue
         spec = get_op(attrs["op"])
         arg_nodes = _arguments(graph, node)

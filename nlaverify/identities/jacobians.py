@@ -25,4 +25,5 @@ def _identity(spec: OpSpec) -> Identity:
 
 
 for _spec in OPS.values():
-    register(_identity(_spec))
+    if _spec.differentiable:
+        register(_identity(_spec))

@@ -104,3 +104,16 @@ def swiglu_vjp(xp: Namespace, G: Any, a: Any, b: Any) -> tuple[Any, Any]:
     :math:`\bar b = g \odot \operatorname{SiLU}(a)`."""
     _check("swiglu_vjp", xp, a=a, b=b, G=G)
     return G * b * _silu_derivative(xp, a), G * silu(xp, a)
+
+
+def tanh(xp: Namespace, x: Any) -> Any:
+    r""":math:`\tanh x`, the hidden activation of the seed's MLP (Baggag & Saad §2.1)."""
+    _check("tanh", xp, x=x)
+    return xp.tanh(x)
+
+
+def tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r""":math:`\bar x = g \odot (1 - \tanh^2 x)`."""
+    _check("tanh_vjp", xp, x=x, G=G)
+    t = xp.tanh(x)
+    return (G * (1 - t * t),)

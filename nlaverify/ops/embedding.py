@@ -64,3 +64,29 @@ def add_positions_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple
     r"""VJP of :func:`add_positions`: :math:`P` is constant, so :math:`\bar X = G`."""
     check_args("add_positions_vjp", xp, {"X": (X, ("n", "d")), "G": (G, ("n", "d"))})
     return (G,)
+
+
+def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
+    r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[0{:}n]`, ``W_P`` of shape
+    ``(context, d)`` (Baggag & Saad §3.2)."""
+    dims = check_args("add_learned_positions", xp, {"X": (X, ("n", "d")),
+                                                    "W_P": (W_P, ("context", "d"))})
+    if dims["n"] > dims["context"]:
+        from nlaverify.errors import ShapeError
+
+        raise ShapeError(f"add_learned_positions: argument 'X': expected at most "
+                         f"context={dims['context']} rows, got {dims['n']}")
+    return X + W_P[: dims["n"]]
+
+
+def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[Any, Any]:
+    r"""VJP of :func:`add_learned_positions`: :math:`\bar X = G`; :math:`\bar W_P` is
+    :math:`G` in its first :math:`n` rows and 0 below."""
+    dims = check_args("add_learned_positions_vjp", xp, {
+        "X": (X, ("n", "d")), "W_P": (W_P, ("context", "d")), "G": (G, ("n", "d"))})
+    rest = dims["context"] - dims["n"]
+    if rest == 0:
+        return G, G
+    pad = xp.zeros((rest, dims["d"]), dtype=G.dtype) if not xp.object_arrays else xp.zeros(
+        (rest, dims["d"]))
+    return G, xp.concat([G, pad], axis=0)

@@ -104,3 +104,29 @@ def _same_shape(op: str, xp: Namespace, x: Any, y: Any) -> None:
     sx, sy = tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ()))
     if sx != sy:
         raise ShapeError(f"{op}: argument 'y': expected shape {sx} (the shape of 'x'), got {sy}")
+
+
+def linear(xp: Namespace, X: Any, W: Any) -> Any:
+    r"""Bias-free projection :math:`Y = X W` (Baggag & Saad §3.4.1)."""
+    return affine(xp, X, W)
+
+
+def linear_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any, Any]:
+    r"""VJP of :func:`linear`: :math:`\bar X = G W^\top`, :math:`\bar W = X^\top G`."""
+    dX, dW = affine_vjp(xp, G, X, W)
+    return dX, dW
+
+
+def unembed_tied(xp: Namespace, X: Any, W_E: Any) -> Any:
+    r"""Logits with the unembedding tied to the embedding: :math:`Z = X W_E^\top`
+    (Baggag & Saad §3.3.3)."""
+    check_args("unembed_tied", xp, {"X": (X, ("n", "d")), "W_E": (W_E, ("V", "d"))})
+    return xp.matmul(X, xp.matrix_transpose(W_E))
+
+
+def unembed_tied_vjp(xp: Namespace, G: Any, X: Any, W_E: Any) -> tuple[Any, Any]:
+    r"""VJP of :func:`unembed_tied`: :math:`\bar X = G W_E`, :math:`\bar W_E = G^\top X`
+    (added, by the graph, to the embedding's own cotangent of :math:`W_E`)."""
+    check_args("unembed_tied_vjp", xp, {"X": (X, ("n", "d")), "W_E": (W_E, ("V", "d")),
+                                        "G": (G, ("n", "V"))})
+    return xp.matmul(G, W_E), xp.matmul(xp.matrix_transpose(G), X)

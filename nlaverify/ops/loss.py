@@ -49,3 +49,17 @@ def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any) -> tuple[Any]
     check_tokens("cross_entropy_vjp", xp, "targets", targets, dims["V"])
     Y = xp.one_hot(targets, dims["V"], Z.dtype)
     return ((softmax(xp, Z) - Y) * (G * xp.rational(1, dims["n"])),)
+
+
+def half_squared_error(xp: Namespace, Yhat: Any, Y: Any) -> Any:
+    r"""Regression loss of the seed's MLP: :math:`\eta = \tfrac12\lVert\hat Y - Y\rVert_F^2`
+    (Baggag & Saad §2.2). ``Y`` is not differentiated."""
+    check_args("half_squared_error", xp, {"Yhat": (Yhat, ("*", "m")), "Y": (Y, ("*", "m"))})
+    R = Yhat - Y
+    return xp.sum(R * R) * xp.rational(1, 2)
+
+
+def half_squared_error_vjp(xp: Namespace, G: Any, Yhat: Any, Y: Any) -> tuple[Any]:
+    r""":math:`\bar{\hat Y} = g\,(\hat Y - Y)`, the seed's :math:`\delta_L = \hat y - y`."""
+    check_args("half_squared_error_vjp", xp, {"Yhat": (Yhat, ("*", "m")), "Y": (Y, ("*", "m"))})
+    return ((Yhat - Y) * G,)

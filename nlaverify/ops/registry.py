@@ -14,17 +14,22 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nlaverify.errors import UnknownNameError
-from nlaverify.ops import activations, embedding, linear, loss, norms, sdpa, softmaxes
+from nlaverify.ops import (
+    activations, embedding, linear, loss, moe, norms, rotary, sdpa, softmaxes,
+)
 
-ArgKind = Literal["real", "tokens"]
+ArgKind = Literal["real", "tokens", "mask", "fixed"]
 
 
 @dataclass(frozen=True)
 class Arg:
     """An op argument: its name, named dimensions and kind.
 
-    ``kind="tokens"`` is an integer array with values in ``[0, dims_of["V"])``,
-    not differentiated; ``"real"`` arguments are differentiated.
+    ``kind="tokens"`` is an integer array with values in ``[0, dims_of["V"])``;
+    ``kind="mask"`` a fixed 0/1 routing mask ``(n, E)`` selecting experts
+    :math:`t, t+1 \bmod E` for token :math:`t` (see :func:`fixed_routing_mask`); neither
+    is differentiated; ``kind="fixed"`` is a real array that is not differentiated
+    (the router scores seen by the top-k choice). ``"real"`` arguments are differentiated.
     """
 
     name: str
@@ -54,6 +59,13 @@ class OpSpec:
     proof_static: Mapping[str, str] = field(default_factory=dict)
     #: condition estimate of the op at given real inputs (default: input magnitudes)
     condition: Callable[[list[Any]], float] | None = None
+    #: adjusts drawn sizes to the op's constraints (even head dims, divisibility)
+    fix_sizes: Callable[[dict[str, int]], dict[str, int]] | None = None
+
+    @property
+    def differentiable(self) -> bool:
+        """False for ops with no real argument (their derivative is 0 by construction)."""
+        return bool(self.real_args)
 
     @property
     def real_args(self) -> tuple[Arg, ...]:
@@ -63,6 +75,23 @@ class OpSpec:
     def qualified_names(self) -> tuple[str, str]:
         return (f"{self.forward.__module__}.{self.forward.__qualname__}",
                 f"{self.vjp.__module__}.{self.vjp.__qualname__}")
+
+
+def fixed_routing_mask(n: int, n_experts: int) -> Any:
+    """The routing mask of proofs and tests: token t uses experts t and t+1 (mod E)."""
+    import numpy as np
+
+    k = min(2, n_experts)
+    return np.array([[1.0 if (e - t) % n_experts < k else 0.0 for e in range(n_experts)]
+                     for t in range(n)])
+
+
+def _even(key: str) -> Callable[[dict[str, int]], dict[str, int]]:
+    return lambda s: {**s, key: 2 * max(1, s[key] // 2)}
+
+
+def _multiple(key: str, of: int) -> Callable[[dict[str, int]], dict[str, int]]:
+    return lambda s: {**s, key: of * max(1, s[key] // of)}
 
 
 def _norm_condition(args: list[Any]) -> float:
@@ -120,7 +149,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
     _spec("split_heads", sdpa.split_heads, sdpa.split_heads_vjp,
           [R("X", ("n", "hd"))], "Baggag & Saad §3.5.1",
           r"\bar X = \operatorname{merge}(G)", {"n": 2, "hd": 4},
-          {"n": _NUM, "hd": (2, 8)}, static={"n_heads": 2}),
+          {"n": _NUM, "hd": (2, 8)}, static={"n_heads": 2}, fix_sizes=_multiple("hd", 2)),
     _spec("merge_heads", sdpa.merge_heads, sdpa.merge_heads_vjp,
           [R("X", ("h", "n", "d_h"))], "Baggag & Saad §3.5.2",
           r"\bar X = \operatorname{split}(G)", {"h": 2, "n": 2, "d_h": 2},
@@ -132,8 +161,8 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.5.3",
           r"\text{chain rule through affine, split, attention, merge; } "
           r"\bar X = \textstyle\sum_{u\in\{Q,K,V\}} \operatorname{merge}(\bar U) W_U^\top",
-          {"n": 2, "d": 2, "hd": 2}, {"n": _NUM, "d": _NUM, "hd": (2, 2)},
-          static={"n_heads": 2, "causal": True}),
+          {"n": 2, "d": 2, "hd": 2}, {"n": _NUM, "d": _NUM, "hd": (2, 6)},
+          static={"n_heads": 2, "causal": True}, fix_sizes=_multiple("hd", 2)),
     _spec("layernorm", norms.layernorm, norms.layernorm_vjp,
           [R("x", ("n", "d")), R("gamma", ("d",)), R("beta", ("d",))],
           "Baggag & Saad §3.8",
@@ -177,6 +206,54 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
     _spec("shift", linear.shift, linear.shift_vjp, [R("x", ("n", "d"))],
           "Baggag & Saad §2.6", r"\bar x = G", {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM},
           static={"c": -2}),
+    _spec("linear", linear.linear, linear.linear_vjp,
+          [R("X", ("n", "d_in")), R("W", ("d_in", "d_out"))], "Baggag & Saad §3.4.1",
+          r"\bar X = G W^\top,\ \bar W = X^\top G",
+          {"n": 2, "d_in": 2, "d_out": 2}, {"n": _NUM, "d_in": _NUM, "d_out": _NUM}),
+    _spec("unembed_tied", linear.unembed_tied, linear.unembed_tied_vjp,
+          [R("X", ("n", "d")), R("W_E", ("V", "d"))], "Baggag & Saad §3.3.3",
+          r"\bar X = G W_E,\ \bar W_E = G^\top X",
+          {"n": 2, "d": 2, "V": 3}, {"n": _NUM, "d": _NUM, "V": (1, 6)}),
+    _spec("add_learned_positions", embedding.add_learned_positions,
+          embedding.add_learned_positions_vjp,
+          [R("X", ("n", "d")), R("W_P", ("context", "d"))], "Baggag & Saad §3.2",
+          r"\bar X = G,\ \bar W_P = \begin{bmatrix} G \\ 0\end{bmatrix}",
+          {"n": 2, "context": 3, "d": 2}, {"n": _NUM, "context": (4, 6), "d": _NUM}),
+    _spec("rope", rotary.rope, rotary.rope_vjp, [R("X", ("h", "n", "d_h"))],
+          "Baggag & Saad §3.6.2",
+          r"\bar X = G\odot C + R^\top(G\odot S) = G\odot C - R(G\odot S)",
+          {"h": 1, "n": 3, "d_h": 4}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
+          fix_sizes=_even("d_h")),
+    _spec("repeat_kv", sdpa.repeat_kv, sdpa.repeat_kv_vjp, [R("X", ("h_kv", "n", "d"))],
+          "Baggag & Saad §3.11.2 (grouped-query attention)",
+          r"\bar X_j = \textstyle\sum_{r=0}^{n_{\mathrm{rep}}-1} G_{j n_{\mathrm{rep}} + r}",
+          {"h_kv": 2, "n": 2, "d": 1}, {"h_kv": _NUM, "n": _NUM, "d": _NUM},
+          static={"n_rep": 2}),
+    _spec("moe", moe.moe, moe.moe_vjp,
+          [R("X", ("n", "d")), R("scores", ("n", "E")), R("mask", ("n", "E"), "mask"),
+           R("W_in", ("E", "d", "m")), R("W_out", ("E", "m", "d"))],
+          "Baggag & Saad §3.12.2",
+          r"\bar Y_e = g_{\cdot e}\odot G,\ \bar g_{te} = \langle G_t, Y_{e,t}\rangle,\ "
+          r"\bar s = \operatorname{softmax\_vjp}(\bar g)\ \text{(routing fixed)}",
+          {"n": 2, "d": 1, "E": 3, "m": 1}, {"n": _NUM, "d": _NUM, "E": (2, 4), "m": _NUM},
+          static={"activation": "gelu"}),
+    _spec("moe_swiglu", moe.moe, moe.moe_vjp,
+          [R("X", ("n", "d")), R("scores", ("n", "E")), R("mask", ("n", "E"), "mask"),
+           R("W1", ("E", "d", "m")), R("W3", ("E", "d", "m")), R("W2", ("E", "m", "d"))],
+          "Baggag & Saad §3.12.2, §3.7.3",
+          r"\text{as moe, with SwiGLU experts } E_e(x) = (\operatorname{SiLU}(xW_1^e)\odot "
+          r"xW_3^e)W_2^e",
+          {"n": 2, "d": 1, "E": 2, "m": 1}, {"n": _NUM, "d": _NUM, "E": (2, 4), "m": _NUM},
+          static={"activation": "swiglu"}),
+    _spec("tanh", activations.tanh, activations.tanh_vjp, [R("x", ("n", "d"))],
+          "Baggag & Saad §2.1", r"\bar x = g\odot(1-\tanh^2 x)",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("half_squared_error", loss.half_squared_error, loss.half_squared_error_vjp,
+          [R("Yhat", ("n", "m")), R("Y", ("n", "m"), "fixed")], "Baggag & Saad §2.2",
+          r"\bar{\hat Y} = g(\hat Y - Y)", {"n": 1, "m": 2}, {"n": _NUM, "m": _NUM}),
+    _spec("topk_mask", moe.topk_mask, moe.topk_mask_vjp, [R("scores", ("n", "E"), "fixed")],
+          "Baggag & Saad §3.12.2", r"\text{piecewise constant: no cotangent (routing fixed)}",
+          {"n": 2, "E": 3}, {"n": _NUM, "E": (2, 4)}, static={"top_k": 2}),
     _spec("cross_entropy", loss.cross_entropy, loss.cross_entropy_vjp,
           [R("Z", ("n", "V")), R("targets", ("n",), "tokens")],
           "Baggag & Saad §3.1, §3.13.1", r"\bar Z = \tfrac{g}{n}(P - Y)",

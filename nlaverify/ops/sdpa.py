@@ -140,3 +140,26 @@ def multihead_attention_vjp(
         dX = dXi if dX is None else dX + dXi
         grads.append(dWi)
     return (dX, *grads, dW_O)
+
+
+def repeat_kv(xp: Namespace, X: Any, n_rep: int) -> Any:
+    r"""Grouped-query head sharing: ``(h_kv, n, d) -> (h_kv n_rep, n, d)``, query head
+    :math:`k` reads key/value head :math:`\lfloor k / n_{\text{rep}}\rfloor`
+    (Baggag & Saad §3.11.2; Ainslie et al.)."""
+    dims = check_args("repeat_kv", xp, {"X": (X, ("h_kv", "n", "d"))})
+    if n_rep == 1:
+        return X
+    idx = xp.asarray([k // n_rep for k in range(dims["h_kv"] * n_rep)]) if not \
+        xp.object_arrays else [k // n_rep for k in range(dims["h_kv"] * n_rep)]
+    return xp.take(X, idx, axis=0)
+
+
+def repeat_kv_vjp(xp: Namespace, G: Any, X: Any, n_rep: int) -> tuple[Any]:
+    r"""VJP of :func:`repeat_kv`: each shared head receives the sum of the cotangents of
+    the :math:`n_{\text{rep}}` query heads that read it."""
+    dims = check_args("repeat_kv_vjp", xp, {"X": (X, ("h_kv", "n", "d")),
+                                            "G": (G, ("h", "n", "d"))})
+    if n_rep == 1:
+        return (G,)
+    grouped = xp.reshape(G, (dims["h_kv"], n_rep, dims["n"], dims["d"]))
+    return (xp.sum(grouped, axis=1),)

@@ -18,7 +18,7 @@ import sympy
 
 from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Proof, Step
-from nlaverify.ops.registry import OpSpec
+from nlaverify.ops.registry import OpSpec, fixed_routing_mask
 from nlaverify.symbolic.exact import is_zero, symbol_array
 
 
@@ -34,6 +34,10 @@ def symbolic_inputs(spec: OpSpec, sizes: dict[str, int]) -> tuple[list[Any], dic
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
         if a.kind == "tokens":
             args.append(proof_tokens(shape[0], sizes["V"]))
+        elif a.kind == "fixed":
+            args.append(symbol_array(a.name, shape))
+        elif a.kind == "mask":
+            args.append(get_namespace("sympy").asarray(fixed_routing_mask(*shape)))
         else:
             args.append(symbol_array(a.name.lower() if len(a.name) == 1 else a.name, shape))
     static = dict(spec.static)

@@ -1,0 +1,140 @@
+"""Mixture-of-experts feed-forward with a softmax top-k router (Baggag & Saad §3.12).
+
+The routing decision (which :math:`k` experts a token uses) is piecewise
+constant in the router scores, so its derivative is 0 almost everywhere: it is
+a separate op, :func:`topk_mask`, whose output is a *fixed* (non-differentiated)
+argument of :func:`moe`. Given the mask :math:`M`, the gates are the softmax of
+the router scores restricted to the selected experts (Mixtral),
+
+.. math:: g_{te} = \\frac{M_{te}\\, e^{s_{te}}}{\\sum_{e'} M_{te'} e^{s_{te'}}},\\qquad
+          y_t = \\sum_e g_{te}\\, E_e(x_t),
+
+and the gradient flows to the router through the gate softmax. Experts are
+computed densely (every expert on every token, then weighted by the gates,
+zero for unselected experts): the reference semantics, not a fast kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.errors import ShapeError
+from nlaverify.ops._validate import check_args
+from nlaverify.ops.activations import (
+    gelu_tanh, gelu_tanh_vjp, relu, relu_vjp, swiglu, swiglu_vjp,
+)
+from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
+
+_ACT = {"relu": (relu, relu_vjp), "gelu": (gelu_tanh, gelu_tanh_vjp)}
+
+
+def topk_mask(xp: Namespace, scores: Any, top_k: int) -> Any:
+    r"""0/1 mask of the ``top_k`` largest router scores of each row (ties: lower index
+    first). Its derivative is 0 wherever it is defined: routing is held fixed."""
+    dims = check_args("topk_mask", xp, {"scores": (scores, ("n", "E"))})
+    if not 1 <= top_k <= dims["E"]:
+        raise ShapeError(f"topk_mask: expected 1 <= top_k <= E={dims['E']}, got {top_k}")
+    cols = []
+    for e in range(dims["E"]):
+        s_e = scores[:, e]
+        one, zero = xp.ones_like(s_e), xp.zeros_like(s_e)
+        rank = zero
+        for f in range(dims["E"]):
+            # expert f outranks e when larger, or equal with a lower index (ties)
+            if f > e:
+                rank = rank + xp.where(xp.greater(scores[:, f], s_e), one, zero)
+            elif f < e:
+                rank = rank + xp.where(xp.greater(s_e, scores[:, f]), zero, one)
+        cols.append(xp.where(xp.greater(rank, top_k - 1), zero, one))
+    return xp.stack(cols, axis=1)
+
+
+def topk_mask_vjp(xp: Namespace, G: Any, scores: Any, top_k: int) -> tuple[()]:
+    """No cotangent: the scores argument is fixed (routing held fixed)."""
+    return ()
+
+
+def _gates(xp: Namespace, scores: Any, mask: Any) -> Any:
+    return softmax(xp, xp.where(xp.greater(mask, 0), scores, -xp.inf))
+
+
+def _experts(xp: Namespace, X: Any, weights: tuple[Any, ...], activation: str):
+    """Per expert: hidden pre-activations and outputs, each stacked on axis 0."""
+    if activation == "swiglu":
+        W1, W3, W2 = weights
+        A, B = xp.matmul(X, W1), xp.matmul(X, W3)  # (E, n, m) by broadcasting
+        H = swiglu(xp, A, B)
+        return (A, B, H), xp.matmul(H, W2)
+    W_in, W_out = weights
+    f, _ = _ACT[activation]
+    A = xp.matmul(X, W_in)
+    H = f(xp, A)
+    return (A, H), xp.matmul(H, W_out)
+
+
+def moe(xp: Namespace, X: Any, scores: Any, mask: Any, *weights: Any,
+        activation: str = "gelu") -> Any:
+    r"""Routed expert MLPs. ``X`` ``(n, d)``, ``scores`` ``(n, E)`` router scores,
+    ``mask`` ``(n, E)`` from :func:`topk_mask`; ``weights`` are ``W_in (E, d, m)``,
+    ``W_out (E, m, d)`` or, for SwiGLU, ``W1, W3 (E, d, m)``, ``W2 (E, m, d)``."""
+    _check_moe(xp, X, scores, mask, weights, activation)
+    gates = _gates(xp, scores, mask)
+    _, Y = _experts(xp, X, weights, activation)                   # (E, n, d)
+    return xp.sum(xp.permute_dims(gates, (1, 0))[:, :, None] * Y, axis=0)
+
+
+def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any,
+            activation: str = "gelu") -> tuple[Any, ...]:
+    r"""VJP of :func:`moe` with the routing held fixed:
+
+    .. math:: \bar Y_e = g_{\cdot e} \odot G,\quad \bar g_{te} = \langle G_t, Y_{e,t}\rangle,
+       \quad \bar s = \operatorname{softmax\_vjp}(\bar g),
+
+    then each expert's MLP VJP; :math:`\bar X` sums the experts' input cotangents.
+
+    Returns:
+        ``(dX, dscores, dW...)`` (no cotangent for the mask).
+    """
+    _check_moe(xp, X, scores, mask, weights, activation)
+    gates = _gates(xp, scores, mask)
+    hidden, Y = _experts(xp, X, weights, activation)
+    gT = xp.permute_dims(gates, (1, 0))[:, :, None]                 # (E, n, 1)
+    dgates = xp.permute_dims(xp.sum(G * Y, axis=-1), (1, 0))        # (n, E)
+    dscores = softmax_vjp_from_output(xp, dgates, gates)
+    dY = gT * G                                                     # (E, n, d)
+    XT = xp.matrix_transpose(X)
+    if activation == "swiglu":
+        W1, W3, W2 = weights
+        A, B, H = hidden
+        dW2 = xp.matmul(xp.matrix_transpose(H), dY)
+        dA, dB = swiglu_vjp(xp, xp.matmul(dY, xp.matrix_transpose(W2)), A, B)
+        dX = xp.sum(xp.matmul(dA, xp.matrix_transpose(W1)) + xp.matmul(
+            dB, xp.matrix_transpose(W3)), axis=0)
+        return dX, dscores, xp.matmul(XT, dA), xp.matmul(XT, dB), dW2
+    W_in, W_out = weights
+    A, H = hidden
+    _, f_vjp = _ACT[activation]
+    dW_out = xp.matmul(xp.matrix_transpose(H), dY)
+    (dA,) = f_vjp(xp, xp.matmul(dY, xp.matrix_transpose(W_out)), A)
+    dX = xp.sum(xp.matmul(dA, xp.matrix_transpose(W_in)), axis=0)
+    return dX, dscores, xp.matmul(XT, dA), dW_out
+
+
+def _check_moe(xp, X, scores, mask, weights, activation) -> None:
+    if activation not in ("relu", "gelu", "swiglu"):
+        raise ShapeError(f"moe: argument 'activation': expected relu, gelu or swiglu, got "
+                         f"{activation!r}")
+    n_w = 3 if activation == "swiglu" else 2
+    if len(weights) != n_w:
+        raise ShapeError(f"moe: expected {n_w} expert weight arrays for {activation}, got "
+                         f"{len(weights)}")
+    specs = {"X": (X, ("n", "d")), "scores": (scores, ("n", "E"))}
+    if activation == "swiglu":
+        specs.update({"W1": (weights[0], ("E", "d", "m")), "W3": (weights[1], ("E", "d", "m")),
+                      "W2": (weights[2], ("E", "m", "d"))})
+    else:
+        specs.update({"W_in": (weights[0], ("E", "d", "m")),
+                      "W_out": (weights[1], ("E", "m", "d"))})
+    dims = check_args("moe", xp, specs)
+    check_args("moe", xp, {"mask": (mask, ("n", "E"))}, bound=dims, floating=False)
