@@ -106,13 +106,16 @@ def evaluate(
 
 
 def backprop(
-    graph: nx.DiGraph, xp: Namespace, values: Mapping[str, Any], output: str, seed: Any = None
+    graph: nx.DiGraph, xp: Namespace, values: Mapping[str, Any], output: str, seed: Any = None,
+    contributions: dict[tuple[str, str], Any] | None = None,
 ) -> dict[str, Any]:
     """Cotangents (errors :math:`\\delta`) of every node that ``output`` depends on.
 
     Args:
         values: the result of :func:`evaluate`.
         output: the root; its cotangent is ``seed`` (default 1, i.e. :math:`\\delta_n = 1`).
+        contributions: if given, filled with ``{(consumer, input): cotangent}``, what each
+            op's VJP sent along each in-edge (used to locate a faulty VJP).
     """
     ones = xp.ones_like(values[output]) if seed is None else seed
     cot: dict[str, Any] = {output: ones}
@@ -129,5 +132,7 @@ def backprop(
             if arg.kind != "real":
                 continue
             g = next(grads)
+            if contributions is not None:
+                contributions[(node, src)] = g
             cot[src] = g if src not in cot else cot[src] + g
     return cot

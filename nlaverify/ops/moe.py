@@ -22,7 +22,12 @@ from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
 from nlaverify.ops._validate import check_args
 from nlaverify.ops.activations import (
-    gelu_tanh, gelu_tanh_vjp, relu, relu_vjp, swiglu, swiglu_vjp,
+    gelu_tanh,
+    gelu_tanh_vjp,
+    relu,
+    relu_vjp,
+    swiglu,
+    swiglu_vjp,
 )
 from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
 

@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 from nlaverify.errors import UnknownNameError
 from nlaverify.ops import (
-    activations, embedding, linear, loss, moe, norms, rotary, sdpa, softmaxes,
+    activations,
+    embedding,
+    linear,
+    loss,
+    moe,
+    norms,
+    rotary,
+    sdpa,
+    softmaxes,
 )
 
 ArgKind = Literal["real", "tokens", "mask", "fixed"]

@@ -1,0 +1,1 @@
+"""Independent models: written from the papers' equations, not from the graph."""
