@@ -1,4 +1,4 @@
-"""Command line: ``nlaverify derive | list | verify``."""
+"""Command line: ``nlaverify derive | list | verify | params``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from nlaverify.errors import NlaverifyError
+from nlaverify.errors import NlaverifyError, UnknownNameError
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:
@@ -41,6 +41,22 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from nlaverify.crosscheck import format_summary, run_crosscheck
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.preset:
+        from nlaverify.config import preset
+        from nlaverify.pipeline import format_report, verify_pipeline
+
+        unknown = [b for b in backends if b not in ("numpy", "jax", "mpmath", "cupy")]
+        if unknown:
+            raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
+                                   "cupy, jax, mpmath, numpy")
+        rep = verify_pipeline(preset(args.preset), backends, seed=args.seed, n=args.seq_len,
+                              digits=args.digits)
+        if args.json:
+            json.dump(rep.as_dict(), sys.stdout, indent=2)
+            print()
+        else:
+            print(format_report(rep))
+        return 0 if rep.ok else 1
     report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits)
     if args.json:
         json.dump(report.as_dict(), sys.stdout, indent=2)
@@ -48,6 +64,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(format_summary(report))
     return 0 if report.ok else 1
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from nlaverify.config import preset
+    from nlaverify.graph.build import build_transformer, parameter_counts
+
+    cfg = preset(args.preset)
+    counts = parameter_counts(build_transformer(cfg))
+    if args.json:
+        json.dump({"preset": args.preset, "config": cfg.as_dict(), **counts.as_dict()},
+                  sys.stdout, indent=2)
+        print()
+        return 0
+    width = max(len(k) for k in counts.by_component)
+    for k, v in counts.by_component.items():
+        print(f"{k:<{width}}  {v:>20,}  {100 * v / counts.total:6.2f} %")
+    if counts.norms_per_block:
+        print(f"{'norms per block':<{width}}  {next(iter(counts.norms_per_block.values())):>20,}")
+    print(f"{'total':<{width}}  {counts.total:>20,}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--digits", type=int, default=50, help="mpmath digits")
     v.add_argument("--json", action="store_true")
+    v.add_argument("--preset", default=None,
+                   help="verify the whole Transformer pipeline of this preset node by node "
+                        "(e.g. tiny) instead of the ops one by one")
+    v.add_argument("--seq-len", type=int, default=6, help="sequence length for --preset")
     v.set_defaults(func=_cmd_verify)
+
+    pa = sub.add_parser("params", help="parameter counts of a preset, by component")
+    pa.add_argument("--preset", required=True)
+    pa.add_argument("--json", action="store_true")
+    pa.set_defaults(func=_cmd_params)
     return p
 
 

@@ -80,9 +80,9 @@ def autodiff_reference(
     r"""The independent backward reference: JAX autodiff of the graph's forward.
 
     Every node's cotangent is :math:`\partial L/\partial \epsilon_v` at :math:`\epsilon = 0`
-    for :math:`v + \epsilon_v` substituted for the node's value; each edge's contribution
-    is ``jax.vjp`` of the consumer's forward function, applied to the consumer's
-    reference cotangent. No hand-derived VJP is used.
+    for :math:`v + \epsilon_v` substituted for the node's value (one jitted
+    ``jax.grad``). No hand-derived VJP is used; per-edge contributions are computed on
+    demand by :func:`nlaverify.graph.compare.jax_local_reference`.
     """
     import jax
 
@@ -104,28 +104,9 @@ def autodiff_reference(
         return vals[output]
 
     zeros = {n: xp.zeros_like(values[n]) for n in ops}
-    g_params, g_eps = jax.grad(loss, argnums=(0, 1))(float_inputs, zeros)
+    g_params, g_eps = jax.jit(jax.grad(loss, argnums=(0, 1)))(float_inputs, zeros)
     cot: dict[str, Any] = {output: xp.ones_like(values[output]), **g_eps, **g_params}
-    contributions: dict[tuple[str, str], Any] = {}
-    for node in values:
-        attrs = graph.nodes[node]
-        if attrs["kind"] != "op" or node not in cot:
-            continue
-        spec = get_op(attrs["op"])
-        srcs = _arguments(graph, node)
-        real = [k for k, a in enumerate(spec.args) if a.kind == "real"]
-        args = [values[u] for u in srcs]
-
-        def f(*reals: Any, _args=args, _real=real, _spec=spec, _static=attrs["static"]) -> Any:
-            full = list(_args)
-            for k, r in zip(_real, reals, strict=True):
-                full[k] = r
-            return _spec.forward(xp, *full, **_static)
-
-        _, pullback = jax.vjp(f, *[args[k] for k in real])
-        for k, g in zip(real, pullback(cot[node]), strict=True):
-            contributions[(node, srcs[k])] = g
-    return Evaluation("jax-autodiff", "float64", values, cot, contributions)
+    return Evaluation("jax-autodiff", "float64", values, cot)
 
 
 def sample_data(config_vocab: int, n: int, seed: int) -> dict[str, np.ndarray]:

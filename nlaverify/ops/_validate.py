@@ -17,6 +17,7 @@ from nlaverify.backends.base import Namespace
 from nlaverify.errors import DTypeError, NonFiniteError, ShapeError
 
 Dims = tuple[str | int, ...]
+_HOST = np
 
 
 def _fmt(dims: Dims, bound: dict[str, int]) -> str:
@@ -113,6 +114,8 @@ def _check_dtype(op: str, xp: Namespace, name: str, x: Any, seen: tuple[str, Any
 def _check_finite(op: str, xp: Namespace, name: str, x: Any, neg_inf_ok: bool) -> None:
     if xp.exact or not xp.is_concrete(x):
         return
+    if xp.name == "jax":  # a concrete constant inside a trace: inspect it on the host
+        x, xp = np.asarray(x), _HOST
     good = xp.isfinite(x)
     if neg_inf_ok:
         good = good | (x == -xp.inf)
@@ -133,8 +136,9 @@ def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> 
     if not integral:
         raise DTypeError(f"{op}: argument {name!r}: expected an integer dtype, got {dtype}")
     if xp.is_concrete(tokens) and _shape(tokens):
-        lo, hi = (int(np.min(arr)), int(np.max(arr))) if xp.object_arrays else (
-            int(xp.min(tokens)), int(xp.max(tokens)))
+        host = arr if xp.object_arrays else (
+            tokens.get() if hasattr(tokens, "get") else np.asarray(tokens))
+        lo, hi = int(np.min(host)), int(np.max(host))
         if lo < 0 or hi >= vocab:
             raise ShapeError(
                 f"{op}: argument {name!r}: expected token ids in [0, {vocab}), got ids in "

@@ -1,0 +1,152 @@
+"""The whole-pipeline cross-check behind ``nlaverify verify --preset``.
+
+Subjects: the graph evaluated and back-propagated (hand-derived VJPs) on each
+requested backend; the lowered jit; the independent JAX model. Reference: JAX
+autodiff of the graph's forward (values and every node's cotangent), so no
+hand-derived VJP checks itself. Every bound comes from the tolerance model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nlaverify.backends import BackendUnavailable
+from nlaverify.config import TransformerConfig
+from nlaverify.graph.build import build_transformer
+from nlaverify.graph.compare import (
+    GraphComparison,
+    accumulation_length,
+    compare,
+    jax_local_reference,
+)
+from nlaverify.graph.run import autodiff_reference, init_params, run_graph, sample_data
+from nlaverify.tolerance import magnitude_condition, tolerance
+
+
+@dataclass
+class PipelineReport:
+    """Per-node comparisons of each backend, and the end-to-end checks."""
+
+    config: TransformerConfig
+    comparisons: list[GraphComparison] = field(default_factory=list)
+    end_to_end: list[tuple[str, str, float, float]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.comparisons) and all(e <= b for _, _, e, b in
+                                                           self.end_to_end)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "config": self.config.as_dict(),
+                "comparisons": [c.as_dict() for c in self.comparisons],
+                "end_to_end": [{"subject": s, "quantity": q, "error": e, "bound": b}
+                               for s, q, e, b in self.end_to_end],
+                "skipped": [{"backend": b, "reason": r} for b, r in self.skipped]}
+
+
+def _to_np(x: Any) -> np.ndarray:
+    return np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
+
+
+def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy", "jax",
+                                                                          "mpmath"),
+                    seed: int = 0, n: int = 6, digits: int = 50) -> PipelineReport:
+    """Run every subject on one seeded batch and compare with the autodiff reference."""
+    import jax.numpy as jnp
+
+    from nlaverify.graph.lower import lower
+    from nlaverify.models.jax_transformer import logits as model_logits
+    from nlaverify.models.jax_transformer import make_value_and_grad
+
+    n = min(n, config.context)
+    graph = build_transformer(config)
+    params = init_params(graph, seed)
+    data = sample_data(config.vocab_size, n, seed)
+    reference = autodiff_reference(graph, params, data)
+    local = jax_local_reference(graph, reference)
+    report = PipelineReport(config)
+    for backend in backends:
+        try:
+            ev = run_graph(graph, backend, params, data, digits=digits if backend == "mpmath"
+                           else None)
+        except BackendUnavailable as exc:
+            report.skipped.append((backend, str(exc)))
+            continue
+        report.comparisons.append(compare(graph, ev, reference, local_reference=local))
+    # end to end: lowered jit and the independent model, on loss, logits, all gradients
+    jp = {k: jnp.asarray(v) for k, v in params.items()}
+    jd = {k: jnp.asarray(v) for k, v in data.items()}
+    k = accumulation_length(graph, n)
+    depth = 2 * (4 * config.n_blocks + 6)
+    ref_logits = _to_np(reference.values["logits_tempered" if "logits_tempered" in
+                                        reference.values else "logits"])
+    ref_loss = _to_np(reference.values["loss"])
+    ref_grads = {p: _to_np(reference.cotangents[p]) for p in params}
+    loss_l, grads_l, logits_l = lower(graph, outputs=("logits",))(jp, jd)
+    if "logits_tempered" in reference.values:
+        logits_l = logits_l / config.temperature
+    loss_m, grads_m = make_value_and_grad(config)(jp, jd["tokens"], jd["targets"])
+    logits_m = model_logits(jp, jd["tokens"], config)
+    for label, loss_v, logits_v, grads in (("lowered jit", loss_l, logits_l, grads_l),
+                                           ("independent JAX model", loss_m, logits_m,
+                                            grads_m)):
+        for what, a, e in (("loss", loss_v, ref_loss), ("logits", logits_v, ref_logits)):
+            tol = tolerance("float64", size=k, depth=depth, condition=magnitude_condition(
+                e, power=1))
+            c = tol.compare(a, e)
+            report.end_to_end.append((label, what, c.normwise, tol.rtol))
+        ratio, worst, bound = -1.0, 0.0, math.inf
+        for p, g_ref in ref_grads.items():
+            tol = tolerance("float64", size=k, depth=depth, condition=magnitude_condition(
+                params[p], power=1))
+            c = tol.compare(grads[p], g_ref)
+            if c.normwise / tol.rtol > ratio:
+                ratio, worst, bound = c.normwise / tol.rtol, c.normwise, tol.rtol
+        report.end_to_end.append((label, f"all {len(ref_grads)} parameter gradients", worst,
+                                  bound))
+    return report
+
+
+def format_report(report: PipelineReport, per_node: bool = True) -> str:
+    """Per-node table (error/bound ratios; <= 1 passes) and a summary."""
+    lines = []
+    if per_node and report.comparisons:
+        heads = [c.subject for c in report.comparisons]
+        lines.append(f"{'node':<28} {'op':<20} " + " ".join(f"{h + ' val':>13} {h + ' cot':>13}"
+                                                            for h in heads))
+        rows = {r.node: r for r in report.comparisons[0].rows}
+        for node, r0 in rows.items():
+            cells = []
+            for c in report.comparisons:
+                r = next((x for x in c.rows if x.node == node), None)
+                if r is None:
+                    cells += ["", ""]
+                    continue
+                cells.append(f"{r.value_error / r.value_bound:13.2e}")
+                cells.append(f"{r.cot_error / r.cot_bound:13.2e}" if r.cot_error is not None
+                             and r.cot_bound else f"{'':>13}")
+            lines.append(f"{node:<28} {r0.op:<20} " + " ".join(cells))
+        lines.append("(entries are error / bound; a check passes when <= 1)")
+    for c in report.comparisons:
+        status = "ok" if c.ok else "FAIL"
+        extra = "" if c.ok else (f"; first divergent value: {c.first_value_divergence}; "
+                                 f"faulty VJP at node: {c.faulty_vjp}")
+        lines.append(f"graph on {c.subject:<10} vs {c.reference}: {len(c.rows)} nodes, worst "
+                     f"error/bound {c.worst():.2e}: {status}{extra}")
+    for subject, what, err, bound in report.end_to_end:
+        lines.append(f"{subject:<22} {what:<34} error {err:.2e} bound {bound:.2e}: "
+                     f"{'ok' if err <= bound else 'FAIL'}")
+    for backend, reason in report.skipped:
+        lines.append(f"graph on {backend:<10} SKIPPED ({reason})")
+    passed = sum(c.ok for c in report.comparisons) + sum(e <= b for _, _, e, b in
+                                                        report.end_to_end)
+    failed = len(report.comparisons) + len(report.end_to_end) - passed
+    lines.append(f"pipeline {report.config.name}: {passed} passed, {failed} failed, "
+                 f"{len(report.skipped)} skipped")
+    return "\n".join(lines)
