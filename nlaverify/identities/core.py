@@ -56,6 +56,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.jacobians",
     "nlaverify.identities.closed_forms",
     "nlaverify.identities.backprop",
+    "nlaverify.identities.transformer",
 )
 
 

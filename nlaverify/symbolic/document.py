@@ -63,6 +63,12 @@ def render_index(entries: Mapping[str, Mapping[str, object]]) -> str:
     return json.dumps(dict(sorted(entries.items())), indent=2, sort_keys=True) + "\n"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(root: Path, files: Mapping[str, str]) -> None:
     """Write every file, or none: all contents go to temporary files in their target
     directories first, and only then are they renamed into place."""
@@ -74,6 +80,7 @@ def write_atomically(root: Path, files: Mapping[str, str]) -> None:
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".md")
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(content)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; documents are shared
             staged.append((tmp, target))
     except BaseException:
         for tmp, _ in staged:
