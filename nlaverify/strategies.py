@@ -22,8 +22,15 @@ from hypothesis import strategies as st
 from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask
 
 __all__ = [
-    "OpCase", "make_case", "op_cases", "orthogonal_matrices", "seeds", "spd_matrices",
-    "token_sequences", "well_conditioned_matrices",
+    "OpCase",
+    "make_case",
+    "op_cases",
+    "orthogonal_matrices",
+    "seeds",
+    "spd_matrices",
+    "token_sequences",
+    "transformer_configs",
+    "well_conditioned_matrices",
 ]
 
 #: the integers that seed the NumPy generators of the strategies below
@@ -125,3 +132,28 @@ def token_sequences(vocab: int, min_len: int = 1, max_len: int = 8) -> st.Search
     """Integer token ids in ``[0, vocab)`` as an int64 array."""
     return st.lists(st.integers(0, vocab - 1), min_size=min_len, max_size=max_len).map(
         lambda t: np.asarray(t, dtype=np.int64))
+
+
+@st.composite
+def transformer_configs(draw: st.DrawFn, max_d_model: int = 8) -> Any:
+    """A small valid :class:`~nlaverify.config.TransformerConfig` exercising every option:
+    norm, placement, positions, MLP kind, experts, grouped-query heads, biases, tying,
+    final norm, masking and temperature."""
+    from nlaverify.config import MLPS, NORMS, PLACEMENTS, POSITIONS, TransformerConfig
+
+    n_heads = draw(st.sampled_from([1, 2, 4]))
+    n_kv = draw(st.sampled_from([h for h in (1, 2, 4) if n_heads % h == 0]))
+    d_model = draw(st.sampled_from([d for d in range(n_heads, max_d_model + 1, n_heads)
+                                    if (d // n_heads) % 2 == 0] or [2 * n_heads]))
+    n_experts = draw(st.sampled_from([0, 0, 2, 3]))
+    mlp = draw(st.sampled_from(MLPS))
+    return TransformerConfig(
+        vocab_size=draw(st.integers(2, 9)), d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv,
+        n_blocks=draw(st.integers(1, 2)), d_mlp=draw(st.integers(2, 6)),
+        norm=draw(st.sampled_from(NORMS)), placement=draw(st.sampled_from(PLACEMENTS)),
+        positions=draw(st.sampled_from(POSITIONS)), context=8, mlp=mlp, n_experts=n_experts,
+        top_k=draw(st.integers(1, n_experts)) if n_experts else 1,
+        attn_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()) and not n_experts,
+        tied_embeddings=draw(st.booleans()), final_norm=draw(st.booleans()),
+        causal=draw(st.booleans()),
+        temperature=draw(st.sampled_from([1.0, 0.5, 2.0])), name="drawn")

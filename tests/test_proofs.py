@@ -31,6 +31,8 @@ def test_every_op_has_a_proof_certifying_the_running_functions() -> None:
 
     catalogue = load_catalogue()
     for name, spec in OPS.items():
+        if not spec.differentiable:  # topk_mask: no real argument, nothing to transpose
+            continue
         identity = catalogue[f"{name}_vjp"]
         assert set(spec.qualified_names) <= set(identity.certifies)
 

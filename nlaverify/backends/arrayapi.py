@@ -35,6 +35,9 @@ class ArrayAPINamespace(Namespace):
     def asarray(self, x: Any, dtype: Any = None) -> Any:
         return self._xp.asarray(x, dtype=dtype)
 
+    def const(self, v: Any) -> Any:
+        return v
+
     def rational(self, p: int, q: int = 1) -> float:
         return p / q
 

@@ -31,6 +31,12 @@ class Namespace:
     def asarray(self, x: Any, dtype: Any = None) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def const(self, v: Any) -> Any:  # pragma: no cover - interface
+        """A Python number as this namespace's scalar: exact (the binary value of a float)
+        on SymPy, an ``mpf`` on mpmath, unchanged elsewhere. Static constants of the ops
+        (``eps``, a scale ``c``) go through it, so no 15-digit float enters an exact result."""
+        raise NotImplementedError
+
     def rational(self, p: int, q: int = 1) -> Any:  # pragma: no cover - interface
         """The number ``p/q``: exact on SymPy, correctly rounded elsewhere."""
         raise NotImplementedError

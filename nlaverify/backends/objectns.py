@@ -37,6 +37,9 @@ class ObjectNamespace(Namespace):
     def scalar(self, v: Any) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def const(self, v: Any) -> Any:
+        return self.scalar(v)
+
     def asarray(self, x: Any, dtype: Any = None) -> np.ndarray:
         if dtype is not None and dtype is not object and np.dtype(dtype).kind in "iu":
             return np.asarray(x, dtype=dtype)  # integer index arrays (tokens) on request
@@ -214,6 +217,17 @@ class SympyNamespace(ObjectNamespace):
             out[idx] = sympy.Symbol(f"c_{self._shift_count}", real=True)
             self._shift_count += 1
         return out
+
+    def without_shifts(self, x: Any) -> Any:
+        """Set every :meth:`stability_shift` symbol to 0 (allowed by the lemma
+        ``softmax_shift_invariance``): an exact value free of the opaque shifts."""
+        def clean(v: Any) -> Any:
+            if not isinstance(v, sympy.Basic):
+                return v
+            shifts = {s: 0 for s in v.free_symbols if s.name.startswith("c_")}
+            return v.xreplace(shifts)
+
+        return self._map(clean, x) if isinstance(x, np.ndarray) else clean(x)
 
     def _select(self, cond: Any, a: Any, b: Any) -> Any:
         if _is_bool(cond) or cond in (sympy.true, sympy.false):

@@ -80,18 +80,18 @@ def mul_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
 def scale(xp: Namespace, x: Any, c: Any) -> Any:
     r"""Multiplication by a constant, :math:`c x` (``c`` is not differentiated)."""
     check_args("scale", xp, {"x": (x, ("*",))})
-    return c * x
+    return xp.const(c) * x
 
 
 def scale_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
     r"""VJP of :func:`scale`: :math:`\bar x = c G`."""
-    return (c * G,)
+    return (xp.const(c) * G,)
 
 
 def shift(xp: Namespace, x: Any, c: Any) -> Any:
     r"""Addition of a constant, :math:`x + c` (``c`` is not differentiated)."""
     check_args("shift", xp, {"x": (x, ("*",))})
-    return x + c
+    return x + xp.const(c)
 
 
 def shift_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:

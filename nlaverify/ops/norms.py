@@ -25,7 +25,7 @@ def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
     d = check_args("layernorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                      "beta": (beta, ("d",))})["d"]
     c = x - _mean(xp, x, d)
-    return gamma * (c / xp.sqrt(_mean(xp, c * c, d) + eps)) + beta
+    return gamma * (c / xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))) + beta
 
 
 def layernorm_vjp(
@@ -46,7 +46,7 @@ def layernorm_vjp(
     d = check_args("layernorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                          "beta": (beta, ("d",)), "G": (G, ("*", "d"))})["d"]
     c = x - _mean(xp, x, d)
-    sigma = xp.sqrt(_mean(xp, c * c, d) + eps)
+    sigma = xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))
     xhat = c / sigma
     gx = G * gamma
     dx = (gx - _mean(xp, gx, d) - xhat * _mean(xp, gx * xhat, d)) / sigma
@@ -62,7 +62,7 @@ def layernorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     """
     d = check_args("layernorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
     c = x - _mean(xp, x, d)
-    sigma = xp.sqrt(_mean(xp, c * c, d) + eps)
+    sigma = xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))
     xhat = xp.reshape(c / sigma, (-1, 1))
     eye = xp.one_hot(xp.arange(d), d, x.dtype)
     inner = eye - xp.rational(1, d) - xp.matmul(xhat, xp.matrix_transpose(xhat)) * xp.rational(
@@ -75,7 +75,7 @@ def rmsnorm(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     :math:`r = \sqrt{\tfrac1d\sum_j x_j^2 + \epsilon}`, :math:`y = \gamma \odot x / r`.
     """
     d = check_args("rmsnorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",))})["d"]
-    return gamma * (x / xp.sqrt(_mean(xp, x * x, d) + eps))
+    return gamma * (x / xp.sqrt(_mean(xp, x * x, d) + xp.const(eps)))
 
 
 def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[Any, Any]:
@@ -87,7 +87,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     """
     d = check_args("rmsnorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                        "G": (G, ("*", "d"))})["d"]
-    r = xp.sqrt(_mean(xp, x * x, d) + eps)
+    r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
     xhat = x / r
     gx = G * gamma
     dx = (gx - xhat * _mean(xp, gx * xhat, d)) / r
@@ -98,7 +98,7 @@ def rmsnorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     r"""Explicit Jacobian of one row of :func:`rmsnorm`:
     :math:`J = \frac1r\operatorname{diag}(\gamma)(I - \tfrac1d \hat x\hat x^\top)`."""
     d = check_args("rmsnorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
-    r = xp.sqrt(_mean(xp, x * x, d) + eps)
+    r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
     xhat = xp.reshape(x / r, (-1, 1))
     eye = xp.one_hot(xp.arange(d), d, x.dtype)
     inner = eye - xp.matmul(xhat, xp.matrix_transpose(xhat)) * xp.rational(1, d)
