@@ -12,16 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from nlaverify.identities import load_catalogue
-from nlaverify.proofs import derive
-
-FAMILY = "transformer"
-
-
-def main(argv: list[str]) -> int:
-    ids = [i for i, x in load_catalogue().items() if x.family == FAMILY]
-    return derive(ids, check="--check" in argv)
-
+from nlaverify.proofs import derive_family
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(derive_family("transformer", sys.argv[1:]))

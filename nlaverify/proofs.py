@@ -130,3 +130,9 @@ def derive(
     for f in failures:
         print(f"FAIL {f}", file=out)
     return 1 if failures else 0
+
+
+def derive_family(family: str, argv: Sequence[str] = ()) -> int:
+    """Regenerate (``--check`` in ``argv``: verify) one family; the derivations/ scripts."""
+    ids = [i for i, x in load_catalogue().items() if x.family == family]
+    return derive(ids, check="--check" in argv)
