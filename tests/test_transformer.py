@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import networkx as nx
 import numpy as np
@@ -32,12 +33,13 @@ from nlaverify.strategies import transformer_configs
 from nlaverify.tolerance import tolerance
 
 
-@settings(max_examples=8)
+# each example compiles two jitted functions: keep CI to a handful, nightly to many
+@settings(max_examples=8 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 100)
 @given(transformer_configs())
 def test_every_subject_agrees_on_random_configs(cfg: TransformerConfig) -> None:
-    # graph on NumPy and on mpmath (hand-derived VJPs, node by node) against JAX autodiff;
+    # graph on NumPy, JAX and mpmath (hand-derived VJPs, node by node) against JAX autodiff;
     # the lowered jit and the independent JAX model on loss, logits and every gradient
-    report = verify_pipeline(cfg, ("numpy", "mpmath"), seed=1, n=5, digits=30)
+    report = verify_pipeline(cfg, ("numpy", "jax", "mpmath"), seed=1, n=5, digits=30)
     assert report.ok, format_report(report, per_node=False)
     assert len(report.end_to_end) == 6
 

@@ -21,7 +21,7 @@ from typing import Any
 import networkx as nx
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ShapeError, UnknownNameError
+from nlaverify.errors import NlaverifyError, ShapeError, UnknownNameError
 from nlaverify.ops.registry import get_op
 
 
@@ -100,7 +100,7 @@ def evaluate(
         args = [values[u] for u in _arguments(graph, node)]
         try:
             values[node] = spec.forward(xp, *args, **attrs["static"])
-        except (ValueError, TypeError) as exc:
+        except NlaverifyError as exc:  # say which node, keep the error's type
             raise type(exc)(f"node {node!r}: {exc}") from exc
     return values
 
