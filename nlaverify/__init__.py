@@ -1,3 +1,21 @@
-"""nlaverify: the numerical linear algebra of large language models, as checked facts."""
+"""nlaverify: the numerical linear algebra of large language models, as checked facts.
+
+The public API, in one place (see README.md):
+"""
+
+from nlaverify.backends import available_backends, get_namespace
+from nlaverify.config import PRESETS, ConfigError, TransformerConfig, preset
+from nlaverify.errors import DTypeError, NonFiniteError, ShapeError, UnknownNameError
+from nlaverify.graph.build import ParameterCounts, build_mlp, build_transformer, parameter_counts
+from nlaverify.graph.core import backprop, evaluate
+from nlaverify.identities import get_identity, load_catalogue
+from nlaverify.tolerance import Tolerance, tolerance
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS", "ConfigError", "DTypeError", "NonFiniteError", "ParameterCounts", "ShapeError",
+    "Tolerance", "TransformerConfig", "UnknownNameError", "__version__", "available_backends",
+    "backprop", "build_mlp", "build_transformer", "evaluate", "get_identity", "get_namespace",
+    "load_catalogue", "parameter_counts", "preset", "tolerance",
+]
