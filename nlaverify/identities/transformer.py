@@ -146,11 +146,11 @@ def _attention_lemma(causal: bool) -> bool:
 
 
 def _walk(cfg: TransformerConfig, allow_positional: bool) -> tuple[bool, str, set[str]]:
-    """Check that every op between ``x0`` and ``logits`` is row-wise or attention."""
+    """Check that every op between the tokens and the logits is row-wise or attention."""
     import networkx as nx
 
     graph = build_transformer(cfg)
-    between = nx.descendants(graph, "x0") & (nx.ancestors(graph, "logits") | {"logits"})
+    between = nx.descendants(graph, "tokens") & (nx.ancestors(graph, "logits") | {"logits"})
     used: set[str] = set()
     for node in between:
         op = graph.nodes[node]["op"]
@@ -192,14 +192,15 @@ def _structural(causal: bool) -> Proof:
         bad = [op for op in row_ok if not _rowwise(op)]
         ok = ok and walked and not bad
         steps.append(Step(
-            f"Config `{cfg.name}`: every op between $x_0$ and the logits is attention or one of "
+            f"Config `{cfg.name}`: every op between the tokens and the logits is attention or "
+            "one of "
             f"{', '.join(f'`{o}`' for o in row_ok)}, each proved row-wise (exact: output "
             "position $t$ involves input position $t$ only)" + (f". FAILED: {why}{bad}"
                                                                 if why or bad else ".")))
     steps.append(Step(
         "By induction over the topological order of the running graph: " + (
-            "row $i$ of every node depends on rows $\\le i$ of $x_0$, hence on tokens "
-            "$1..i$ only." if causal else "every node maps $PX$ to $P$ times its value at "
+            "row $i$ of every node depends on tokens $1..i$ only." if causal
+            else "every node maps $PX$ to $P$ times its value at "
             "$X$ (no op sees the position), so the logits are permuted with the tokens.")))
     return Proof("proved" if ok else "failed", tuple(steps))
 
