@@ -5,7 +5,13 @@ The public API, in one place (see README.md):
 
 from nlaverify.backends import available_backends, get_namespace
 from nlaverify.config import PRESETS, ConfigError, TransformerConfig, preset
-from nlaverify.errors import DTypeError, NonFiniteError, ShapeError, UnknownNameError
+from nlaverify.errors import (
+    ArgumentError,
+    DTypeError,
+    NonFiniteError,
+    ShapeError,
+    UnknownNameError,
+)
 from nlaverify.graph.build import ParameterCounts, build_mlp, build_transformer, parameter_counts
 from nlaverify.graph.core import backprop, evaluate
 from nlaverify.identities import get_identity, load_catalogue
@@ -14,7 +20,8 @@ from nlaverify.tolerance import Tolerance, tolerance
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "ConfigError", "DTypeError", "NonFiniteError", "ParameterCounts", "ShapeError",
+    "PRESETS", "ArgumentError", "ConfigError", "DTypeError", "NonFiniteError", "ParameterCounts",
+    "ShapeError",
     "Tolerance", "TransformerConfig", "UnknownNameError", "__version__", "available_backends",
     "backprop", "build_mlp", "build_transformer", "evaluate", "get_identity", "get_namespace",
     "load_catalogue", "parameter_counts", "preset", "tolerance",

@@ -20,6 +20,10 @@ class NonFiniteError(NlaverifyError, ValueError):
     """An argument that holds ``inf`` or ``nan``."""
 
 
+class ArgumentError(NlaverifyError, ValueError):
+    """A static argument out of its range (e.g. ``eps <= 0``, ``n_heads = 0``)."""
+
+
 class UnknownNameError(NlaverifyError, KeyError):
     """An unknown op, identity, backend or preset name."""
 

@@ -33,6 +33,7 @@ from nlaverify.ops.linear import (
 )
 from nlaverify.ops.loss import cross_entropy, cross_entropy_vjp, next_token_split
 from nlaverify.ops.mlp import layer_jacobian, mlp_backprop, mlp_forward, mlp_loss
+from nlaverify.ops.moe import topk_mask  # the module name `moe` stays the module
 from nlaverify.ops.norms import (
     layernorm,
     layernorm_jacobian,
@@ -42,6 +43,7 @@ from nlaverify.ops.norms import (
     rmsnorm_vjp,
 )
 from nlaverify.ops.registry import OPS, Arg, OpSpec, get_op
+from nlaverify.ops.rotary import rope, rope_vjp
 from nlaverify.ops.sdpa import (
     attention,
     attention_scores,
@@ -51,6 +53,8 @@ from nlaverify.ops.sdpa import (
     merge_heads_vjp,
     multihead_attention,
     multihead_attention_vjp,
+    repeat_kv,
+    repeat_kv_vjp,
     split_heads,
     split_heads_vjp,
 )
@@ -97,6 +101,8 @@ __all__ = [
     "mlp_backprop",
     "mlp_forward",
     "mlp_loss",
+    "moe",
+    "moe_vjp",
     "mul",
     "mul_vjp",
     "multihead_attention",
@@ -104,9 +110,13 @@ __all__ = [
     "next_token_split",
     "relu",
     "relu_vjp",
+    "repeat_kv",
+    "repeat_kv_vjp",
     "rmsnorm",
     "rmsnorm_jacobian",
     "rmsnorm_vjp",
+    "rope",
+    "rope_vjp",
     "scale",
     "scale_vjp",
     "shift",
@@ -122,4 +132,5 @@ __all__ = [
     "split_heads_vjp",
     "swiglu",
     "swiglu_vjp",
+    "topk_mask",
 ]

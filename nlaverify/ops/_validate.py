@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import DTypeError, NonFiniteError, ShapeError
+from nlaverify.errors import ArgumentError, DTypeError, NonFiniteError, ShapeError
 
 Dims = tuple[str | int, ...]
 _HOST = np
@@ -61,6 +61,7 @@ def check_args(
     """
     bound = dict(bound or {})
     dtype_of: tuple[str, Any] | None = None
+    prefix: tuple[str, tuple[int, ...]] | None = None  # the batch dims "*" stand for
     for name, (x, dims) in specs.items():
         if x is None:
             continue
@@ -72,6 +73,15 @@ def check_args(
             raise ShapeError(
                 f"{op}: argument {name!r}: expected shape {_fmt(dims, bound)}, got {shape}"
             )
+        if dims and dims[0] == "*":
+            lead = shape[:len(shape) - len(core)]
+            if prefix is None:
+                prefix = (name, lead)
+            elif lead != prefix[1]:
+                want = (f"shape {prefix[1]} (the shape of {prefix[0]!r})" if not core else
+                        f"batch dimensions {prefix[1]} (as {prefix[0]!r}) before "
+                        f"{_fmt(core, bound)}")
+                raise ShapeError(f"{op}: argument {name!r}: expected {want}, got {shape}")
         tail = shape[len(shape) - len(core):]
         for d, s in zip(core, tail, strict=True):
             if isinstance(d, int):
@@ -135,7 +145,10 @@ def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> 
         integral = dtype is not None and xp.isdtype(dtype, "integral")
     if not integral:
         raise DTypeError(f"{op}: argument {name!r}: expected an integer dtype, got {dtype}")
-    if xp.is_concrete(tokens) and _shape(tokens):
+    if not all(_shape(tokens)):
+        raise ShapeError(f"{op}: argument {name!r}: expected at least one token, got shape "
+                         f"{_shape(tokens)}")
+    if xp.is_concrete(tokens):
         host = arr if xp.object_arrays else (
             tokens.get() if hasattr(tokens, "get") else np.asarray(tokens))
         lo, hi = int(np.min(host)), int(np.max(host))
@@ -144,3 +157,16 @@ def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> 
                 f"{op}: argument {name!r}: expected token ids in [0, {vocab}), got ids in "
                 f"[{lo}, {hi}]"
             )
+
+
+def check_length(op: str, name: str, x: Any, n: int, of: str) -> None:
+    """Check that integer array ``x`` has shape ``(n,)`` (``n`` taken from argument ``of``)."""
+    if _shape(x) != (n,):
+        raise ShapeError(f"{op}: argument {name!r}: expected shape (n={n},) (the rows of "
+                         f"{of!r}), got {_shape(x)}")
+
+
+def check_positive(op: str, name: str, value: Any) -> None:
+    """Check a static number (e.g. ``eps``, ``n_heads``) is > 0; symbols pass through."""
+    if isinstance(value, int | float) and not value > 0:
+        raise ArgumentError(f"{op}: argument {name!r}: expected > 0, got {value!r}")

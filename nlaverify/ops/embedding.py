@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._validate import check_args, check_tokens
+from nlaverify.ops._validate import check_args, check_length, check_tokens
 
 
 def embed(xp: Namespace, tokens: Any, W_E: Any) -> Any:
@@ -30,6 +30,7 @@ def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
     (rows of repeated tokens add up). Tokens are not differentiable."""
     dims = check_args("embed_vjp", xp, {"W_E": (W_E, ("V", "d")), "G": (G, ("n", "d"))})
     check_tokens("embed_vjp", xp, "tokens", tokens, dims["V"])
+    check_length("embed_vjp", "tokens", tokens, dims["n"], "G")
     U = xp.one_hot(tokens, dims["V"], G.dtype)
     return (xp.matmul(xp.matrix_transpose(U), G),)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._validate import check_args, check_tokens
+from nlaverify.ops._validate import check_args, check_length, check_tokens
 from nlaverify.ops.softmaxes import log_softmax, softmax
 
 
@@ -36,6 +36,7 @@ def cross_entropy(xp: Namespace, Z: Any, targets: Any) -> Any:
     """
     dims = check_args("cross_entropy", xp, {"Z": (Z, ("n", "V"))})
     check_tokens("cross_entropy", xp, "targets", targets, dims["V"])
+    check_length("cross_entropy", "targets", targets, dims["n"], "Z")
     Y = xp.one_hot(targets, dims["V"], Z.dtype)
     return -xp.sum(Y * log_softmax(xp, Z)) * xp.rational(1, dims["n"])
 
@@ -47,6 +48,7 @@ def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any) -> tuple[Any]
     """
     dims = check_args("cross_entropy_vjp", xp, {"Z": (Z, ("n", "V")), "G": (G, ())})
     check_tokens("cross_entropy_vjp", xp, "targets", targets, dims["V"])
+    check_length("cross_entropy_vjp", "targets", targets, dims["n"], "Z")
     Y = xp.one_hot(targets, dims["V"], Z.dtype)
     return ((softmax(xp, Z) - Y) * (G * xp.rational(1, dims["n"])),)
 

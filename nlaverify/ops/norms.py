@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_positive
 
 
 def _mean(xp: Namespace, x: Any, d: int) -> Any:
@@ -22,6 +22,7 @@ def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
        \sigma = \sqrt{\tfrac1d\textstyle\sum_j (x_j-\mu)^2 + \epsilon},\quad
        y = \gamma \odot \frac{x-\mu}{\sigma} + \beta .
     """
+    check_positive("layernorm", "eps", eps)
     d = check_args("layernorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                      "beta": (beta, ("d",))})["d"]
     c = x - _mean(xp, x, d)
@@ -43,6 +44,7 @@ def layernorm_vjp(
 
     where :math:`\overline{\,\cdot\,}` is the mean over the feature axis.
     """
+    check_positive("layernorm_vjp", "eps", eps)
     d = check_args("layernorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                          "beta": (beta, ("d",)), "G": (G, ("*", "d"))})["d"]
     c = x - _mean(xp, x, d)
@@ -60,6 +62,7 @@ def layernorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     .. math:: J = \frac{1}{\sigma}\operatorname{diag}(\gamma)
        \Bigl(I - \tfrac1d\mathbf 1\mathbf 1^\top - \tfrac1d \hat x\hat x^\top\Bigr).
     """
+    check_positive("layernorm_jacobian", "eps", eps)
     d = check_args("layernorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
     c = x - _mean(xp, x, d)
     sigma = xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))
@@ -74,6 +77,7 @@ def rmsnorm(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     r"""RMSNorm (Baggag & Saad §3.8.1):
     :math:`r = \sqrt{\tfrac1d\sum_j x_j^2 + \epsilon}`, :math:`y = \gamma \odot x / r`.
     """
+    check_positive("rmsnorm", "eps", eps)
     d = check_args("rmsnorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",))})["d"]
     return gamma * (x / xp.sqrt(_mean(xp, x * x, d) + xp.const(eps)))
 
@@ -85,6 +89,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     .. math:: \bar x = \frac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),
        \quad \bar\gamma = \textstyle\sum_{\text{rows}} g\odot \hat x .
     """
+    check_positive("rmsnorm_vjp", "eps", eps)
     d = check_args("rmsnorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                        "G": (G, ("*", "d"))})["d"]
     r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
@@ -97,6 +102,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
 def rmsnorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     r"""Explicit Jacobian of one row of :func:`rmsnorm`:
     :math:`J = \frac1r\operatorname{diag}(\gamma)(I - \tfrac1d \hat x\hat x^\top)`."""
+    check_positive("rmsnorm_jacobian", "eps", eps)
     d = check_args("rmsnorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
     r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
     xhat = xp.reshape(x / r, (-1, 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_positive
 from nlaverify.ops.linear import affine, affine_vjp
 from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
 
@@ -73,6 +73,7 @@ def attention_vjp(
 def split_heads(xp: Namespace, X: Any, n_heads: int) -> Any:
     r"""``(n, h d_h) -> (h, n, d_h)``: column block :math:`k` becomes head :math:`k`
     (Baggag & Saad §3.5.1, headwise projections)."""
+    check_positive("split_heads", "n_heads", n_heads)
     dims = check_args("split_heads", xp, {"X": (X, ("n", "hd"))})
     if dims["hd"] % n_heads:
         from nlaverify.errors import ShapeError
@@ -146,6 +147,7 @@ def repeat_kv(xp: Namespace, X: Any, n_rep: int) -> Any:
     r"""Grouped-query head sharing: ``(h_kv, n, d) -> (h_kv n_rep, n, d)``, query head
     :math:`k` reads key/value head :math:`\lfloor k / n_{\text{rep}}\rfloor`
     (Baggag & Saad §3.11.2; Ainslie et al.)."""
+    check_positive("repeat_kv", "n_rep", n_rep)
     dims = check_args("repeat_kv", xp, {"X": (X, ("h_kv", "n", "d"))})
     if n_rep == 1:
         return X
@@ -157,8 +159,11 @@ def repeat_kv(xp: Namespace, X: Any, n_rep: int) -> Any:
 def repeat_kv_vjp(xp: Namespace, G: Any, X: Any, n_rep: int) -> tuple[Any]:
     r"""VJP of :func:`repeat_kv`: each shared head receives the sum of the cotangents of
     the :math:`n_{\text{rep}}` query heads that read it."""
+    check_positive("repeat_kv_vjp", "n_rep", n_rep)
+    dims = check_args("repeat_kv", xp, {"X": (X, ("h_kv", "n", "d"))})
     dims = check_args("repeat_kv_vjp", xp, {"X": (X, ("h_kv", "n", "d")),
-                                            "G": (G, ("h", "n", "d"))})
+                                            "G": (G, ("h", "n", "d"))},
+                      bound={"h": dims["h_kv"] * n_rep})
     if n_rep == 1:
         return (G,)
     grouped = xp.reshape(G, (dims["h_kv"], n_rep, dims["n"], dims["d"]))
