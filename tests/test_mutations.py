@@ -87,11 +87,14 @@ def _numeric_catches(spec: OpSpec) -> bool:
     return not by_check["jax.vjp"] and not rows[-1].ok
 
 
-@pytest.mark.parametrize("op", [k for k, s in OPS.items() if s.differentiable])
-def test_sign_flip_is_caught(op: str) -> None:
-    spec = OPS[op]
-    which = len(spec.real_args) - 1
-    mutant = _sign_flip(spec, which)
+SIGN_FLIPS = [(op, k) for op, s in OPS.items() if s.differentiable
+              for k in range(len(s.real_args))]
+
+
+@pytest.mark.parametrize(("op", "which"), SIGN_FLIPS)
+def test_sign_flip_is_caught(op: str, which: int) -> None:
+    # every cotangent of every op: dQ, dK and dV of attention, the router's of MoE, ...
+    mutant = _sign_flip(OPS[op], which)
     assert prove_vjp(mutant).verdict == "failed"
     assert _numeric_catches(mutant)
 

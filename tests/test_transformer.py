@@ -61,10 +61,14 @@ def tiny_setup():
     return g, params, data, ref
 
 
-@pytest.mark.parametrize("node", ["blocks.0.norm2", "blocks.1.attn.heads", "blocks.0.mlp.act",
-                                  "blocks.1.attn.q", "final_norm", "logits", "embed",
-                                  "blocks.0.attn.merged", "x0"])
-def test_planted_vjp_error_is_reported_at_that_node(tiny_setup, node: str) -> None:
+@pytest.mark.parametrize(("node", "which"), [
+    ("blocks.0.norm2", 0), ("blocks.0.norm2", 1), ("blocks.0.norm2", 2),
+    ("blocks.1.attn.heads", 0), ("blocks.1.attn.heads", 1), ("blocks.1.attn.heads", 2),
+    ("blocks.0.mlp.act", 0), ("blocks.1.attn.q", 0), ("blocks.1.attn.q", 1),
+    ("blocks.1.attn.q", 2), ("final_norm", 0), ("logits", 0), ("logits", 1), ("embed", 0),
+    ("blocks.0.attn.merged", 0), ("x0", 0), ("x0", 1), ("blocks.1.resid2", 1),
+])
+def test_planted_vjp_error_is_reported_at_that_node(tiny_setup, node: str, which: int) -> None:
     g, params, data, ref = tiny_setup
     g = g.copy()
     op = g.nodes[node]["op"]
@@ -72,14 +76,14 @@ def test_planted_vjp_error_is_reported_at_that_node(tiny_setup, node: str) -> No
 
     def wrong(xp, G, *args, **static):
         out = list(spec.vjp(xp, G, *args, **static))
-        out[0] = out[0] * 1.5  # a wrong factor on one cotangent
+        out[which] = out[which] * 1.5  # a wrong factor on one cotangent
         return tuple(out)
 
     registry.OPS["planted"] = dataclasses.replace(spec, name="planted", vjp=wrong)
     try:
         g.nodes[node]["op"] = "planted"
-        result = compare(g, run_graph(g, "numpy", params, data), ref,
-                         local_reference=jax_local_reference(g, ref))
+        local = jax_local_reference(g, ref) if which == 0 else None  # None: the default
+        result = compare(g, run_graph(g, "numpy", params, data), ref, local_reference=local)
     finally:
         del registry.OPS["planted"]
     assert not result.ok
@@ -212,3 +216,45 @@ def test_committed_figure_is_current(repo_root) -> None:
 
     svg = (repo_root / "docs" / "figures" / "tiny_graph.svg").read_text()
     assert svg == to_svg(build_transformer(preset("tiny")), "nlaverify: the tiny preset")
+
+
+def test_structural_proofs_refute_planted_violations() -> None:
+    from nlaverify.identities import transformer as T
+
+    assert T.derive_permutation_equivariance().verdict == "proved"
+    assert T.derive_causality().verdict == "proved"
+    # positional ops are (correctly) not permutation equivariant: the negative control
+    assert not any(T._equivariant(op) for op in sorted(T.POSITIONAL))
+    scale, embed = registry.OPS["scale"], registry.OPS["embed"]
+
+    def by_position(xp, x, c):  # a "scale" that treats row t differently: sees the order
+        rows = xp.asarray([[t + 1] for t in range(x.shape[0])]) if not xp.object_arrays \
+            else xp.asarray(np.arange(1, x.shape[0] + 1).reshape(-1, 1))
+        return scale.forward(xp, x, c) * rows
+
+    def reversed_embed(xp, tokens, W_E):  # reads the tokens back to front: not causal
+        return embed.forward(xp, tokens[::-1], W_E)
+
+    try:
+        registry.OPS["scale"] = dataclasses.replace(scale, forward=by_position)
+        assert T.derive_permutation_equivariance().verdict == "failed"
+        registry.OPS["scale"] = scale
+        registry.OPS["embed"] = dataclasses.replace(embed, forward=reversed_embed)
+        assert T.derive_causality().verdict == "failed"
+    finally:
+        registry.OPS["scale"], registry.OPS["embed"] = scale, embed
+
+
+def test_float32_graph_stays_float32_and_agrees() -> None:
+    cfg = TransformerConfig(vocab_size=7, d_model=8, n_heads=4, n_kv_heads=2, n_blocks=1,
+                            d_mlp=6, norm="rmsnorm", positions="rope", mlp="swiglu",
+                            n_experts=3, top_k=2, context=8, name="f32")
+    g = build_transformer(cfg)
+    params, data = init_params(g, 5), sample_data(7, 6, 5)
+    ev32 = run_graph(g, "numpy", params, data, dtype="float32")
+    ev64 = run_graph(g, "mpmath", params, data, digits=30)
+    for name, v in {**ev32.values, **ev32.cotangents}.items():
+        if g.nodes[name].get("dtype") != "int":
+            assert np.asarray(v).dtype == np.float32, name
+    result = compare(g, ev32, ev64)
+    assert result.ok, (result.first_value_divergence, result.first_cotangent_divergence)

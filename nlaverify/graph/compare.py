@@ -98,7 +98,8 @@ def compare(
 
     Args:
         local_reference: for an op node, the reference cotangents it sends to its inputs
-            (``{input: cotangent}``); default: ``reference.contributions``.
+            (``{input: cotangent}``); default: ``reference.contributions``, or, when the
+            reference recorded none (JAX autodiff), :func:`jax_local_reference`.
     """
     n = int(np.shape(np.asarray(subject.values.get("tokens", np.zeros(1))))[0])
     k = accumulation_length(graph, n)
@@ -131,6 +132,9 @@ def compare(
         result.rows.append(NodeRow(node, attrs.get("op", attrs["kind"]), vc.normwise, vt.rtol,
                                    ce, cb))
     if cot_bad:
+        if local_reference is None and not reference.contributions:
+            # an autodiff reference records no per-edge contributions: ask JAX per node
+            local_reference = jax_local_reference(graph, reference)
         result.faulty_vjp = _locate(graph, subject, reference, cot_bad, cot_tol,
                                     local_reference)
     return result

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import NlaverifyError, ShapeError, UnknownNameError
@@ -127,11 +128,17 @@ def backprop(
         spec = get_op(attrs["op"])
         arg_nodes = _arguments(graph, node)
         args = [values[u] for u in arg_nodes]
-        grads = iter(spec.vjp(xp, cot[node], *args, **attrs["static"]))
-        for arg, src in zip(spec.args, arg_nodes, strict=True):
-            if arg.kind != "real":
-                continue
-            g = next(grads)
+        grads = tuple(spec.vjp(xp, cot[node], *args, **attrs["static"]))
+        real = [(arg, src) for arg, src in zip(spec.args, arg_nodes, strict=True)
+                if arg.kind == "real"]
+        if len(grads) != len(real):
+            raise ShapeError(f"node {node!r}: the VJP of {attrs['op']!r} returned {len(grads)} "
+                             f"cotangents, expected {len(real)} (one per real argument)")
+        for (arg, src), g in zip(real, grads, strict=True):
+            if tuple(np.shape(g)) != tuple(np.shape(values[src])):
+                raise ShapeError(f"node {node!r}: cotangent for argument {arg.name!r} (node "
+                                 f"{src!r}): expected shape {tuple(np.shape(values[src]))}, "
+                                 f"got {tuple(np.shape(g))}")
             if contributions is not None:
                 contributions[(node, src)] = g
             cot[src] = g if src not in cot else cot[src] + g

@@ -9,6 +9,7 @@ namespace, so what is proved is the pipeline that runs (Baggag & Saad §3.6,
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import sympy
@@ -89,34 +90,70 @@ ROWWISE_OUT_AXIS: dict[str, int] = {
 POSITIONAL = {"rope", "add_positions", "add_learned_positions"}
 
 
-def _rowwise(op: str) -> bool:
-    """Exact: output position t involves the symbols of input position t only."""
+def _op_case(op: str, n_min: int) -> tuple[Any, list[Any], dict[str, Any], dict[str, int]]:
     from nlaverify.ops.registry import OPS
     from nlaverify.symbolic.vjp_proof import symbolic_inputs
 
     spec = OPS[op]
-    sizes = {k: max(v, 2) if k == "n" else v for k, v in spec.proof_sizes.items()}
+    sizes = {k: max(v, n_min) if k == "n" else v for k, v in spec.proof_sizes.items()}
     args, static = symbolic_inputs(spec, sizes)
+    return spec, args, static, sizes
+
+
+def _run(spec: Any, args: list[Any], static: dict[str, Any]) -> np.ndarray:
     xp = get_namespace("sympy")
     xp.reset_shifts()
-    out = _obj(spec.forward(xp, *args, **static))
-    seq_rows = []  # per argument: list over t of the symbols of row t (None if not a sequence)
-    for a, x in zip(spec.args, args, strict=True):
-        if "n" not in a.dims or a.kind == "tokens":
-            seq_rows.append(None)
-            continue
-        ax = a.dims.index("n")
-        seq_rows.append([set(_obj(np.take(x, t, axis=ax)).reshape(-1)) for t in
-                         range(sizes["n"])])
+    return _obj(spec.forward(xp, *args, **static))
+
+
+def _rowwise(op: str) -> bool:
+    """Exact: output position t involves input position t only. For real inputs, by the
+    free symbols of each output row; for token ids, by changing token u and checking that
+    every other output row stays exactly the same (and row u changes)."""
+    spec, args, static, sizes = _op_case(op, 2)
+    n = sizes["n"]
+    out = _run(spec, args, static)
     ax = ROWWISE_OUT_AXIS[op]
-    for t in range(sizes["n"]):
+    rows_of = []
+    for a, x in zip(spec.args, args, strict=True):
+        if "n" in a.dims and a.kind != "tokens":
+            rows_of.append([set(_obj(np.take(x, t, axis=a.dims.index("n"))).reshape(-1))
+                            for t in range(n)])
+    for t in range(n):
         got = set().union(*(sympy.sympify(v).free_symbols for v in
                             _obj(np.take(out, t, axis=ax)).reshape(-1)))
-        for rows in seq_rows:
-            if rows is None:
-                continue
-            if any(got & rows[u] for u in range(sizes["n"]) if u != t):
-                return False
+        if any(got & rows[u] for rows in rows_of for u in range(n) if u != t):
+            return False
+    for k, a in enumerate(spec.args):
+        if a.kind != "tokens" or sizes["V"] < 2:
+            continue
+        for u in range(n):
+            changed = list(args)
+            changed[k] = args[k].copy()
+            changed[k][u] = (args[k][u] + 1) % sizes["V"]
+            out2 = _run(spec, changed, static)
+            for t in range(n):
+                same = all(is_zero(v) for v in (_obj(np.take(out2, t, axis=ax))
+                                                 - _obj(np.take(out, t, axis=ax))).reshape(-1))
+                if same != (t != u):
+                    return False
+    return True
+
+
+def _equivariant(op: str) -> bool:
+    """Exact: permuting the positions of every sequence input permutes the output the same
+    way (a transposition and a 3-cycle, which generate S_3): the op treats every position
+    alike, so it cannot see the order."""
+    spec, args, static, sizes = _op_case(op, 3)
+    out = _run(spec, args, static)
+    ax = ROWWISE_OUT_AXIS[op]
+    for perm in ((1, 0, 2), (1, 2, 0)):
+        P = list(perm) + list(range(3, sizes["n"]))
+        moved = [np.take(x, P, axis=a.dims.index("n")) if "n" in a.dims else x
+                 for a, x in zip(spec.args, args, strict=True)]
+        diff = _run(spec, moved, static) - np.take(out, P, axis=ax)
+        if not all(is_zero(v) for v in _obj(diff).reshape(-1)):
+            return False
     return True
 
 
@@ -189,19 +226,22 @@ def _structural(causal: bool) -> Proof:
             cfg = cfg.replace(causal=False, positions="none", name=f"{cfg.name}-unmasked")
         walked, why, used = _walk(cfg, allow_positional=causal)
         row_ok = [op for op in sorted(used) if op != "attention"]
-        bad = [op for op in row_ok if not _rowwise(op)]
+        lemma = _rowwise if causal else _equivariant
+        bad = [op for op in row_ok if not lemma(op)]
         ok = ok and walked and not bad
+        what = ("proved row-wise (exact: output position $t$ involves input position $t$ "
+                "only; for token ids, changing token $u$ changes output row $u$ only)" if causal
+                else "proved permutation equivariant (exact: permuting the positions of its "
+                "inputs by a transposition or a 3-cycle permutes its output alike)")
         steps.append(Step(
             f"Config `{cfg.name}`: every op between the tokens and the logits is attention or "
-            "one of "
-            f"{', '.join(f'`{o}`' for o in row_ok)}, each proved row-wise (exact: output "
-            "position $t$ involves input position $t$ only)" + (f". FAILED: {why}{bad}"
-                                                                if why or bad else ".")))
+            f"one of {', '.join(f'`{o}`' for o in row_ok)}, each {what}"
+            + (f". FAILED: {why}{bad}" if why or bad else ".")))
     steps.append(Step(
         "By induction over the topological order of the running graph: " + (
             "row $i$ of every node depends on tokens $1..i$ only." if causal
-            else "every node maps $PX$ to $P$ times its value at "
-            "$X$ (no op sees the position), so the logits are permuted with the tokens.")))
+            else "every node maps permuted tokens to the permuted value, so the logits are "
+            "permuted with the tokens.")))
     return Proof("proved" if ok else "failed", tuple(steps))
 
 

@@ -130,7 +130,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
     _spec("embed", embedding.embed, embedding.embed_vjp,
           [R("tokens", ("n",), "tokens"), R("W_E", ("V", "d"))],
           "Baggag & Saad §3.2", r"\bar W_E = U^\top G",
-          {"n": 3, "V": 3, "d": 2}, {"n": _NUM, "V": (1, 6), "d": _NUM}),
+          {"n": 4, "V": 3, "d": 2}, {"n": _NUM, "V": (1, 6), "d": _NUM}),
     _spec("add_positions", embedding.add_positions, embedding.add_positions_vjp,
           [R("X", ("n", "d"))], "Baggag & Saad §3.2, §3.6.2", r"\bar X = G",
           {"n": 3, "d": 4}, {"n": _NUM, "d": (1, 6)}),
@@ -177,13 +177,13 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\bar x = \tfrac1\sigma\bigl(g_{\hat x} - \overline{g_{\hat x}} - \hat x\,"
           r"\overline{g_{\hat x}\odot\hat x}\bigr),\ \bar\gamma = \sum g\odot\hat x,\ "
           r"\bar\beta = \sum g",
-          {"n": 1, "d": 3}, {"n": _NUM, "d": (2, 6)},
+          {"n": 2, "d": 3}, {"n": _NUM, "d": (2, 6)},
           static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
     _spec("rmsnorm", norms.rmsnorm, norms.rmsnorm_vjp,
           [R("x", ("n", "d")), R("gamma", ("d",))], "Baggag & Saad §3.8.1",
           r"\bar x = \tfrac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),\ "
           r"\bar\gamma = \sum g\odot\hat x",
-          {"n": 1, "d": 3}, {"n": _NUM, "d": (1, 6)},
+          {"n": 2, "d": 3}, {"n": _NUM, "d": (1, 6)},
           static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
     _spec("relu", activations.relu, activations.relu_vjp, [R("x", ("n", "d"))],
           "Baggag & Saad §3.7.2", r"\bar x = g\odot\mathbb 1[x>0]",

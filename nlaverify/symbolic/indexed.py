@@ -62,7 +62,12 @@ def zero_for_valid_indices(expr: sympy.Expr) -> tuple[bool, str]:
     e = sympy.piecewise_fold(canonical_sums(expr))
     condition = "all indices"
     if isinstance(e, sympy.Piecewise):
-        branch, cond = e.args[0]
+        # take the branch whose condition holds for in-range indices (checked, not assumed)
+        inside = {i: 2, j: 1, n: 3}
+        chosen = [(b, c) for b, c in e.args if bool(sympy.sympify(c).subs(inside))]
+        if not chosen:
+            return False, "no branch holds for in-range indices"
+        branch, cond = chosen[0]
         condition = sympy.latex(cond)
         e = branch
     e = canonical_sums(e)
