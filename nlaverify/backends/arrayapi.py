@@ -27,11 +27,6 @@ class ArrayAPINamespace(Namespace):
         # only reached for attributes not set on the instance or class
         return getattr(self._xp, attr)
 
-    @property
-    def raw(self) -> Any:
-        """The wrapped array-API namespace."""
-        return self._xp
-
     def asarray(self, x: Any, dtype: Any = None) -> Any:
         return self._xp.asarray(x, dtype=dtype)
 

@@ -105,9 +105,6 @@ class ObjectNamespace(Namespace):
     def stack(self, arrays: Sequence[Any], axis: int = 0) -> np.ndarray:
         return np.stack(arrays, axis=axis)
 
-    def expand_dims(self, x: Any, axis: int = 0) -> np.ndarray:
-        return np.expand_dims(x, axis)
-
     def tril(self, x: Any, k: int = 0) -> np.ndarray:
         return np.tril(x, k)
 
@@ -286,7 +283,3 @@ class MpmathNamespace(ObjectNamespace):
 
     def isfinite(self, x: Any) -> np.ndarray:
         return self._map(lambda v: bool(self.ctx.isfinite(v)), x).astype(bool)
-
-    def to_float64(self, x: Any) -> np.ndarray:
-        """Round an mpmath array to float64 (correctly rounded)."""
-        return np.asarray(self._map(float, x), dtype=np.float64)

@@ -164,28 +164,16 @@ def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference) -> str
 def jax_local_reference(graph: nx.DiGraph, reference: Evaluation) -> Callable[[str], dict]:
     """Reference cotangents an op sends to its inputs: ``jax.vjp`` of its forward at the
     reference values, applied to its reference cotangent (computed on demand)."""
-    import jax
-
-    from nlaverify.backends import get_namespace
     from nlaverify.graph.core import _arguments
     from nlaverify.ops.registry import get_op
-
-    xp = get_namespace("jax")
 
     def sent(u: str) -> dict[str, Any]:
         attrs = graph.nodes[u]
         spec = get_op(attrs["op"])
         srcs = _arguments(graph, u)
-        args = [reference.values[s] for s in srcs]
         real = [k for k, a in enumerate(spec.args) if a.kind == "real"]
-
-        def f(*reals: Any) -> Any:
-            full = list(args)
-            for k, r in zip(real, reals, strict=True):
-                full[k] = r
-            return spec.forward(xp, *full, **attrs["static"])
-
-        _, pullback = jax.vjp(f, *[args[k] for k in real])
-        return {srcs[k]: g for k, g in zip(real, pullback(reference.cotangents[u]), strict=True)}
+        _, grads = spec.autodiff_vjp([reference.values[s] for s in srcs],
+                                     reference.cotangents[u], **attrs["static"])
+        return {srcs[k]: g for k, g in zip(real, grads, strict=True)}
 
     return sent

@@ -3,7 +3,7 @@ backend, and the JAX-autodiff reference every node is compared with."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,8 +114,3 @@ def sample_data(config_vocab: int, n: int, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed + 7)
     seq = rng.integers(0, config_vocab, size=n + 1, dtype=np.int64)
     return {"tokens": seq[:-1], "targets": seq[1:]}
-
-
-def param_names(graph: nx.DiGraph) -> Sequence[str]:
-    """Names of the parameter nodes, in graph order."""
-    return [n for n, a in graph.nodes(data=True) if a["kind"] == "param"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -59,13 +58,3 @@ def _refuted_at_a_point(expr: sympy.Expr) -> bool:
     except (TypeError, ValueError):  # pragma: no cover - exotic expressions
         return False
     return bool(value.is_number and value.is_finite and abs(value) > sympy.Float("1e-20"))
-
-
-def all_zero(exprs: Iterable[sympy.Expr]) -> tuple[bool, int, int]:
-    """Apply :func:`is_zero` to every entry; return (all zero, how many checked, first failure)."""
-    count = 0
-    for k, e in enumerate(exprs):
-        count += 1
-        if not is_zero(e):
-            return False, count, k
-    return True, count, -1
