@@ -24,9 +24,7 @@ from nlaverify.graph.lower import lower
 from nlaverify.graph.run import init_params, run_graph, sample_data
 from nlaverify.models.jax_transformer import make_value_and_grad
 
-MID = TransformerConfig(vocab_size=2048, d_model=256, n_heads=8, n_blocks=4, d_mlp=1024,
-                        positions="learned", context=256, mlp="gelu", attn_bias=True,
-                        mlp_bias=True, name="mid (d=256, 4 blocks, V=2048, n=128)")
+MID = preset("mid")
 
 
 def _block(x):

@@ -45,10 +45,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from nlaverify.config import preset
         from nlaverify.pipeline import format_report, verify_pipeline
 
-        unknown = [b for b in backends if b not in ("numpy", "jax", "mpmath", "cupy")]
+        known = ("numpy", "jax", "mpmath", "cupy", "strict")
+        unknown = [b for b in backends if b not in known]
         if unknown:
             raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
-                                   "cupy, jax, mpmath, numpy")
+                                   f"{', '.join(sorted(known))}")
         rep = verify_pipeline(preset(args.preset), backends, seed=args.seed, n=args.seq_len,
                               digits=args.digits)
         if args.json:
@@ -106,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="cross-check every op on several backends")
     v.add_argument("--backends", default="numpy,jax,mpmath",
-                   help="comma-separated: numpy, jax, mpmath, cupy (default numpy,jax,mpmath)")
+                   help="comma-separated: numpy, jax, mpmath, cupy, strict (array-api-strict on an "
+                        "emulated device; default numpy,jax,mpmath)")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--digits", type=int, default=50, help="mpmath digits")
     v.add_argument("--json", action="store_true")

@@ -115,6 +115,10 @@ PRESETS: dict[str, TransformerConfig] = {
     "tiny": TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=2, d_mlp=16,
                               positions="learned", context=16, mlp="gelu", attn_bias=True,
                               mlp_bias=True, name="tiny"),
+    # a mid-sized model for precision and speed checks (d=256, 4 blocks, V=2048)
+    "mid": TransformerConfig(vocab_size=2048, d_model=256, n_heads=8, n_blocks=4, d_mlp=1024,
+                             positions="learned", context=256, mlp="gelu", attn_bias=True,
+                             mlp_bias=True, name="mid"),
     # GPT-2 small (Radford et al. 2019): 124,439,808 parameters with tied embeddings
     "gpt2-small": TransformerConfig(vocab_size=50257, d_model=768, n_heads=12, n_blocks=12,
                                     d_mlp=3072, positions="learned", context=1024, mlp="gelu",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.backends import BackendUnavailable, get_namespace
+from nlaverify.backends import BackendUnavailable, dtype_name, get_namespace
 from nlaverify.ops.registry import OPS, OpSpec
 from nlaverify.strategies import OpCase, make_case
 from nlaverify.tolerance import (
@@ -99,9 +99,18 @@ def jax_autodiff_vjp(case: OpCase):
 
 def _compare_all(name: str, check: str, actual: Sequence[Any], expected: Sequence[Any],
                  tol: Tolerance) -> CheckRow:
+    actual, expected = list(actual), list(expected)
+    if len(actual) != len(expected):
+        return CheckRow(name, check, math.inf, tol.rtol, False, f"{len(actual) - 1} cotangents, "
+                        f"expected {len(expected) - 1} (one per real argument)")
     worst = 0.0
     ok = True
-    for a, e in zip(actual, expected, strict=True):
+    for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        sa, se = tuple(getattr(a, "shape", ())), tuple(getattr(e, "shape", ()))
+        if sa != se:
+            what = "output" if k == 0 else f"cotangent {k - 1}"
+            return CheckRow(name, check, math.inf, tol.rtol, False,
+                            f"{what}: expected shape {se}, got {sa}")
         c = tol.compare(a, e)
         worst = max(worst, c.normwise)
         ok = ok and c.ok
@@ -137,45 +146,81 @@ def finite_difference_row(case: OpCase, digits: int) -> CheckRow:
                     err <= tol.rtol, tol.reason)
 
 
+#: backends that run the hand-derived VJP on a device (or its stand-in) against mpmath
+DEVICE_BACKENDS = ("cupy", "strict")
+
+
+def _failed_row(name: str, check: str, exc: Exception) -> CheckRow:
+    """A check that raised: it fails on its own row, with the reason, and the run goes on."""
+    return CheckRow(name, check, math.inf, math.nan, False, f"{type(exc).__name__}: {exc}")
+
+
 def check_case(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"),
                digits: int = 50) -> list[CheckRow]:
-    """All checks of one case that the listed backends allow."""
+    """All checks of one case that the listed backends allow.
+
+    Each check is judged on its own row: one that raises (a VJP returning the wrong
+    number or shape of cotangents, a kernel failing on a device backend) fails with the
+    exception as its reason, and the other checks still run.
+    """
     name = case.spec.name
     kappa, k = case_condition(case), case_size(case)
     rows: list[CheckRow] = []
-    out64, cot64 = run_vjp(case, "numpy", "float64")
-    if "jax" in backends:
-        out_j, cot_j = jax_autodiff_vjp(case)
-        tol = tolerance("float64", size=k, condition=kappa, depth=2)
-        rows.append(_compare_all(name, "numpy vs jax.vjp (float64)", [out64, *cot64],
-                                 [out_j, *cot_j], tol))
-    if "mpmath" in backends or "cupy" in backends:
-        out_m, cot_m = run_vjp(case, "mpmath", digits=digits)
-    if "mpmath" in backends:
-        tol = tolerance("float64", size=k, condition=kappa, depth=2)
-        rows.append(_compare_all(name, f"numpy float64 vs mpmath {digits}", [out64, *cot64],
-                                 [out_m, *cot_m], tol))
-        out32, cot32 = run_vjp(case, "numpy", "float32")
-        tol32 = tolerance("float32", size=k, condition=kappa, depth=2)
-        row32 = _compare_all(name, f"numpy float32 vs mpmath {digits}", [out32, *cot32],
-                             [out_m, *cot_m], tol32)
-        promoted = [str(x.dtype) for x in (out32, *cot32) if str(x.dtype) != "float32"]
-        if promoted:  # a silent promotion would look *more* accurate: fail it explicitly
-            row32 = dataclasses.replace(row32, ok=False, reason=f"float32 inputs gave dtypes "
-                                                               f"{promoted}")
-        rows.append(row32)
-        rows.append(finite_difference_row(case, digits))
-    if "cupy" in backends:
+    tol64 = tolerance("float64", size=k, condition=kappa, depth=2)
+    tol32 = tolerance("float32", size=k, condition=kappa, depth=2)
+    cache: dict[str, Any] = {}
+
+    def result(key: str, make: Any) -> Any:
+        if key not in cache:
+            out, cot = make()
+            cache[key] = [out, *cot]
+        return cache[key]
+
+    def numpy64() -> list[Any]:
+        return result("numpy64", lambda: run_vjp(case, "numpy", "float64"))
+
+    def mp() -> list[Any]:
+        return result("mpmath", lambda: run_vjp(case, "mpmath", digits=digits))
+
+    def row(check: str, subject: Any, reference: Any, tol: Tolerance,
+            dtype: str | None = None) -> None:
         try:
-            out_c, cot_c = run_vjp(case, "cupy", "float64")
+            actual = subject()
+            r = _compare_all(name, check, actual, reference(), tol)
+            promoted = [dtype_name(x.dtype) for x in actual if dtype is not None
+                        and dtype_name(x.dtype) != dtype]
+            if promoted:  # a silent promotion would look *more* accurate: fail it explicitly
+                r = dataclasses.replace(r, ok=False, reason=f"{dtype} inputs gave dtypes "
+                                                            f"{promoted}")
         except BackendUnavailable as exc:
-            rows.append(CheckRow(name, "cupy float64 vs mpmath", math.nan, math.nan, True, "",
-                                 skipped=str(exc)))
-        else:
-            tol = tolerance("float64", size=k, condition=kappa, depth=2)
-            rows.append(_compare_all(name, f"cupy float64 vs mpmath {digits}", [out_c, *cot_c],
-                                     [out_m, *cot_m], tol))
+            r = CheckRow(name, check, math.nan, math.nan, True, "", skipped=str(exc))
+        except Exception as exc:  # the row reports it, the run goes on
+            r = _failed_row(name, check, exc)
+        rows.append(r)
+
+    if "jax" in backends:
+        row("numpy vs jax.vjp (float64)", numpy64, lambda: [*_flat(jax_autodiff_vjp(case))],
+            tol64)
+    if "mpmath" in backends:
+        row(f"numpy float64 vs mpmath {digits}", numpy64, mp, tol64)
+        row(f"numpy float32 vs mpmath {digits}",
+            lambda: _flat(run_vjp(case, "numpy", "float32")), mp, tol32, "float32")
+        try:
+            rows.append(finite_difference_row(case, digits))
+        except Exception as exc:  # the row reports it
+            rows.append(_failed_row(name, f"finite-difference (mpmath {digits} digits)", exc))
+    for dev in DEVICE_BACKENDS:
+        if dev not in backends:
+            continue
+        for dt, tol in (("float64", tol64), ("float32", tol32)):
+            row(f"{dev} {dt} vs mpmath {digits}",
+                lambda dev=dev, dt=dt: _flat(run_vjp(case, dev, dt)), mp, tol, dt)
     return rows
+
+
+def _flat(out_cot: tuple[Any, Sequence[Any]]) -> list[Any]:
+    out, cot = out_cot
+    return [out, *cot]
 
 
 def default_case(spec: OpSpec, seed: int) -> OpCase:
@@ -187,7 +232,7 @@ def default_case(spec: OpSpec, seed: int) -> OpCase:
 def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: int = 0,
                    digits: int = 50, ops: Sequence[str] | None = None) -> Report:
     """Cross-check every op (or ``ops``) on one seeded case each."""
-    known = {"numpy", "jax", "mpmath", "cupy"}
+    known = {"numpy", "jax", "mpmath", *DEVICE_BACKENDS}
     for b in backends:
         if b not in known:
             from nlaverify.errors import UnknownNameError

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.backends import BackendUnavailable
+from nlaverify.backends import BackendUnavailable, to_float64
 from nlaverify.config import TransformerConfig
 from nlaverify.graph.build import build_transformer
 from nlaverify.graph.compare import (
@@ -36,22 +36,25 @@ class PipelineReport:
     comparisons: list[GraphComparison] = field(default_factory=list)
     end_to_end: list[tuple[str, str, float, float]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: backends whose run raised: ``(backend, "ExceptionType: message")``; each fails alone
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons) and all(e <= b for _, _, e, b in
-                                                           self.end_to_end)
+        return not self.errors and all(c.ok for c in self.comparisons) and all(
+            e <= b for _, _, e, b in self.end_to_end)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "config": self.config.as_dict(),
                 "comparisons": [c.as_dict() for c in self.comparisons],
                 "end_to_end": [{"subject": s, "quantity": q, "error": e, "bound": b}
                                for s, q, e, b in self.end_to_end],
-                "skipped": [{"backend": b, "reason": r} for b, r in self.skipped]}
+                "skipped": [{"backend": b, "reason": r} for b, r in self.skipped],
+                "errors": [{"backend": b, "error": r} for b, r in self.errors]}
 
 
 def _to_np(x: Any) -> np.ndarray:
-    return np.asarray(x.get() if hasattr(x, "get") else x, dtype=np.float64)
+    return to_float64(x)
 
 
 def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy", "jax",
@@ -77,6 +80,11 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
                            else None)
         except BackendUnavailable as exc:
             report.skipped.append((backend, str(exc)))
+            continue
+        except Exception as exc:  # the backend fails on its own row; the others still run
+            notes = "; ".join(getattr(exc, "__notes__", ()))
+            report.errors.append((backend, f"{type(exc).__name__}: {exc}" + (
+                f" ({notes})" if notes else "")))
             continue
         report.comparisons.append(compare(graph, ev, reference, local_reference=local))
     # end to end: lowered jit and the independent model, on loss, logits, all gradients
@@ -142,11 +150,13 @@ def format_report(report: PipelineReport, per_node: bool = True) -> str:
     for subject, what, err, bound in report.end_to_end:
         lines.append(f"{subject:<22} {what:<34} error {err:.2e} bound {bound:.2e}: "
                      f"{'ok' if err <= bound else 'FAIL'}")
+    for backend, error in report.errors:
+        lines.append(f"graph on {backend:<10} FAIL ({error})")
     for backend, reason in report.skipped:
         lines.append(f"graph on {backend:<10} SKIPPED ({reason})")
     passed = sum(c.ok for c in report.comparisons) + sum(e <= b for _, _, e, b in
                                                         report.end_to_end)
-    failed = len(report.comparisons) + len(report.end_to_end) - passed
+    failed = len(report.comparisons) + len(report.end_to_end) + len(report.errors) - passed
     lines.append(f"pipeline {report.config.name}: {passed} passed, {failed} failed, "
                  f"{len(report.skipped)} skipped")
     return "\n".join(lines)

@@ -96,13 +96,9 @@ class Tolerance:
 
 
 def _as_float64(x: Any) -> np.ndarray:
-    if hasattr(x, "get"):  # CuPy
-        x = x.get()
-    arr = np.asarray(x)
-    if arr.dtype == object:
-        return np.asarray([float(v) for v in arr.reshape(-1)], dtype=np.float64).reshape(
-            arr.shape)
-    return arr.astype(np.float64)
+    from nlaverify.backends.host import to_float64
+
+    return to_float64(x)
 
 
 def tolerance(

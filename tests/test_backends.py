@@ -49,7 +49,8 @@ def test_mpmath_digits_validated() -> None:
 def test_available_backends_reports_reasons() -> None:
     avail = available_backends()
     assert avail["numpy"] is None and avail["sympy"] is None and avail["mpmath"] is None
-    assert set(avail) == {"numpy", "jax", "cupy", "sympy", "mpmath"}
+    assert set(avail) == {"numpy", "jax", "cupy", "strict", "sympy", "mpmath"}
+    assert avail["strict"] is None  # a test dependency: the CI stand-in for a GPU
 
 
 def test_float32_stays_float32() -> None:

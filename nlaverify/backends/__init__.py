@@ -10,6 +10,8 @@ name      what it gives
 numpy     the hand-derived implementation on the CPU (array-api-compat)
 jax       the autodiff side, float64 enabled (``jax.vjp`` is the oracle)
 cupy      the GPU implementation (array-api-compat); only where a GPU is present
+strict    array-api-strict on its emulated ``device1``: refuses implicit host conversion
+          and non-standard calls, the CI stand-in for a GPU
 sympy     exact: object arrays of SymPy expressions (symbols and rationals)
 mpmath    high precision: object arrays of ``mpf`` in a private context
 ========  ======================================================================
@@ -18,9 +20,10 @@ mpmath    high precision: object arrays of ``mpf`` in a private context
 from __future__ import annotations
 
 from nlaverify.backends.base import BackendUnavailable, Namespace
+from nlaverify.backends.host import dtype_name, to_float64, to_host
 from nlaverify.backends.objectns import MpmathNamespace, SympyNamespace
 
-BACKENDS: tuple[str, ...] = ("numpy", "jax", "cupy", "sympy", "mpmath")
+BACKENDS: tuple[str, ...] = ("numpy", "jax", "cupy", "strict", "sympy", "mpmath")
 DEFAULT_MPMATH_DIGITS = 50
 
 __all__ = [
@@ -31,7 +34,10 @@ __all__ = [
     "Namespace",
     "SympyNamespace",
     "available_backends",
+    "dtype_name",
     "get_namespace",
+    "to_float64",
+    "to_host",
 ]
 
 _CACHE: dict[tuple[str, int | None], Namespace] = {}

@@ -1,4 +1,4 @@
-"""NumPy, JAX and CuPy namespaces, all through array-api-compat."""
+"""NumPy, JAX and CuPy namespaces through array-api-compat, and ``array-api-strict``."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ class ArrayAPINamespace(Namespace):
         # only reached for attributes not set on the instance or class
         return getattr(self._xp, attr)
 
-    def asarray(self, x: Any, dtype: Any = None) -> Any:
-        return self._xp.asarray(x, dtype=dtype)
+    def asarray(self, x: Any, dtype: Any = None, **kwargs: Any) -> Any:
+        return self._xp.asarray(x, dtype=dtype, **kwargs)
 
     def const(self, v: Any) -> Any:
         return v
@@ -43,8 +43,7 @@ class ArrayAPINamespace(Namespace):
         return self._xp.max(z, axis=axis, keepdims=True)
 
     def one_hot(self, tokens: Any, depth: int, dtype: Any) -> Any:
-        xp = self._xp
-        return xp.astype(tokens[..., None] == xp.arange(depth), dtype)
+        return self._xp.astype(tokens[..., None] == self.arange(depth), dtype)
 
     def is_concrete(self, x: Any) -> bool:
         return self._tracer_type is None or not isinstance(x, self._tracer_type)
@@ -83,4 +82,46 @@ def make_array_api_namespace(name: str) -> ArrayAPINamespace:
         import cupyx.scipy.special  # pragma: no cover - needs a GPU
 
         return ArrayAPINamespace("cupy", cxp, cupyx.scipy.special.erf)  # pragma: no cover
+    if name == "strict":
+        try:
+            import array_api_strict
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise BackendUnavailable("strict: array-api-strict is not installed "
+                                     "(pip install 'nlaverify[test]')") from exc
+        return StrictNamespace(array_api_strict)
     raise ValueError(f"unknown array-API backend {name!r}")
+
+
+class StrictNamespace(ArrayAPINamespace):
+    """``array-api-strict`` on its emulated accelerator ``device1``: the CI stand-in for a GPU.
+
+    Like CuPy, its arrays refuse implicit conversion to NumPy (``numpy.asarray`` raises)
+    and cannot be mixed with arrays of another device; unlike NumPy, it accepts only
+    the standard's functions and indexing. Every array the namespace creates lives on
+    ``device1`` (a "current device", as in CuPy), so only an explicit transfer
+    (:func:`nlaverify.backends.host.to_host`) reaches the host. ``erf`` is not in the
+    standard: it is computed on the host after an explicit transfer and moved back.
+    """
+
+    _CREATORS = ("asarray", "arange", "zeros", "ones", "full", "eye", "empty", "linspace")
+
+    def __init__(self, xp: Any) -> None:
+        super().__init__("strict", xp, self._erf_on_host)
+        self.device = xp.Device("device1")
+        for fn in self._CREATORS:
+            setattr(self, fn, self._on_device(getattr(xp, fn)))
+
+    def _on_device(self, create: Any) -> Any:
+        def make(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("device", self.device)
+            return create(*args, **kwargs)
+
+        make.__name__ = create.__name__
+        return make
+
+    def _erf_on_host(self, x: Any) -> Any:
+        import scipy.special
+
+        from nlaverify.backends.host import to_host
+
+        return self._xp.asarray(scipy.special.erf(to_host(x)), dtype=x.dtype, device=x.device)

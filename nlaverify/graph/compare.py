@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import networkx as nx
-import numpy as np
 
 from nlaverify.graph.run import Evaluation
 from nlaverify.tolerance import Tolerance, magnitude_condition, tolerance
@@ -101,7 +100,7 @@ def compare(
             (``{input: cotangent}``); default: ``reference.contributions``, or, when the
             reference recorded none (JAX autodiff), :func:`jax_local_reference`.
     """
-    n = int(np.shape(np.asarray(subject.values.get("tokens", np.zeros(1))))[0])
+    n = int(tuple(getattr(subject.values.get("tokens"), "shape", (1,)))[-1])
     k = accumulation_length(graph, n)
     depth = _depths(graph)
     d_out = depth.get(output, max(depth.values()))

@@ -103,6 +103,9 @@ def evaluate(
             values[node] = spec.forward(xp, *args, **attrs["static"])
         except NlaverifyError as exc:  # say which node, keep the error's type
             raise type(exc)(f"node {node!r}: {exc}") from exc
+        except Exception as exc:  # any other failure: keep it as it is, and name the node
+            exc.add_note(f"at graph node {node!r} (op {attrs['op']!r}, forward)")
+            raise
     return values
 
 
@@ -128,7 +131,13 @@ def backprop(
         spec = get_op(attrs["op"])
         arg_nodes = _arguments(graph, node)
         args = [values[u] for u in arg_nodes]
-        grads = tuple(spec.vjp(xp, cot[node], *args, **attrs["static"]))
+        try:
+            grads = tuple(spec.vjp(xp, cot[node], *args, **attrs["static"]))
+        except NlaverifyError as exc:
+            raise type(exc)(f"node {node!r}: {exc}") from exc
+        except Exception as exc:
+            exc.add_note(f"at graph node {node!r} (op {attrs['op']!r}, VJP)")
+            raise
         real = [(arg, src) for arg, src in zip(spec.args, arg_nodes, strict=True)
                 if arg.kind == "real"]
         if len(grads) != len(real):

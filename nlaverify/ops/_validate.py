@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.backends.base import Namespace
+from nlaverify.backends.host import to_host
 from nlaverify.errors import ArgumentError, DTypeError, NonFiniteError, ShapeError
 
 Dims = tuple[str | int, ...]
@@ -125,7 +126,7 @@ def _check_finite(op: str, xp: Namespace, name: str, x: Any, neg_inf_ok: bool) -
     if xp.exact or not xp.is_concrete(x):
         return
     if xp.name == "jax":  # a concrete constant inside a trace: inspect it on the host
-        x, xp = np.asarray(x), _HOST
+        x, xp = to_host(x), _HOST
     good = xp.isfinite(x)
     if neg_inf_ok:
         good = good | (x == -xp.inf)
@@ -149,8 +150,7 @@ def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> 
         raise ShapeError(f"{op}: argument {name!r}: expected at least one token, got shape "
                          f"{_shape(tokens)}")
     if xp.is_concrete(tokens):
-        host = arr if xp.object_arrays else (
-            tokens.get() if hasattr(tokens, "get") else np.asarray(tokens))
+        host = arr if xp.object_arrays else to_host(tokens)
         lo, hi = int(np.min(host)), int(np.max(host))
         if lo < 0 or hi >= vocab:
             raise ShapeError(

@@ -77,7 +77,7 @@ def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
 
         raise ShapeError(f"add_learned_positions: argument 'X': expected at most "
                          f"context={dims['context']} rows, got {dims['n']}")
-    return X + W_P[: dims["n"]]
+    return X + W_P[: dims["n"], ...]
 
 
 def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[Any, Any]:
