@@ -4,7 +4,15 @@ The public API, in one place (see README.md):
 """
 
 from nlaverify.backends import available_backends, get_namespace
-from nlaverify.config import PRESETS, ConfigError, TransformerConfig, preset
+from nlaverify.config import (
+    PRESETS,
+    PUBLISHED,
+    PUBLISHED_TOTALS,
+    ConfigError,
+    TransformerConfig,
+    preset,
+    preset_mismatches,
+)
 from nlaverify.errors import (
     ArgumentError,
     DTypeError,
@@ -16,13 +24,15 @@ from nlaverify.graph.build import ParameterCounts, build_mlp, build_transformer,
 from nlaverify.graph.core import backprop, evaluate
 from nlaverify.identities import get_identity, load_catalogue
 from nlaverify.tolerance import Tolerance, tolerance
+from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zoo_coverage
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "PRESETS", "ArgumentError", "ConfigError", "DTypeError", "NonFiniteError", "ParameterCounts",
-    "ShapeError",
-    "Tolerance", "TransformerConfig", "UnknownNameError", "__version__", "available_backends",
-    "backprop", "build_mlp", "build_transformer", "evaluate", "get_identity", "get_namespace",
-    "load_catalogue", "parameter_counts", "preset", "tolerance",
+    "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS", "ZOO", "ArgumentError", "ConfigError",
+    "DTypeError", "NonFiniteError", "ParameterCounts", "ShapeError", "Tolerance",
+    "TransformerConfig", "UnknownNameError", "__version__", "available_backends", "backprop",
+    "build_mlp", "build_transformer", "check_field_effects", "evaluate", "field_effect",
+    "get_identity", "get_namespace", "load_catalogue", "parameter_counts", "preset",
+    "preset_mismatches", "tolerance", "verify_zoo", "zoo_coverage",
 ]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from nlaverify.errors import NlaverifyError, UnknownNameError
 
@@ -41,6 +43,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from nlaverify.crosscheck import format_summary, run_crosscheck
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.zoo:
+        from nlaverify.zoo import run_zoo_command
+
+        return run_zoo_command(backends, seed=args.seed, n=args.seq_len, digits=args.digits,
+                               as_json=args.json)
+    if args.preset and args.dtype != "float64":
+        from nlaverify.precision import precision_command
+
+        return precision_command(args.preset, args.dtype, backends, seed=args.seed,
+                                 n=args.seq_len, as_json=args.json)
     if args.preset:
         from nlaverify.config import preset
         from nlaverify.pipeline import format_report, verify_pipeline
@@ -51,7 +63,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
                                    f"{', '.join(sorted(known))}")
         rep = verify_pipeline(preset(args.preset), backends, seed=args.seed, n=args.seq_len,
-                              digits=args.digits)
+                              digits=args.digits, batch=args.batch)
         if args.json:
             json.dump(rep.as_dict(), sys.stdout, indent=2)
             print()
@@ -87,9 +99,32 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``nlaverify: error: ...``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"nlaverify: error: {message}\n")
+
+
+def _bounded_int(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``[lo, hi]`` (``hi`` None: no upper bound)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise argparse.ArgumentTypeError(f"expected an integer {want}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    p = argparse.ArgumentParser(prog="nlaverify", description=__doc__)
+    p = _Parser(prog="nlaverify", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("derive", help="regenerate the proof documents (or --check them)")
@@ -97,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--check", action="store_true",
                    help="write nothing; fail when a proof fails or a document is stale")
     d.add_argument("--root", default="docs/proofs", help="proof documents folder")
-    d.add_argument("--jobs", type=int, default=None, help="parallel processes (default: cores)")
+    d.add_argument("--jobs", type=_bounded_int(1), default=None,
+                   help="parallel processes (default: cores)")
     d.set_defaults(func=_cmd_derive)
 
     ls = sub.add_parser("list", help="list the identities and their status")
@@ -109,13 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--backends", default="numpy,jax,mpmath",
                    help="comma-separated: numpy, jax, mpmath, cupy, strict (array-api-strict on an "
                         "emulated device; default numpy,jax,mpmath)")
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--digits", type=int, default=50, help="mpmath digits")
+    v.add_argument("--seed", type=_bounded_int(0, 2**32 - 1), default=0)
+    v.add_argument("--digits", type=_bounded_int(16, 10_000), default=50,
+                   help="mpmath digits (16 .. 10000)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--preset", default=None,
                    help="verify the whole Transformer pipeline of this preset node by node "
                         "(e.g. tiny) instead of the ops one by one")
-    v.add_argument("--seq-len", type=int, default=6, help="sequence length for --preset")
+    v.add_argument("--zoo", action="store_true",
+                   help="verify every model of the zoo (nlaverify.zoo: every config field "
+                        "exercised) node by node; one line each, then 'zoo: N passed, N failed'")
+    v.add_argument("--seq-len", type=_bounded_int(1), default=6,
+                   help="sequence length for --preset (1 .. the preset's context)")
+    v.add_argument("--batch", type=_bounded_int(1), default=None,
+                   help="for --preset: this many right-padded sequences (default: one, unbatched)")
+    v.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64",
+                   help="for --preset: run the graph in this precision and compare every node "
+                        "with float64 autodiff under the tolerance model (float32 on numpy "
+                        "and jax, bfloat16 on jax; JAX matmuls pinned to full precision)")
     v.set_defaults(func=_cmd_verify)
 
     pa = sub.add_parser("params", help="parameter counts of a preset, by component")

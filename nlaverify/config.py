@@ -151,3 +151,146 @@ def preset(name: str) -> TransformerConfig:
         raise UnknownNameError(f"unknown preset {name!r}: expected one of "
                                f"{', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A published value of one configuration field (or parameter total), and its source."""
+
+    value: Any
+    source: str
+
+
+_GPT2 = "Radford et al. 2019"
+_GPT2_HF = "Hugging Face gpt2/config.json"
+_BROWN = "Brown et al. 2020"
+_BS = "Baggag & Saad"
+_LLAMA = "Dubey et al. 2024 (The Llama 3 Herd of Models)"
+_LLAMA_REL = "released Llama 3 params.json"
+_UNUSED = "not used by this architecture (library default)"
+_COUNT3 = "the counting convention of Baggag & Saad Table 3"
+_COUNT4 = "the counting convention of Baggag & Saad Table 4"
+
+#: the presets that stand for no published model (test and benchmark sizes)
+UNPUBLISHED = frozenset({"tiny", "mid"})
+
+#: Published hyper-parameters of each preset that models a published Transformer, field
+#: by field (every field of :class:`TransformerConfig` but ``name``), with the source.
+#: Where a preset follows a parameter-counting convention rather than the model (GPT-3's
+#: learned positions are not counted by Baggag & Saad Table 3), the source says so.
+PUBLISHED: dict[str, dict[str, Figure]] = {
+    "gpt2-small": {
+        "vocab_size": Figure(50257, f"{_GPT2} §2.2 (byte-level BPE, 50,257 tokens); {_GPT2_HF}"),
+        "d_model": Figure(768, f"{_GPT2} Table 2 (smallest model); {_BS} Table 5"),
+        "n_heads": Figure(12, f"{_GPT2_HF} (n_head)"),
+        "n_blocks": Figure(12, f"{_GPT2} Table 2 (12 layers)"),
+        "d_mlp": Figure(3072, f"{_GPT2_HF} (n_inner = 4 d_model)"),
+        "n_kv_heads": Figure(12, "multi-head attention: one key/value head per query head"),
+        "d_head": Figure(64, "d_model / n_heads"),
+        "norm": Figure("layernorm", f"{_GPT2} §2.3"),
+        "placement": Figure("pre", f"{_GPT2} §2.3 (layer normalization moved to the input "
+                                   "of each sub-block)"),
+        "positions": Figure("learned", f"{_GPT2_HF} (wpe)"),
+        "context": Figure(1024, f"{_GPT2} §2.3 (context size 1024 tokens)"),
+        "mlp": Figure("gelu", f"{_GPT2_HF} (activation_function gelu_new, the tanh form)"),
+        "n_experts": Figure(0, "dense model"),
+        "top_k": Figure(1, _UNUSED),
+        "attn_bias": Figure(True, f"{_GPT2_HF} (Conv1D projections carry biases)"),
+        "mlp_bias": Figure(True, f"{_GPT2_HF} (Conv1D projections carry biases)"),
+        "tied_embeddings": Figure(True, f"{_GPT2_HF} (lm_head tied to wte)"),
+        "final_norm": Figure(True, f"{_GPT2} §2.3 (an additional layer normalization after "
+                                   "the final self-attention block)"),
+        "causal": Figure(True, "decoder-only language model"),
+        "temperature": Figure(1.0, "training objective (no temperature)"),
+        "norm_eps": Figure(1e-5, f"{_GPT2_HF} (layer_norm_epsilon)"),
+        "rope_base": Figure(10000, _UNUSED),
+    },
+    "gpt3-175b": {
+        "vocab_size": Figure(50257, f"{_BS} Table 2; {_BROWN} §2.1 (GPT-2's tokenizer)"),
+        "d_model": Figure(12288, f"{_BS} Table 2; {_BROWN} Table 2.1"),
+        "n_heads": Figure(96, f"{_BS} Table 2; {_BROWN} Table 2.1"),
+        "n_blocks": Figure(96, f"{_BS} Table 2; {_BROWN} Table 2.1"),
+        "d_mlp": Figure(49152, f"{_BS} Table 2; {_BROWN} §2.1 (d_ff = 4 d_model)"),
+        "n_kv_heads": Figure(96, "multi-head attention: one key/value head per query head"),
+        "d_head": Figure(128, f"{_BROWN} Table 2.1 (d_head = 128)"),
+        "norm": Figure("layernorm", f"{_BROWN} §2.1 (GPT-2's architecture)"),
+        "placement": Figure("pre", f"{_BROWN} §2.1 (pre-normalization)"),
+        "positions": Figure("sinusoidal", f"{_COUNT3}: no positional parameters counted "
+                                          "(GPT-3 itself learns them)"),
+        "context": Figure(2048, f"{_BROWN} §2.1 (n_ctx = 2048)"),
+        "mlp": Figure("gelu", f"{_BROWN} §2.1 (GPT-2's architecture)"),
+        "n_experts": Figure(0, "dense model"),
+        "top_k": Figure(1, _UNUSED),
+        "attn_bias": Figure(False, f"{_COUNT3}: (3 d d_head + d_head d) n_heads per block"),
+        "mlp_bias": Figure(True, f"{_COUNT3}: 2 d_mlp d + (d_mlp + d) per block"),
+        "tied_embeddings": Figure(False, f"{_COUNT3}: W_E and W_U, 2 d n_vocab"),
+        "final_norm": Figure(False, f"{_COUNT3}: gamma, beta 2 x (2 d) x n_blocks"),
+        "causal": Figure(True, "decoder-only language model"),
+        "temperature": Figure(1.0, "training objective (no temperature)"),
+        "norm_eps": Figure(1e-5, "GPT-2's layer_norm_epsilon (not restated for GPT-3)"),
+        "rope_base": Figure(10000, _UNUSED),
+    },
+    "llama3-405b": {
+        "vocab_size": Figure(128256, f"{_BS} Table 2 (128,256); {_LLAMA} §3.2 and Table 3 "
+                                     f"(128K: 100K tiktoken + 28K tokens); {_LLAMA_REL}"),
+        "d_model": Figure(16384, f"{_BS} Table 2; {_LLAMA} Table 3"),
+        "n_heads": Figure(128, f"{_BS} Table 2; {_LLAMA} Table 3"),
+        "n_blocks": Figure(126, f"{_BS} Table 2; {_LLAMA} Table 3"),
+        "d_mlp": Figure(53248, f"{_BS} Table 2; {_LLAMA} Table 3 (FFN dimension)"),
+        "n_kv_heads": Figure(8, f"{_BS} Table 2; {_LLAMA} §3.2 and Table 3 (grouped-query "
+                                "attention, 8 key/value heads)"),
+        "d_head": Figure(128, "d_model / n_heads"),
+        "norm": Figure("rmsnorm", f"{_LLAMA} §3.2 (Llama 2's architecture); {_LLAMA_REL}"),
+        "placement": Figure("pre", f"{_LLAMA} §3.2 (Llama 2's architecture)"),
+        "positions": Figure("rope", f"{_LLAMA} Table 3"),
+        "context": Figure(8192, f"{_LLAMA} §3.4.1 (pre-training context of 8K tokens)"),
+        "mlp": Figure("swiglu", f"{_LLAMA} Table 3 (activation function SwiGLU)"),
+        "n_experts": Figure(0, f"{_LLAMA} §3.2 (a dense Transformer, not a mixture of "
+                               "experts)"),
+        "top_k": Figure(1, _UNUSED),
+        "attn_bias": Figure(False, f"{_LLAMA_REL}; {_BS} Table 4 (no attention biases)"),
+        "mlp_bias": Figure(False, _LLAMA_REL),
+        "tied_embeddings": Figure(False, f"{_LLAMA_REL}; {_BS} Table 4 (W_E and W_U)"),
+        "final_norm": Figure(True, _LLAMA_REL),
+        "causal": Figure(True, "decoder-only language model"),
+        "temperature": Figure(1.0, "training objective (no temperature)"),
+        "norm_eps": Figure(1e-5, f"{_LLAMA_REL} (norm_eps)"),
+        "rope_base": Figure(500000, f"{_LLAMA} §3.2 and Table 3 (RoPE base frequency "
+                                    "theta = 500,000)"),
+    },
+}
+PUBLISHED["llama3-405b-seed-table"] = {
+    **PUBLISHED["llama3-405b"],
+    "norm": Figure("layernorm", f"{_COUNT4}: gamma and beta per norm"),
+    "mlp_bias": Figure(True, f"{_COUNT4}: MLP biases 2 d_mlp + d_model per block"),
+    "final_norm": Figure(False, f"{_COUNT4}: 2 x (2 d) x n_blocks norm parameters"),
+}
+
+#: Published parameter totals, exact: ``(value, source)``.
+PUBLISHED_TOTALS: dict[str, tuple[int, str]] = {
+    "gpt2-small": (124_439_808, "Hugging Face gpt2, num_parameters() (Radford et al. 2019 "
+                                "Table 2 reports 117M)"),
+    "gpt3-175b": (175_191_908_352, f"{_BS} Table 3 and §3.11.3"),
+    "llama3-405b-seed-table": (405_872_984_064, f"{_BS} Table 4 and §3.11.3"),
+    "llama3-405b": (405_853_388_800, "Hugging Face meta-llama/Llama-3.1-405B, safetensors "
+                                     f"total ({_LLAMA} §1: 405B)"),
+}
+
+
+def preset_mismatches(name: str) -> list[str]:
+    """Where preset ``name`` departs from :data:`PUBLISHED`: one line per field, naming
+    the published value and its source (an empty list when every field matches)."""
+    from dataclasses import fields
+
+    table = PUBLISHED[name]
+    cfg = preset(name)
+    out = []
+    for f in fields(TransformerConfig):
+        if f.name == "name":
+            continue
+        if f.name not in table:
+            out.append(f"{name}.{f.name}: no published value recorded")
+        elif getattr(cfg, f.name) != table[f.name].value:
+            out.append(f"{name}.{f.name} = {getattr(cfg, f.name)!r}, published "
+                       f"{table[f.name].value!r} ({table[f.name].source})")
+    return out

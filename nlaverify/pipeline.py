@@ -17,6 +17,7 @@ import numpy as np
 
 from nlaverify.backends import BackendUnavailable, to_float64
 from nlaverify.config import TransformerConfig
+from nlaverify.errors import ArgumentError
 from nlaverify.graph.build import build_transformer
 from nlaverify.graph.compare import (
     GraphComparison,
@@ -38,6 +39,10 @@ class PipelineReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     #: backends whose run raised: ``(backend, "ExceptionType: message")``; each fails alone
     errors: list[tuple[str, str]] = field(default_factory=list)
+    #: when the independent model disagrees: the first graph node (topological order)
+    #: whose value the model's matching intermediate does not reproduce, ``"loss"`` when
+    #: only the loss differs, or None (no mapped value differs: the gradients do)
+    model_divergence: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -50,27 +55,43 @@ class PipelineReport:
                 "end_to_end": [{"subject": s, "quantity": q, "error": e, "bound": b}
                                for s, q, e, b in self.end_to_end],
                 "skipped": [{"backend": b, "reason": r} for b, r in self.skipped],
-                "errors": [{"backend": b, "error": r} for b, r in self.errors]}
+                "errors": [{"backend": b, "error": r} for b, r in self.errors],
+                "model_first_divergence": self.model_divergence}
 
 
 def _to_np(x: Any) -> np.ndarray:
     return to_float64(x)
 
 
+def check_run_size(config: TransformerConfig, n: int, batch: int | None) -> None:
+    """A sequence length in ``[1, context]`` and a batch size >= 1 (or ``None``), else an
+    :class:`~nlaverify.errors.ArgumentError` naming the argument."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= config.context:
+        raise ArgumentError(f"seq_len: expected an integer in [1, context={config.context}] "
+                            f"for {config.name}, got {n!r}")
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
+                              or batch < 1):
+        raise ArgumentError(f"batch: expected a positive integer (or none), got {batch!r}")
+
+
 def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy", "jax",
                                                                           "mpmath"),
-                    seed: int = 0, n: int = 6, digits: int = 50) -> PipelineReport:
-    """Run every subject on one seeded batch and compare with the autodiff reference."""
+                    seed: int = 0, n: int = 6, digits: int = 50,
+                    batch: int | None = None) -> PipelineReport:
+    """Run every subject on one seeded input and compare with the autodiff reference.
+
+    ``n`` is the sequence length (``1 <= n <= context``); ``batch`` gives ``batch`` right-padded
+    sequences (see :func:`~nlaverify.graph.run.sample_data`) instead of one.
+    """
     import jax.numpy as jnp
 
     from nlaverify.graph.lower import lower
-    from nlaverify.models.jax_transformer import logits as model_logits
-    from nlaverify.models.jax_transformer import make_value_and_grad
+    from nlaverify.models.jax_transformer import make_value_grad_and_logits
 
-    n = min(n, config.context)
+    check_run_size(config, n, batch)
     graph = build_transformer(config)
     params = init_params(graph, seed)
-    data = sample_data(config.vocab_size, n, seed)
+    data = sample_data(config.vocab_size, n, seed, batch=batch)
     reference = autodiff_reference(graph, params, data)
     local = jax_local_reference(graph, reference)
     report = PipelineReport(config)
@@ -99,8 +120,8 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
     loss_l, grads_l, logits_l = lower(graph, outputs=("logits",))(jp, jd)
     if "logits_tempered" in reference.values:
         logits_l = logits_l / config.temperature
-    loss_m, grads_m = make_value_and_grad(config)(jp, jd["tokens"], jd["targets"])
-    logits_m = model_logits(jp, jd["tokens"], config)
+    (loss_m, logits_m), grads_m = make_value_grad_and_logits(config)(jp, jd["tokens"],
+                                                                     jd["targets"])
     for label, loss_v, logits_v, grads in (("lowered jit", loss_l, logits_l, grads_l),
                                            ("independent JAX model", loss_m, logits_m,
                                             grads_m)):
@@ -118,7 +139,36 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
                 ratio, worst, bound = c.normwise / tol.rtol, c.normwise, tol.rtol
         report.end_to_end.append((label, f"all {len(ref_grads)} parameter gradients", worst,
                                   bound))
+    if _model_failed(report):
+        report.model_divergence = _first_model_divergence(graph, reference, jp, jd, config, k,
+                                                          depth)
     return report
+
+
+def _model_failed(report: PipelineReport) -> bool:
+    return any(s == "independent JAX model" and e > b for s, _, e, b in report.end_to_end)
+
+
+def _first_model_divergence(graph: Any, reference: Any, jp: dict[str, Any],
+                            jd: dict[str, Any], config: TransformerConfig, k: int,
+                            depth: int) -> str | None:
+    """The first node, in topological order, where the independent model's intermediate
+    (:func:`nlaverify.models.jax_transformer.intermediates`) and the reference value part,
+    judged with the end-to-end bound of the tolerance model; then the loss."""
+    import networkx as nx
+
+    from nlaverify.models.jax_transformer import intermediates
+
+    rec = intermediates(jp, jd["tokens"], config, jd["targets"])
+    for node in nx.topological_sort(graph):
+        if node not in rec or node not in reference.values:
+            continue
+        e = _to_np(reference.values[node])
+        tol = tolerance("float64", size=k, depth=depth, condition=magnitude_condition(
+            e, power=1))
+        if np.shape(rec[node]) != e.shape or not tol.compare(rec[node], e).ok:
+            return node
+    return None
 
 
 def format_report(report: PipelineReport, per_node: bool = True) -> str:
@@ -143,13 +193,20 @@ def format_report(report: PipelineReport, per_node: bool = True) -> str:
         lines.append("(entries are error / bound; a check passes when <= 1)")
     for c in report.comparisons:
         status = "ok" if c.ok else "FAIL"
-        extra = "" if c.ok else (f"; first divergent value: {c.first_value_divergence}; "
-                                 f"faulty VJP at node: {c.faulty_vjp}")
+        extra = "" if c.ok else (
+            f"; first divergent value: {c.first_value_divergence}; first divergent cotangent "
+            f"(back-propagation order): {c.first_cotangent_divergence}; faulty VJP at node: "
+            f"{c.faulty_vjp}" + (f"; cotangent accumulation fault at node: "
+                                 f"{c.faulty_accumulation}" if c.faulty_accumulation else ""))
         lines.append(f"graph on {c.subject:<10} vs {c.reference}: {len(c.rows)} nodes, worst "
                      f"error/bound {c.worst():.2e}: {status}{extra}")
     for subject, what, err, bound in report.end_to_end:
         lines.append(f"{subject:<22} {what:<34} error {err:.2e} bound {bound:.2e}: "
                      f"{'ok' if err <= bound else 'FAIL'}")
+    if _model_failed(report):
+        lines.append("independent JAX model: " + (
+            f"first divergence at {report.model_divergence}" if report.model_divergence else
+            "no mapped intermediate and not the loss diverges (the gradients do)"))
     for backend, error in report.errors:
         lines.append(f"graph on {backend:<10} FAIL ({error})")
     for backend, reason in report.skipped:

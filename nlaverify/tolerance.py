@@ -21,25 +21,73 @@ the larger of the reference's largest entry and the unit scale of the inputs,
 the natural criterion for backward-stable kernels (entries near 0 cannot have
 small *relative* error, and normwise error is what a backward-error bound gives).
 
+Below float64 (:mod:`nlaverify.precision`) two refinements of the same model
+matter; both reduce to the formula above when there is one precision and few stages.
+
+*Mixed precisions inside a stage.* A stage stores its result in precision
+:math:`u` (the ``dtype``), may accumulate its sums in a wider precision
+:math:`u_a` (``accumulation``: bfloat16 matmuls and reductions on XLA accumulate in
+float32) and may round the operands of its products to a narrower one :math:`u_p`
+(``products``: TF32 tensor cores round float32 operands to a 10-bit mantissa).
+The probabilistic analysis then gives, per stage, :math:`\lambda\sqrt{k u_a^2 +
+2u_p^2} + u`, within a factor 3 of
+
+.. math:: u_{\text{stage}}(k) = \max\bigl(\sqrt{k}\,u_a,\ u_p,\ u\bigr),
+
+which is :math:`\sqrt{k}\,u` when the three precisions agree (so every float64 bound
+is unchanged). With bfloat16 storage and float32 accumulation :math:`u_{\text{stage}}
+= 2^{-8}` for every :math:`k < 2^{32}`: the error is the final rounding, not
+:math:`\sqrt{k}` bfloat16 roundings (which, for :math:`k = 2048`, would be a
+vacuous 18 %).
+
+*Composition of stages.* The default composition is linear, :math:`C D\,
+u_{\text{stage}}`: the worst case, where the errors of the :math:`D` stages align;
+right for the few stages of a cross-check (forward then backward). Higham & Mary's
+argument, which the model already applies to the :math:`k` roundings of one
+accumulation, applies as well to the chain of :math:`D` stages when their rounding
+errors are independent and mean zero: they add in quadrature (``composition=
+"random"``; Higham & Mary 2019, Thm. 3.1 with :math:`n = D k` roundings). Applied
+consistently, the same holds for the factors inside :math:`C = \lambda c`: the
+:math:`c = C/\lambda \approx 10.7` roundings it counts linearly (two sides times the
+few elementary operations per entry) also add in quadrature, while :math:`\lambda = 3`,
+the confidence level, stays. So
+
+.. math:: \mathrm{rtol}_{\text{random}} = \sqrt{\lambda C}\;\kappa\,\sqrt{D}\;
+          u_{\text{stage}}(k),\qquad \sqrt{\lambda C} = \sqrt{96} \approx 9.8 .
+
+Node-by-node verification of a Transformer counts tens of stages (about 45 to the
+loss of the 4-block ``mid`` preset, 100 to its first cotangent, before the residual
+averaging of :mod:`nlaverify.precision`); there the linear rule is vacuous for
+bfloat16 (:math:`32 \cdot 45 \cdot 2^{-8} > 5`), and the measured errors do not grow
+with depth at all (``docs/guide.md``, "Verification below float64").
+
 A central finite difference :math:`(f(x+hv) - f(x-hv))/2h` has truncation
 error :math:`h^2 |f'''|/6` and rounding error :math:`u/h`;
 :func:`finite_difference_tolerance` bounds it from the same inputs.
+
+Seed: Baggag & Saad §2.6 (back-propagation as a chain of stages); Higham & Mary,
+"A new approach to probabilistic rounding error analysis", SIAM J. Sci. Comput.
+41(5), 2019.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 #: the constant C of the model (see the module docstring)
 SAFETY = 32.0
+#: lambda, the confidence level inside C (standard deviations of the probabilistic bound)
+LAMBDA = 3.0
 
 _UNIT_ROUNDOFF = {
     "float16": 2.0**-11,
     "bfloat16": 2.0**-8,
+    # TF32 (NVIDIA tensor cores): float32 range, 10 explicit mantissa bits
+    "tfloat32": 2.0**-11,
     "float32": 2.0**-24,
     "float64": 2.0**-53,
 }
@@ -82,8 +130,13 @@ class Tolerance:
     rtol: float
     reason: str
 
-    def compare(self, actual: Any, expected: Any) -> Comparison:
-        """Compare two arrays (any backend, converted to float64 NumPy)."""
+    def compare(self, actual: Any, expected: Any, *, floor: float = 1.0) -> Comparison:
+        r"""Compare two arrays (any backend, converted to float64 NumPy).
+
+        The scale is :math:`\max(\text{floor}, \max_\iota|e_\iota|)`: ``floor=1`` (the
+        default) is the unit scale of the inputs; ``floor=0`` gives the plain normwise
+        relative error (an all-zero reference then falls back to the absolute error).
+        """
         a = _as_float64(actual)
         e = _as_float64(expected)
         if a.shape != e.shape:
@@ -91,7 +144,7 @@ class Tolerance:
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
             return Comparison(math.inf, 1.0, False)
         max_abs = float(np.max(np.abs(a - e))) if a.size else 0.0
-        scale = max(1.0, float(np.max(np.abs(e))) if e.size else 0.0)
+        scale = max(floor, float(np.max(np.abs(e))) if e.size else 0.0) or 1.0
         return Comparison(max_abs, scale, max_abs <= self.rtol * scale)
 
 
@@ -102,30 +155,66 @@ def _as_float64(x: Any) -> np.ndarray:
 
 
 def tolerance(
-    dtype: Any, *, size: int = 1, condition: float = 1.0, depth: int = 1,
-    digits: int | None = None,
+    dtype: Any, *, size: int = 1, condition: float = 1.0, depth: float = 1,
+    digits: int | None = None, accumulation: Any = None, products: Any = None,
+    composition: Literal["linear", "random"] = "linear",
 ) -> Tolerance:
     r"""The tolerance for comparing a result computed in ``dtype`` with a reference.
 
     Args:
-        dtype: the working precision of the less precise side (a NumPy/JAX dtype,
-            its name, or ``"mpmath"`` with ``digits``).
+        dtype: the working (storage) precision of the less precise side (a NumPy/JAX
+            dtype, its name, or ``"mpmath"`` with ``digits``).
         size: the longest accumulation :math:`k` (e.g. the inner dimension, or the
             number of entries of a reduction).
         condition: an estimate :math:`\kappa \ge 1` of the condition number.
         depth: the number :math:`D` of dependent stages (e.g. forward then backward = 2).
+        accumulation: the precision :math:`u_a` sums are accumulated in (default
+            ``dtype``), e.g. ``"float32"`` for bfloat16 on XLA.
+        products: the precision :math:`u_p` the operands of products are rounded to
+            (default ``dtype``), e.g. ``"tfloat32"`` for float32 matmuls on tensor cores.
+        composition: ``"linear"`` (worst case: :math:`C D`) or ``"random"`` (independent
+            rounding errors add in quadrature: :math:`\sqrt{\lambda C}\sqrt D`); see the
+            module docstring.
 
     Returns:
-        :math:`\mathrm{rtol} = C \kappa D \sqrt{k} u` with its reason.
+        :math:`\mathrm{rtol} = C \kappa\, D\, u_{\text{stage}}(k)` (linear) or
+        :math:`\sqrt{\lambda C}\, \kappa \sqrt{D}\, u_{\text{stage}}(k)` (random) with
+        its reason, :math:`u_{\text{stage}}(k) = \max(\sqrt k\, u_a, u_p, u)`; with the
+        defaults, :math:`C \kappa D \sqrt k u` as before.
     """
     if size < 1 or depth < 1 or not condition >= 1.0:
         raise ValueError(f"tolerance: expected size >= 1, depth >= 1, condition >= 1; got "
                          f"size={size}, depth={depth}, condition={condition}")
+    if composition not in ("linear", "random"):
+        raise ValueError(f"tolerance: argument 'composition': expected 'linear' or 'random', "
+                         f"got {composition!r}")
     u = unit_roundoff(dtype, digits)
-    rtol = SAFETY * condition * depth * math.sqrt(size) * u
-    name = "mpmath" if dtype == "mpmath" else getattr(dtype, "name", str(dtype))
-    return Tolerance(rtol, f"C={SAFETY:g} x kappa={condition:.3g} x D={depth} x sqrt(k={size}) "
-                           f"x u({name})={u:.3g}")
+    name = _name(dtype)
+    if composition == "linear":
+        const, c_txt, phi, d_txt = SAFETY, f"C={SAFETY:g}", depth, f"D={depth:g}"
+    else:
+        const = math.sqrt(LAMBDA * SAFETY)
+        c_txt, phi, d_txt = (f"sqrt(lambda C)={const:.3g}", math.sqrt(depth),
+                             f"sqrt(D={depth:.3g})")
+    if accumulation is None and products is None:
+        rtol = const * condition * phi * math.sqrt(size) * u
+        return Tolerance(rtol, f"{c_txt} x kappa={condition:.3g} x {d_txt} x "
+                               f"sqrt(k={size}) x u({name})={u:.3g}")
+    u_a = u if accumulation is None else unit_roundoff(accumulation)
+    u_p = u if products is None else unit_roundoff(products)
+    rtol = const * condition * phi * max(math.sqrt(size) * u_a, u_p, u)
+    parts = [f"sqrt(k={size}) x u_acc({_name(accumulation or dtype)})={u_a:.3g}"]
+    if products is not None:
+        parts.append(f"u_prod({_name(products)})={u_p:.3g}")
+    parts.append(f"u({name})={u:.3g}")
+    return Tolerance(rtol, f"{c_txt} x kappa={condition:.3g} x {d_txt} x "
+                           f"max({', '.join(parts)})")
+
+
+def _name(dtype: Any) -> str:
+    if dtype == "mpmath":
+        return "mpmath"
+    return str(getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or dtype)
 
 
 def finite_difference_tolerance(

@@ -40,7 +40,18 @@ class ArrayAPINamespace(Namespace):
         return math.sqrt(p / q * math.pi**pi_power)
 
     def stability_shift(self, z: Any, axis: int = -1) -> Any:
-        return self._xp.max(z, axis=axis, keepdims=True)
+        m = self._xp.max(z, axis=axis, keepdims=True)
+        # an all-masked row has max -inf: shift it by 0, so z - c stays -inf (not nan)
+        return self._xp.where(m == -math.inf, self._xp.zeros_like(m), m)
+
+    def safe_row_sum(self, e: Any, axis: int = -1) -> Any:
+        s = self._xp.sum(e, axis=axis, keepdims=True)
+        # 0 only on an all-masked row (otherwise s >= 1): there softmax is 0/1 = 0
+        return self._xp.where(s > 0, s, self._xp.ones_like(s))
+
+    def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> Any:
+        m = self._xp.max(self._xp.abs(x), axis=axis, keepdims=True)
+        return self._xp.maximum(m, self._xp.full_like(m, math.sqrt(float(eps))))
 
     def one_hot(self, tokens: Any, depth: int, dtype: Any) -> Any:
         return self._xp.astype(tokens[..., None] == self.arange(depth), dtype)

@@ -1,10 +1,18 @@
-"""The interface every array namespace offers to the ops.
+r"""The interface every array namespace offers to the ops.
 
 It is the subset of the Python array API standard that the Transformer ops
-need, plus four things the standard lacks: ``erf``, exact constants
-(:meth:`Namespace.rational`, :meth:`Namespace.const_sqrt`), one-hot encoding,
-and :meth:`Namespace.stability_shift` (the per-row constant subtracted before an
-exponential; see the lemma ``softmax_shift_invariance``).
+need, plus what the standard lacks: ``erf``, exact constants
+(:meth:`Namespace.rational`, :meth:`Namespace.const_sqrt`), one-hot encoding, and
+three hooks through which a floating backend guards against overflow, underflow and
+``0/0`` while the exact backend keeps the plain formula (each licensed by a lemma of
+:mod:`nlaverify.identities.lemmas`, so the function proved is the function run):
+
+* :meth:`Namespace.stability_shift`: the per-row constant :math:`c` subtracted before an
+  exponential (lemmas ``softmax_shift_invariance``, ``log_sum_exp_shift``);
+* :meth:`Namespace.safe_row_sum`: the denominator :math:`\sum_j e^{z_j-c}` of softmax,
+  with the all-masked-row convention (lemma ``softmax_denominator_at_least_one``);
+* :meth:`Namespace.norm_scale`: the per-row scale :math:`s` of LayerNorm and RMSNorm
+  (lemma ``norm_scale_invariance``).
 """
 
 from __future__ import annotations
@@ -46,11 +54,40 @@ class Namespace:
         raise NotImplementedError
 
     def stability_shift(self, z: Any, axis: int = -1) -> Any:  # pragma: no cover
-        r"""A per-row constant :math:`c` to subtract before :math:`\exp`.
+        r"""A per-row constant :math:`c` to subtract before :math:`\exp` (keepdims shape).
 
         Floating backends return :math:`\max_j z_j` (so that every exponent is
-        :math:`\le 0`); the exact backend returns an opaque real symbol per row,
-        so a proof holds for *every* shift, the maximum included.
+        :math:`\le 0`), and :math:`0` on an all-masked row (every :math:`z_j = -\infty`),
+        where the maximum would give :math:`-\infty - (-\infty) = \mathrm{nan}`; the
+        exact backend returns an opaque real symbol per row, so a proof holds for *every*
+        shift, the maximum included.
+        """
+        raise NotImplementedError
+
+    def safe_row_sum(self, e: Any, axis: int = -1) -> Any:  # pragma: no cover
+        r"""The row sums :math:`\sum_j e_j` (keepdims shape) of the shifted exponentials
+        :math:`e_j = e^{z_j - c}`, used as a denominator.
+
+        Floating backends return :math:`1` in place of a zero sum, so an all-masked row
+        gives :math:`0/1 = 0` (the "safe softmax" convention) instead of :math:`0/0`. With
+        :math:`c = \max_j z_j` the sum of every other row is :math:`\ge 1` (lemma
+        ``softmax_denominator_at_least_one``), so the replacement changes nothing else.
+        The exact backend returns the plain sum.
+        """
+        raise NotImplementedError
+
+    def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> Any:  # pragma: no cover
+        r"""A positive per-row scale :math:`s` (keepdims shape) for a root mean square.
+
+        Normalizations compute :math:`\sqrt{\overline{x^2} + \epsilon}` as
+        :math:`s\,\sqrt{\overline{(x/s)^2} + \epsilon/s^2}`, equal for every
+        :math:`s > 0` (lemma ``norm_scale_invariance``). Floating backends return
+        :math:`s = \max(\max_j |x_j|, \sqrt\epsilon)`: then :math:`|x_j/s| \le 1`, so
+        :math:`(x/s)^2` neither overflows nor (for the largest entry) underflows, and
+        :math:`\epsilon/s^2 \le 1`. The exact backend returns an opaque positive symbol
+        per row (the same one for the same row, so a forward function and its VJP share
+        it), so a proof holds for *every* scale; the mpmath reference returns :math:`1`
+        (its exponent range is unbounded): the plain formula.
         """
         raise NotImplementedError
 

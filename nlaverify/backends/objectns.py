@@ -175,9 +175,20 @@ class SympyNamespace(ObjectNamespace):
     def __init__(self) -> None:
         self.pi = sympy.pi
         self.inf = sympy.oo
-        self._exp, self._log, self._sqrt = sympy.exp, sympy.log, sympy.sqrt
+        self._exp, self._log, self._sqrt = sympy.exp, sympy.log, self._exact_sqrt
         self._tanh, self._sin, self._cos, self._erf = sympy.tanh, sympy.sin, sympy.cos, sympy.erf
         self._shift_count = 0
+        self._scales: dict[tuple[Any, ...], sympy.Symbol] = {}
+
+    @staticmethod
+    def _exact_sqrt(v: Any) -> sympy.Basic:
+        r""":math:`\sqrt v` after taking the common factors out of the terms of ``v``
+        (:func:`sympy.factor_terms`, an exact rewriting), so that a positive factor leaves
+        the root: :math:`\sqrt{\sum_j c_j^2/(d s^2) + \epsilon/s^2} = \sqrt{\sum_j
+        c_j^2/d + \epsilon}\,/\,s` for :math:`s > 0`. This is how the opaque
+        :meth:`norm_scale` of the normalizations cancels exactly, and cheaply, in every
+        proof (lemma ``norm_scale_invariance``)."""
+        return sympy.sqrt(sympy.factor_terms(v))
 
     def scalar(self, v: Any) -> sympy.Basic:
         """Exact SymPy value of ``v``; a float is taken as the binary number it is."""
@@ -203,8 +214,10 @@ class SympyNamespace(ObjectNamespace):
         return sympy.sqrt(sympy.Rational(p, q) * sympy.pi**pi_power)
 
     def reset_shifts(self) -> None:
-        """Restart the numbering of :meth:`stability_shift` symbols (for reproducible proofs)."""
+        """Restart the numbering of :meth:`stability_shift` and :meth:`norm_scale` symbols
+        (for reproducible proofs)."""
         self._shift_count = 0
+        self._scales = {}
 
     def stability_shift(self, z: Any, axis: int = -1) -> np.ndarray:
         shape = list(np.shape(z))
@@ -214,6 +227,24 @@ class SympyNamespace(ObjectNamespace):
             out[idx] = sympy.Symbol(f"c_{self._shift_count}", real=True)
             self._shift_count += 1
         return out
+
+    def safe_row_sum(self, e: Any, axis: int = -1) -> np.ndarray:
+        """The plain row sum: the exact side keeps :math:`\\sum_j e^{z_j-c}` (the guard
+        of the floating backends is licensed by ``softmax_denominator_at_least_one``)."""
+        return self.sum(e, axis=axis, keepdims=True)
+
+    def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> np.ndarray:
+        """An opaque positive symbol :math:`s_k` per row: the same symbol for the same row
+        (and ``eps``) until :meth:`reset_shifts`, so that a forward function, its VJP and its
+        Jacobian, run on the same input, share the scale as the floating kernels do."""
+        rows = np.moveaxis(np.asarray(x, dtype=object), axis, -1)
+        out = np.empty((*rows.shape[:-1], 1), dtype=object)
+        for idx in np.ndindex(*rows.shape[:-1]):
+            key = (*rows[idx], eps)
+            if key not in self._scales:
+                self._scales[key] = sympy.Symbol(f"s_{len(self._scales)}", positive=True)
+            out[(*idx, 0)] = self._scales[key]
+        return np.moveaxis(out, -1, axis)
 
     def without_shifts(self, x: Any) -> Any:
         """Set every :meth:`stability_shift` symbol to 0 (allowed by the lemma
@@ -229,6 +260,13 @@ class SympyNamespace(ObjectNamespace):
     def _select(self, cond: Any, a: Any, b: Any) -> Any:
         if _is_bool(cond) or cond in (sympy.true, sympy.false):
             return a if bool(cond) else b
+        # Inside the branch taken when ``cond`` holds, ``cond`` is true (and false inside the
+        # other): resolve the nested selections on the same condition, so that e.g. the
+        # stable sigmoid's where(x > 0, f(where(x > 0, -x, x)), ...) is one flat Piecewise.
+        if isinstance(a, sympy.Basic):
+            a = a.xreplace({cond: sympy.true})
+        if isinstance(b, sympy.Basic):
+            b = b.xreplace({cond: sympy.false})
         return sympy.Piecewise((a, cond), (b, True))
 
     def isfinite(self, x: Any) -> np.ndarray:
@@ -276,7 +314,20 @@ class MpmathNamespace(ObjectNamespace):
         return self.ctx.sqrt(self.ctx.mpf(p) / q * self.ctx.pi**pi_power)
 
     def stability_shift(self, z: Any, axis: int = -1) -> np.ndarray:
-        return self.max(z, axis=axis, keepdims=True)
+        ninf = -self.ctx.inf
+        return self._map(lambda m: self.scalar(0) if m == ninf else m,
+                         self.max(z, axis=axis, keepdims=True))
+
+    def safe_row_sum(self, e: Any, axis: int = -1) -> np.ndarray:
+        return self._map(lambda s: self.scalar(1) if s == 0 else s,
+                         self.sum(e, axis=axis, keepdims=True))
+
+    def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> np.ndarray:
+        """:math:`s = 1`: the reference evaluates the unscaled definition (its exponent
+        range is unbounded), an independent check of the floating kernels' scaling."""
+        shape = list(np.shape(x))
+        shape[axis] = 1
+        return self.ones(shape)
 
     def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
         return self._wrap(np.max(np.asarray(x, dtype=object), axis=axis, keepdims=keepdims))

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from nlaverify.graph.run import Evaluation
 from nlaverify.tolerance import Tolerance, magnitude_condition, tolerance
@@ -44,12 +45,15 @@ class GraphComparison:
     reference: str
     rows: list[NodeRow] = field(default_factory=list)
     first_value_divergence: str | None = None
+    #: the first node, in back-propagation (reverse topological) order, whose cotangent diverges
     first_cotangent_divergence: str | None = None
     faulty_vjp: str | None = None
+    #: a node whose cotangent is not the sum of the contributions its consumers sent
+    faulty_accumulation: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.rows)
+        return self.faulty_accumulation is None and all(r.ok for r in self.rows)
 
     def worst(self) -> float:
         """Largest error/bound ratio over all nodes (<= 1 means every check passed)."""
@@ -100,8 +104,10 @@ def compare(
             (``{input: cotangent}``); default: ``reference.contributions``, or, when the
             reference recorded none (JAX autodiff), :func:`jax_local_reference`.
     """
-    n = int(tuple(getattr(subject.values.get("tokens"), "shape", (1,)))[-1])
-    k = accumulation_length(graph, n)
+    shape = tuple(getattr(subject.values.get("tokens"), "shape", (1,)))
+    n = int(shape[-1]) if shape else 1
+    rows = int(np.prod(shape)) if shape else 1  # weight gradients sum over batch x sequence
+    k = max(accumulation_length(graph, n), rows)
     depth = _depths(graph)
     d_out = depth.get(output, max(depth.values()))
     dtype = _dtype(subject, reference)
@@ -126,10 +132,10 @@ def compare(
             ce, cb = cc.normwise, ct.rtol
             if not cc.ok:
                 cot_bad.add(node)
-                if result.first_cotangent_divergence is None:
-                    result.first_cotangent_divergence = node
+                result.first_cotangent_divergence = node  # the last in topological order
         result.rows.append(NodeRow(node, attrs.get("op", attrs["kind"]), vc.normwise, vt.rtol,
                                    ce, cb))
+    result.faulty_accumulation = _accumulation_fault(graph, subject, cot_tol)
     if cot_bad:
         if local_reference is None and not reference.contributions:
             # an autodiff reference records no per-edge contributions: ask JAX per node
@@ -137,6 +143,28 @@ def compare(
         result.faulty_vjp = _locate(graph, subject, reference, cot_bad, cot_tol,
                                     local_reference)
     return result
+
+
+def _accumulation_fault(graph: nx.DiGraph, subject: Evaluation,
+                        cot_tol: dict[str, Tolerance]) -> str | None:
+    r"""The first node, in back-propagation order, whose cotangent is not the sum of what
+    its consumers sent, :math:`\delta_k \ne \sum_{i \in \operatorname{out}(k)}
+    \bar a_{i \to k}` (Baggag & Saad §2.6): a fault of the chain rule's summation itself,
+    not of any op's VJP. Needs no reference: the recorded per-edge contributions suffice."""
+    if not subject.contributions:
+        return None
+    received: dict[str, list[Any]] = {}
+    for (_, src), g in subject.contributions.items():
+        received.setdefault(src, []).append(g)
+    for node in reversed(list(nx.topological_sort(graph))):
+        if node not in received or node not in subject.cotangents or node not in cot_tol:
+            continue
+        total = received[node][0]
+        for g in received[node][1:]:
+            total = total + g
+        if not cot_tol[node].compare(subject.cotangents[node], total).ok:
+            return node
+    return None
 
 
 def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference) -> str | None:

@@ -73,6 +73,50 @@ def needed_nodes(graph: nx.DiGraph, outputs: Sequence[str] | None,
     return [n for n in order if n in keep]
 
 
+def check_inputs(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
+    """Check the values given for a graph's ``input`` and ``param`` nodes.
+
+    Every key must name such a node (a misspelled or extra key is an error, with the close
+    names); a parameter must have exactly its declared shape; an input its declared shape
+    after any leading batch dimensions, with the sequence length ``"n"`` the same for all
+    inputs. Raises :class:`UnknownNameError` or :class:`ShapeError` naming the node.
+    """
+    import difflib
+
+    leaves = [n for n, a in graph.nodes(data=True) if a["kind"] in ("input", "param")]
+    for key in inputs:
+        if key not in graph or graph.nodes[key]["kind"] not in ("input", "param"):
+            close = difflib.get_close_matches(str(key), leaves, n=3)
+            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+            raise UnknownNameError(f"evaluate: {key!r} is not an input or parameter node of "
+                                   f"the graph{hint}")
+    bound: dict[str, tuple[str, int]] = {}
+    for node in leaves:
+        attrs = graph.nodes[node]
+        declared = attrs.get("shape")
+        if node not in inputs or declared is None:
+            continue
+        actual = tuple(int(s) for s in getattr(inputs[node], "shape", np.shape(inputs[node])))
+        ok = len(actual) == len(declared) if attrs["kind"] == "param" else \
+            len(actual) >= len(declared)
+        tail = actual[len(actual) - len(declared):] if ok else ()
+        for want, got in zip(declared, tail, strict=True):
+            if isinstance(want, str):
+                if want in bound and bound[want][1] != got:
+                    ok = False
+                bound.setdefault(want, (node, got))
+            elif want != got:
+                ok = False
+        if not ok:
+            kind = "parameter" if attrs["kind"] == "param" else "input"
+            shape = "(" + ", ".join(f"{d}={bound[d][1]}" if isinstance(d, str) and d in bound
+                                    else str(d) for d in declared) + ("," if len(declared) == 1
+                                                                      else "") + ")"
+            batch = "" if attrs["kind"] == "param" else " after any batch dimensions"
+            raise ShapeError(f"{kind} node {node!r}: expected shape {shape}{batch}, got "
+                             f"{actual}")
+
+
 def evaluate(
     graph: nx.DiGraph, xp: Namespace, inputs: Mapping[str, Any], *,
     outputs: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
@@ -85,6 +129,7 @@ def evaluate(
         overrides: values imposed on nodes (their own inputs are then not needed).
     """
     overrides = dict(overrides or {})
+    check_inputs(graph, inputs)
     values: dict[str, Any] = {}
     for node in needed_nodes(graph, outputs, overrides):
         attrs = graph.nodes[node]

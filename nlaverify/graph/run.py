@@ -11,6 +11,8 @@ import networkx as nx
 import numpy as np
 
 from nlaverify.backends import get_namespace
+from nlaverify.backends.host import dtype_name, to_host
+from nlaverify.errors import ArgumentError, DTypeError, UnknownNameError
 from nlaverify.graph.core import _arguments, backprop, evaluate
 from nlaverify.ops.registry import get_op
 
@@ -41,36 +43,70 @@ class Evaluation:
     contributions: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
-def graph_inputs(graph: nx.DiGraph, xp: Any, params: Mapping[str, np.ndarray],
-                 data: Mapping[str, np.ndarray], dtype: str) -> dict[str, Any]:
-    """Convert parameters (float) and data (token ids stay integer) to the namespace."""
+def graph_inputs(graph: nx.DiGraph, xp: Any, params: Mapping[str, Any],
+                 data: Mapping[str, Any], dtype: str | None = None) -> dict[str, Any]:
+    """Check and move parameters and data to the namespace (token ids stay integer).
+
+    Unknown, missing and mis-shaped parameters raise an error naming the node
+    (:func:`~nlaverify.graph.core.check_inputs`). Floating values keep their dtype unless
+    ``dtype`` asks for a cast (``"float32"``...); the parameters must then share one dtype.
+    """
+    from nlaverify.backends.host import dtype_name
+    from nlaverify.graph.core import check_inputs
+
+    clash = set(params) & set(data)
+    if clash:
+        raise ArgumentError(f"graph_inputs: {sorted(clash)[0]!r} is given both as a parameter "
+                            "and as data")
+    check_inputs(graph, {**params, **data})
+    missing = [n for n, a in graph.nodes(data=True) if a["kind"] == "param" and n not in params]
+    if missing:
+        raise UnknownNameError(f"graph_inputs: no value for parameter node {missing[0]!r} "
+                               f"(shape {graph.nodes[missing[0]]['shape']})"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
     conv: dict[str, Any] = {}
+    seen: tuple[str, str] | None = None
     for name, value in {**params, **data}.items():
-        arr = np.asarray(value)
-        if arr.dtype.kind in "iu":
+        arr = to_host(value)
+        if arr.dtype.kind in "iu" and name not in params:  # token ids and targets
             conv[name] = arr if xp.object_arrays else xp.asarray(arr)
-        elif xp.object_arrays:
+            continue
+        if arr.dtype.kind != "f" and not (arr.dtype.kind == "V" and "bfloat16" in str(
+                arr.dtype)):
+            raise DTypeError(f"node {name!r}: expected a real floating dtype, got {arr.dtype}")
+        if xp.object_arrays:
             conv[name] = xp.asarray(arr)
-        else:
+        elif dtype is not None:
             conv[name] = xp.asarray(arr, dtype=getattr(xp, dtype))
+        else:
+            if seen is not None and dtype_name(arr.dtype) != seen[1]:
+                raise DTypeError(f"parameter node {name!r}: expected dtype {seen[1]} (the dtype "
+                                 f"of {seen[0]!r}), got {dtype_name(arr.dtype)}; pass dtype= "
+                                 "to cast")
+            seen = seen or (name, dtype_name(arr.dtype))
+            conv[name] = xp.asarray(arr)
     return conv
 
 
 def run_graph(
     graph: nx.DiGraph, backend: str, params: Mapping[str, np.ndarray],
-    data: Mapping[str, np.ndarray], *, dtype: str = "float64", digits: int | None = None,
+    data: Mapping[str, np.ndarray], *, dtype: str | None = None, digits: int | None = None,
     output: str = "loss",
 ) -> Evaluation:
     """Evaluate ``graph`` on ``backend`` and back-propagate from ``output`` with the
-    ops' hand-derived VJPs."""
+    ops' hand-derived VJPs. Parameters keep their dtype unless ``dtype`` casts them."""
     xp = get_namespace(backend, digits=digits)
     inputs = graph_inputs(graph, xp, params, data, dtype)
     values = evaluate(graph, xp, inputs)
     contributions: dict[tuple[str, str], Any] = {}
     cot = backprop(graph, xp, values, output, contributions=contributions)
     label = backend if backend != "mpmath" else f"mpmath{xp.digits}"
-    return Evaluation(label, "mpmath" if backend == "mpmath" else dtype, values, cot,
-                      contributions)
+    if backend == "mpmath":
+        kept = "mpmath"
+    else:
+        kept = dtype or next((dtype_name(v.dtype) for k, v in inputs.items()
+                              if graph.nodes[k]["kind"] == "param"), "float64")
+    return Evaluation(label, kept, values, cot, contributions)
 
 
 def autodiff_reference(
@@ -109,8 +145,27 @@ def autodiff_reference(
     return Evaluation("jax-autodiff", "float64", values, cot)
 
 
-def sample_data(config_vocab: int, n: int, seed: int) -> dict[str, np.ndarray]:
-    """Seeded tokens and next-token targets of length ``n``."""
+def sample_data(config_vocab: int, n: int, seed: int, batch: int | None = None,
+                pad: bool = True) -> dict[str, np.ndarray]:
+    r"""Seeded tokens and next-token targets (Baggag & Saad §3.13.1).
+
+    Without ``batch``: one sequence, ``tokens`` and ``targets`` of shape ``(n,)``. With
+    ``batch = B``: shape ``(B, n)``; when ``pad``, sequence :math:`b` holds
+    :math:`\max(1, n - b)` real tokens and is right-padded with token 0, whose targets are
+    :data:`~nlaverify.ops.loss.IGNORE_INDEX` (under causal attention the padding cannot
+    reach the real positions; the loss is the mean over the non-ignored targets).
+    """
+    from nlaverify.ops.loss import IGNORE_INDEX
+
     rng = np.random.default_rng(seed + 7)
-    seq = rng.integers(0, config_vocab, size=n + 1, dtype=np.int64)
-    return {"tokens": seq[:-1], "targets": seq[1:]}
+    if batch is None:
+        seq = rng.integers(0, config_vocab, size=n + 1, dtype=np.int64)
+        return {"tokens": seq[:-1], "targets": seq[1:]}
+    seq = rng.integers(0, config_vocab, size=(batch, n + 1), dtype=np.int64)
+    tokens, targets = seq[:, :-1].copy(), seq[:, 1:].copy()
+    if pad:
+        for b in range(batch):
+            length = max(1, n - b)
+            tokens[b, length:] = 0
+            targets[b, length:] = IGNORE_INDEX
+    return {"tokens": tokens, "targets": targets}

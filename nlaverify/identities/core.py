@@ -57,6 +57,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.closed_forms",
     "nlaverify.identities.backprop",
     "nlaverify.identities.transformer",
+    "nlaverify.identities.batching",
 )
 
 

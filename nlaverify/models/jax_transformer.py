@@ -7,11 +7,18 @@ Parameters use the graph's node names (``blocks.{l}.attn.q.W_Q`` ...), so the
 same dictionary feeds both. Formulations deliberately differ from the ops where
 the mathematics allows: RoPE by complex multiplication, GQA by ``jnp.repeat``,
 top-k routing by ``jax.lax.top_k``, cross-entropy by ``jax.nn.log_softmax``.
+
+One traversal, :func:`intermediates`, computes the model and records the residual
+stream and the sublayer outputs under the names of the graph nodes holding the same
+values (see its docstring); :func:`logits` and :func:`loss` are built on it, so a
+disagreement with the graph can be traced to the first node where the two part.
+Tokens are one sequence ``(n,)`` or a batch ``(B, n)`` (mapped with ``jax.vmap``);
+a target equal to :data:`IGNORE_INDEX` marks a position without a target.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -22,6 +29,10 @@ from nlaverify.config import TransformerConfig
 jax.config.update("jax_enable_x64", True)
 
 Params = Mapping[str, Any]
+Record = dict[str, Any]
+
+#: a target with this value contributes nothing to the loss (PyTorch's convention)
+IGNORE_INDEX = -100
 
 
 def _proj(p: Params, name: str, x: Any, w: str, b: str, bias: bool) -> Any:
@@ -47,32 +58,39 @@ def _rope(x: Any, base: int) -> Any:
     return jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, dh)
 
 
-def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig) -> Any:
+def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> Any:
     n = x.shape[0]
     H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-    q = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias).reshape(n, H, dh).transpose(1, 0, 2)
-    k = _proj(p, f"{name}.k", x, "W_K", "b_K", cfg.attn_bias).reshape(n, Hkv, dh).transpose(
-        1, 0, 2)
-    v = _proj(p, f"{name}.v", x, "W_V", "b_V", cfg.attn_bias).reshape(n, Hkv, dh).transpose(
-        1, 0, 2)
+    rec[f"{name}.q"] = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias)
+    rec[f"{name}.k"] = _proj(p, f"{name}.k", x, "W_K", "b_K", cfg.attn_bias)
+    rec[f"{name}.v"] = _proj(p, f"{name}.v", x, "W_V", "b_V", cfg.attn_bias)
+    q = rec[f"{name}.q"].reshape(n, H, dh).transpose(1, 0, 2)
+    k = rec[f"{name}.k"].reshape(n, Hkv, dh).transpose(1, 0, 2)
+    v = rec[f"{name}.v"].reshape(n, Hkv, dh).transpose(1, 0, 2)
     if cfg.positions == "rope":
         q, k = _rope(q, cfg.rope_base), _rope(k, cfg.rope_base)
-    k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
+        rec[f"{name}.q_rope"], rec[f"{name}.k_rope"] = q, k
+    if cfg.n_rep > 1:
+        k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
+        rec[f"{name}.k_shared"], rec[f"{name}.v_shared"] = k, v
     s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
     if cfg.causal:
         s = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), s, -jnp.inf)
     a = jnp.einsum("hij,hjd->hid", jax.nn.softmax(s, axis=-1), v)
-    return _proj(p, f"{name}.out", a.transpose(1, 0, 2).reshape(n, H * dh), "W_O", "b_O",
-                 cfg.attn_bias)
+    rec[f"{name}.heads"] = a
+    rec[f"{name}.out"] = _proj(p, f"{name}.out", a.transpose(1, 0, 2).reshape(n, H * dh),
+                               "W_O", "b_O", cfg.attn_bias)
+    return rec[f"{name}.out"]
 
 
 def _act(cfg: TransformerConfig, u: Any) -> Any:
     return jax.nn.gelu(u, approximate=True) if cfg.mlp == "gelu" else jax.nn.relu(u)
 
 
-def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig) -> Any:
+def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> Any:
     if cfg.n_experts:
         scores = x @ p[f"{name}.W_router"]
+        rec[f"{name}.scores"] = scores
         top_vals, top_idx = jax.lax.top_k(scores, cfg.top_k)
         gates_k = jax.nn.softmax(top_vals, axis=-1)                     # (n, k)
         gates = jnp.zeros_like(scores).at[jnp.arange(x.shape[0])[:, None], top_idx].set(gates_k)
@@ -83,13 +101,20 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig) -> Any:
         else:
             h = _act(cfg, jnp.einsum("nd,edm->enm", x, p[f"{name}.W_in"]))
             y = jnp.einsum("enm,emd->end", h, p[f"{name}.W_out"])
-        return jnp.einsum("ne,end->nd", gates, y)
+        rec[f"{name}.out"] = jnp.einsum("ne,end->nd", gates, y)
+        return rec[f"{name}.out"]
     if cfg.mlp == "swiglu":
         g = _proj(p, f"{name}.gate", x, "W_gate", "b_gate", cfg.mlp_bias)
         u = _proj(p, f"{name}.up", x, "W_up", "b_up", cfg.mlp_bias)
-        return _proj(p, f"{name}.out", jax.nn.silu(g) * u, "W_down", "b_down", cfg.mlp_bias)
-    u = _proj(p, f"{name}.in", x, "W_in", "b_in", cfg.mlp_bias)
-    return _proj(p, f"{name}.out", _act(cfg, u), "W_out", "b_out", cfg.mlp_bias)
+        rec[f"{name}.gate"], rec[f"{name}.up"], rec[f"{name}.act"] = g, u, jax.nn.silu(g) * u
+        rec[f"{name}.out"] = _proj(p, f"{name}.out", rec[f"{name}.act"], "W_down", "b_down",
+                                   cfg.mlp_bias)
+        return rec[f"{name}.out"]
+    rec[f"{name}.in"] = _proj(p, f"{name}.in", x, "W_in", "b_in", cfg.mlp_bias)
+    rec[f"{name}.act"] = _act(cfg, rec[f"{name}.in"])
+    rec[f"{name}.out"] = _proj(p, f"{name}.out", rec[f"{name}.act"], "W_out", "b_out",
+                               cfg.mlp_bias)
+    return rec[f"{name}.out"]
 
 
 def _sinusoidal(n: int, d: int) -> Any:
@@ -99,34 +124,116 @@ def _sinusoidal(n: int, d: int) -> Any:
     return jnp.where(i % 2 == 0, jnp.sin(angle), jnp.cos(angle))
 
 
-def logits(params: Params, tokens: Any, cfg: TransformerConfig) -> Any:
-    r"""Logits :math:`Z \in \mathbb R^{n \times V}` (already divided by the temperature)."""
+def _sequence(params: Params, tokens: Any, cfg: TransformerConfig) -> Record:
+    """The model on one sequence ``(n,)``, recording its intermediates."""
+    rec: Record = {}
     n = tokens.shape[0]
-    x = params["embed.W_E"][tokens]
+    x = rec["embed"] = params["embed.W_E"][tokens]
     if cfg.positions == "learned":
         x = x + params["pos.W_P"][:n]
     elif cfg.positions == "sinusoidal":
         x = x + _sinusoidal(n, cfg.d_model)
+    rec["x0"] = x
     for layer in range(cfg.n_blocks):
         b = f"blocks.{layer}"
         if cfg.placement == "pre":
-            x = x + _attention(params, f"{b}.attn", _norm(params, f"{b}.norm1", x, cfg), cfg)
-            x = x + _mlp(params, f"{b}.mlp", _norm(params, f"{b}.norm2", x, cfg), cfg)
+            rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
+            x = rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", rec[f"{b}.norm1"],
+                                                    cfg, rec)
+            rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
+            x = rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", rec[f"{b}.norm2"], cfg, rec)
         else:
-            x = _norm(params, f"{b}.norm1", x + _attention(params, f"{b}.attn", x, cfg), cfg)
-            x = _norm(params, f"{b}.norm2", x + _mlp(params, f"{b}.mlp", x, cfg), cfg)
+            rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", x, cfg, rec)
+            x = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", rec[f"{b}.resid1"], cfg)
+            rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", x, cfg, rec)
+            x = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", rec[f"{b}.resid2"], cfg)
     if cfg.final_norm:
-        x = _norm(params, "final_norm", x, cfg)
-    z = x @ (params["embed.W_E"].T if cfg.tied_embeddings else params["unembed.W_U"])
-    return z / cfg.temperature
+        x = rec["final_norm"] = _norm(params, "final_norm", x, cfg)
+    rec["logits"] = x @ (params["embed.W_E"].T if cfg.tied_embeddings else params["unembed.W_U"])
+    if cfg.temperature != 1.0:
+        rec["logits_tempered"] = rec["logits"] / cfg.temperature
+    return rec
+
+
+def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
+                  targets: Any = None) -> dict[str, Any]:
+    r"""Every recorded value of the model, keyed by the graph node holding the same value.
+
+    Keys (``b = blocks.{l}``): ``embed``, ``x0`` (the stream entering block 0);
+    ``b.norm1``, ``b.norm2`` (the norms' outputs); ``b.attn.q|k|v`` (projections,
+    ``(n, h d_h)``), ``b.attn.q_rope``/``k_rope`` (RoPE only), ``b.attn.k_shared``/
+    ``v_shared`` (grouped-query attention only, after sharing), ``b.attn.heads``
+    (``(H, n, d_h)``), ``b.attn.out``; ``b.mlp.out`` and, by MLP kind, ``b.mlp.in``,
+    ``b.mlp.gate``, ``b.mlp.up``, ``b.mlp.act`` or ``b.mlp.scores`` (router); the
+    residual sums ``b.resid1 = s + \operatorname{Attn}(\cdot)``, ``b.resid2 = s +
+    \operatorname{MLP}(\cdot)``; ``final_norm`` (when present), ``logits`` and, when
+    the temperature :math:`T \ne 1`, ``logits_tempered`` :math:`= Z/T`; ``loss`` (a
+    scalar, over the whole batch) when ``targets`` are given.
+
+    Pre-LN (Baggag & Saad §3.9): the stream after each sublayer *is* ``b.resid1`` /
+    ``b.resid2``. Post-LN: ``b.resid1`` is the sum before the norm and the stream is
+    ``b.norm1 = N(b.resid1)`` (likewise ``b.norm2``), exactly as in the graph.
+
+    Args:
+        tokens: ``(n,)`` or a batch ``(B, n)`` of token ids; with a batch, every value
+            gains a leading axis ``B``.
+        targets: optional, the tokens' shape (see :func:`loss`).
+    """
+    tokens = jnp.asarray(tokens)
+    params = {k: jnp.asarray(v) for k, v in params.items()}
+    if tokens.ndim == 1:
+        rec = _sequence(params, tokens, cfg)
+    elif tokens.ndim == 2:
+        rec = jax.vmap(lambda t: _sequence(params, t, cfg))(tokens)
+    else:
+        raise ValueError(f"intermediates: argument 'tokens': expected shape (n,) or (B, n), "
+                         f"got {tuple(tokens.shape)}")
+    if targets is not None:
+        rec["loss"] = _mean_nll(_output(rec), targets)
+    return rec
+
+
+def _output(rec: Mapping[str, Any]) -> Any:
+    return rec["logits_tempered"] if "logits_tempered" in rec else rec["logits"]
+
+
+def logits(params: Params, tokens: Any, cfg: TransformerConfig) -> Any:
+    r"""Logits :math:`Z/T \in \mathbb R^{n \times V}` (or ``(B, n, V)``), already divided
+    by the temperature :math:`T`."""
+    return _output(intermediates(params, tokens, cfg))
+
+
+def _mean_nll(z: Any, targets: Any) -> Any:
+    r""":math:`-\frac1{|K|}\sum_{i \in K} \log \operatorname{softmax}(z_i)_{t_i}` over the
+    kept positions :math:`K = \{i : t_i \ne` ``IGNORE_INDEX``:math:`\}` of the whole batch
+    (NaN when nothing is kept, as 0/0)."""
+    targets = jnp.asarray(targets)
+    if targets.shape != z.shape[:-1]:
+        raise ValueError(f"loss: argument 'targets': expected shape {tuple(z.shape[:-1])} (the "
+                         f"tokens' shape), got {tuple(targets.shape)}")
+    keep = targets != IGNORE_INDEX
+    logp = jax.nn.log_softmax(z, axis=-1)
+    picked = jnp.take_along_axis(logp, jnp.where(keep, targets, 0)[..., None], axis=-1)[..., 0]
+    return -jnp.sum(jnp.where(keep, picked, 0.0)) / jnp.sum(keep)
 
 
 def loss(params: Params, tokens: Any, targets: Any, cfg: TransformerConfig) -> Any:
-    r"""Mean next-token cross-entropy :math:`-\frac1n\sum_i \log p_{i,t_i}`."""
-    logp = jax.nn.log_softmax(logits(params, tokens, cfg), axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
+    r"""Mean next-token cross-entropy :math:`-\frac1{|K|}\sum_{i\in K} \log p_{i,t_i}` over
+    the positions :math:`K` whose target is not :data:`IGNORE_INDEX` (all of them
+    normally, so :math:`|K| = n`, or :math:`Bn` for a batch)."""
+    return _mean_nll(logits(params, tokens, cfg), targets)
 
 
-def make_value_and_grad(cfg: TransformerConfig):
+def make_value_and_grad(cfg: TransformerConfig) -> Callable[..., Any]:
     """``jit(value_and_grad(loss))`` for ``cfg``: ``f(params, tokens, targets)``."""
     return jax.jit(jax.value_and_grad(lambda p, t, y: loss(p, t, y, cfg)))
+
+
+def make_value_grad_and_logits(cfg: TransformerConfig) -> Callable[..., Any]:
+    """One jitted ``f(params, tokens, targets) -> ((loss, logits), grads)`` for ``cfg``:
+    the loss, its gradient and the (tempered) logits of one traversal, one compilation."""
+    def f(p: Params, t: Any, y: Any) -> tuple[Any, Any]:
+        z = logits(p, t, cfg)
+        return _mean_nll(z, y), z
+
+    return jax.jit(jax.value_and_grad(f, has_aux=True))

@@ -135,8 +135,10 @@ def _check_finite(op: str, xp: Namespace, name: str, x: Any, neg_inf_ok: bool) -
         raise NonFiniteError(f"{op}: argument {name!r}: expected {what}, got inf or nan")
 
 
-def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> None:
-    """Check that ``tokens`` is an integer array with entries in ``[0, vocab)``."""
+def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int,
+                 ignore: int | None = None) -> None:
+    """Check that ``tokens`` is an integer array with entries in ``[0, vocab)`` (or equal to
+    ``ignore``, the ignore-index of targets that have no next token to predict)."""
     if xp.object_arrays:
         arr = np.asarray(tokens)
         integral = arr.dtype.kind in "iu"
@@ -151,19 +153,26 @@ def check_tokens(op: str, xp: Namespace, name: str, tokens: Any, vocab: int) -> 
                          f"{_shape(tokens)}")
     if xp.is_concrete(tokens):
         host = arr if xp.object_arrays else to_host(tokens)
+        if ignore is not None:
+            host = host[host != ignore]
+            if host.size == 0:
+                return
         lo, hi = int(np.min(host)), int(np.max(host))
         if lo < 0 or hi >= vocab:
+            extra = f" or the ignore-index {ignore}" if ignore is not None else ""
             raise ShapeError(
-                f"{op}: argument {name!r}: expected token ids in [0, {vocab}), got ids in "
-                f"[{lo}, {hi}]"
+                f"{op}: argument {name!r}: expected token ids in [0, {vocab}){extra}, got ids "
+                f"in [{lo}, {hi}]"
             )
 
 
-def check_length(op: str, name: str, x: Any, n: int, of: str) -> None:
-    """Check that integer array ``x`` has shape ``(n,)`` (``n`` taken from argument ``of``)."""
-    if _shape(x) != (n,):
-        raise ShapeError(f"{op}: argument {name!r}: expected shape (n={n},) (the rows of "
-                         f"{of!r}), got {_shape(x)}")
+def check_length(op: str, name: str, x: Any, lead: tuple[int, ...], of: str) -> None:
+    """Check that integer array ``x`` has shape ``lead``: the batch dimensions and the
+    sequence length of argument ``of`` (e.g. ``(B, n)`` for logits ``(B, n, V)``)."""
+    if _shape(x) != tuple(lead):
+        dims = ", ".join(str(s) for s in lead) + ("," if len(lead) == 1 else "")
+        raise ShapeError(f"{op}: argument {name!r}: expected shape ({dims}) (the leading "
+                         f"dimensions of {of!r}), got {_shape(x)}")
 
 
 def check_positive(op: str, name: str, value: Any) -> None:

@@ -31,26 +31,56 @@ def relu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     return (xp.where(xp.greater(x, 0), G, xp.zeros_like(G)),)
 
 
+def _sigmoid_pair(xp: Namespace, x: Any) -> tuple[Any, Any]:
+    r"""The pair :math:`(\sigma(x), \sigma(-x)) = (\sigma(x), 1 - \sigma(x))`, each to a few
+    ulps *relative* for every finite :math:`x` (Baggag & Saad §3.7.3).
+
+    With :math:`e = e^{-|x|} \in (0, 1]`, computed as ``exp(where(x > 0, -x, x))`` so that
+    the exponent is never positive (``where`` evaluates both branches; ``abs`` would do
+    as well, but JAX differentiates ``abs`` at 0 as 0),
+
+    .. math:: \sigma(|x|) = \frac{1}{1+e},\qquad \sigma(-|x|) = \frac{e}{1+e},
+
+    and the sign of :math:`x` picks which is :math:`\sigma(x)`. Nothing overflows, and
+    :math:`\sigma(x)` for :math:`x \ll 0` is :math:`e/(1+e)`: relative accuracy down to
+    the underflow threshold, where :math:`\tfrac12(1+\tanh(x/2))` cancels to 0 already
+    for float32 :math:`x \lesssim -17`. The complement :math:`\sigma(-x)` is taken from
+    the same two values, never as :math:`1 - \sigma(x)` (which cancels for :math:`x \gg
+    0`). The lemma ``sigmoid_stable_branches`` proves that each branch equals
+    :math:`1/(1+e^{-x})` (resp. :math:`1/(1+e^{x})`) exactly; on the exact namespace the
+    ``where`` becomes a ``Piecewise``.
+    """
+    pos = xp.greater(x, 0)
+    e = xp.exp(xp.where(pos, -x, x))
+    hi = 1 / (1 + e)
+    lo = e * hi
+    return xp.where(pos, hi, lo), xp.where(pos, lo, hi)
+
+
 def sigmoid(xp: Namespace, x: Any) -> Any:
-    r"""Logistic function in the overflow-free form
-    :math:`\sigma(x) = \tfrac12\bigl(1 + \tanh(x/2)\bigr) = 1/(1+e^{-x})`."""
-    half = xp.rational(1, 2)
-    return half * (1 + xp.tanh(x * half))
+    r"""Logistic function :math:`\sigma(x) = 1/(1+e^{-x})` in the stable two-branch form
+    of :func:`_sigmoid_pair`: :math:`1/(1+e^{-x})` for :math:`x > 0`,
+    :math:`e^{x}/(1+e^{x})` for :math:`x \le 0` (Baggag & Saad §3.7.3)."""
+    return _sigmoid_pair(xp, x)[0]
 
 
 def silu(xp: Namespace, x: Any) -> Any:
-    r""":math:`\operatorname{SiLU}(x) = x\,\sigma(x)`."""
+    r""":math:`\operatorname{SiLU}(x) = x\,\sigma(x)`, relative accuracy for all finite
+    :math:`x` (stable :func:`sigmoid`)."""
     _check("silu", xp, x=x)
     return x * sigmoid(xp, x)
 
 
 def _silu_derivative(xp: Namespace, x: Any) -> Any:
-    s = sigmoid(xp, x)
-    return s * (1 + x * (1 - s))
+    r""":math:`\operatorname{SiLU}'(x) = \sigma(x)\bigl(1 + x\,\sigma(-x)\bigr)`, with
+    :math:`1 - \sigma(x) = \sigma(-x)` taken from the stable pair."""
+    s, s_neg = _sigmoid_pair(xp, x)
+    return s * (1 + x * s_neg)
 
 
 def silu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
-    r""":math:`\bar x = g \odot \sigma(x)\bigl(1 + x(1-\sigma(x))\bigr)`."""
+    r""":math:`\bar x = g \odot \sigma(x)\bigl(1 + x(1-\sigma(x))\bigr)`, with
+    :math:`1 - \sigma(x)` computed as :math:`\sigma(-x)`."""
     _check("silu_vjp", xp, x=x, G=G)
     return (G * _silu_derivative(xp, x),)
 

@@ -17,22 +17,31 @@ def embed(xp: Namespace, tokens: Any, W_E: Any) -> Any:
     (:math:`U_{ij} = \mathbb 1[t_i = j]`, Baggag & Saad §3.2).
 
     Args:
-        tokens: ``(n,)`` integer ids in ``[0, V)``.
+        tokens: ``(*, n)`` integer ids in ``[0, V)`` (a leading batch of sequences allowed).
         W_E: ``(V, d)`` embedding matrix.
+
+    Returns:
+        ``(*, n, d)``.
     """
-    V = check_args("embed", xp, {"W_E": (W_E, ("V", "d"))})["V"]
-    check_tokens("embed", xp, "tokens", tokens, V)
-    return xp.take(W_E, tokens, axis=0)
+    dims = check_args("embed", xp, {"W_E": (W_E, ("V", "d"))})
+    check_tokens("embed", xp, "tokens", tokens, dims["V"])
+    lead = tuple(tokens.shape)
+    if len(lead) == 1:
+        return xp.take(W_E, tokens, axis=0)
+    # the standard's take wants 1-d indices: gather the flattened batch, then unflatten
+    rows = xp.take(W_E, xp.reshape(tokens, (-1,)), axis=0)
+    return xp.reshape(rows, (*lead, dims["d"]))
 
 
 def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
     r"""VJP of :func:`embed` with respect to :math:`W_E`: :math:`\bar W_E = U^\top G`
-    (rows of repeated tokens add up). Tokens are not differentiable."""
-    dims = check_args("embed_vjp", xp, {"W_E": (W_E, ("V", "d")), "G": (G, ("n", "d"))})
+    (rows of repeated tokens add up, over the sequence and the batch). Tokens are not
+    differentiable."""
+    dims = check_args("embed_vjp", xp, {"W_E": (W_E, ("V", "d")), "G": (G, ("*", "n", "d"))})
     check_tokens("embed_vjp", xp, "tokens", tokens, dims["V"])
-    check_length("embed_vjp", "tokens", tokens, dims["n"], "G")
-    U = xp.one_hot(tokens, dims["V"], G.dtype)
-    return (xp.matmul(xp.matrix_transpose(U), G),)
+    check_length("embed_vjp", "tokens", tokens, tuple(G.shape[:-1]), "G")
+    U = xp.reshape(xp.one_hot(tokens, dims["V"], G.dtype), (-1, dims["V"]))
+    return (xp.matmul(xp.matrix_transpose(U), xp.reshape(G, (-1, dims["d"]))),)
 
 
 def sinusoidal_positions(xp: Namespace, n: int, d: int, base: int = 10000) -> Any:
@@ -55,22 +64,23 @@ def sinusoidal_positions(xp: Namespace, n: int, d: int, base: int = 10000) -> An
 
 
 def add_positions(xp: Namespace, X: Any, base: int = 10000) -> Any:
-    r"""Absolute positions added to the embeddings: :math:`X + P` (Baggag & Saad §3.2)."""
-    dims = check_args("add_positions", xp, {"X": (X, ("n", "d"))})
+    r"""Absolute positions added to the embeddings: :math:`X + P` (Baggag & Saad §3.2),
+    ``X`` of shape ``(*, n, d)`` (the same :math:`P` for every sequence of a batch)."""
+    dims = check_args("add_positions", xp, {"X": (X, ("*", "n", "d"))})
     P = sinusoidal_positions(xp, dims["n"], dims["d"], base)
     return X + (xp.astype(P, X.dtype) if not xp.object_arrays else P)
 
 
 def add_positions_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple[Any]:
     r"""VJP of :func:`add_positions`: :math:`P` is constant, so :math:`\bar X = G`."""
-    check_args("add_positions_vjp", xp, {"X": (X, ("n", "d")), "G": (G, ("n", "d"))})
+    check_args("add_positions_vjp", xp, {"X": (X, ("*", "n", "d")), "G": (G, ("*", "n", "d"))})
     return (G,)
 
 
 def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
-    r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[0{:}n]`, ``W_P`` of shape
-    ``(context, d)`` (Baggag & Saad §3.2)."""
-    dims = check_args("add_learned_positions", xp, {"X": (X, ("n", "d")),
+    r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[0{:}n]`, ``X`` of shape
+    ``(*, n, d)``, ``W_P`` of shape ``(context, d)`` (Baggag & Saad §3.2)."""
+    dims = check_args("add_learned_positions", xp, {"X": (X, ("*", "n", "d")),
                                                     "W_P": (W_P, ("context", "d"))})
     if dims["n"] > dims["context"]:
         from nlaverify.errors import ShapeError
@@ -82,12 +92,14 @@ def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
 
 def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[Any, Any]:
     r"""VJP of :func:`add_learned_positions`: :math:`\bar X = G`; :math:`\bar W_P` is
-    :math:`G` in its first :math:`n` rows and 0 below."""
+    :math:`\sum_b G_b` (the sum over the batch) in its first :math:`n` rows and 0 below."""
     dims = check_args("add_learned_positions_vjp", xp, {
-        "X": (X, ("n", "d")), "W_P": (W_P, ("context", "d")), "G": (G, ("n", "d"))})
+        "X": (X, ("*", "n", "d")), "W_P": (W_P, ("context", "d")), "G": (G, ("*", "n", "d"))})
     rest = dims["context"] - dims["n"]
+    G_seq = G if len(G.shape) == 2 else xp.sum(xp.reshape(G, (-1, dims["n"], dims["d"])),
+                                                axis=0)
     if rest == 0:
-        return G, G
+        return G, G_seq
     pad = xp.zeros((rest, dims["d"]), dtype=G.dtype) if not xp.object_arrays else xp.zeros(
         (rest, dims["d"]))
-    return G, xp.concat([G, pad], axis=0)
+    return G, xp.concat([G_seq, pad], axis=0)

@@ -120,13 +120,17 @@ def linear_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any, Any]:
 def unembed_tied(xp: Namespace, X: Any, W_E: Any) -> Any:
     r"""Logits with the unembedding tied to the embedding: :math:`Z = X W_E^\top`
     (Baggag & Saad §3.3.3)."""
-    check_args("unembed_tied", xp, {"X": (X, ("n", "d")), "W_E": (W_E, ("V", "d"))})
+    check_args("unembed_tied", xp, {"X": (X, ("*", "n", "d")), "W_E": (W_E, ("V", "d"))})
     return xp.matmul(X, xp.matrix_transpose(W_E))
 
 
 def unembed_tied_vjp(xp: Namespace, G: Any, X: Any, W_E: Any) -> tuple[Any, Any]:
     r"""VJP of :func:`unembed_tied`: :math:`\bar X = G W_E`, :math:`\bar W_E = G^\top X`
-    (added, by the graph, to the embedding's own cotangent of :math:`W_E`)."""
-    check_args("unembed_tied_vjp", xp, {"X": (X, ("n", "d")), "W_E": (W_E, ("V", "d")),
-                                        "G": (G, ("n", "V"))})
-    return xp.matmul(G, W_E), xp.matmul(xp.matrix_transpose(G), X)
+    (batch rows flattened; added, by the graph, to the embedding's own cotangent of
+    :math:`W_E`)."""
+    dims = check_args("unembed_tied_vjp", xp, {"X": (X, ("*", "n", "d")),
+                                               "W_E": (W_E, ("V", "d")),
+                                               "G": (G, ("*", "n", "V"))})
+    rows_G = xp.reshape(G, (-1, dims["V"]))
+    return xp.matmul(G, W_E), xp.matmul(xp.matrix_transpose(rows_G),
+                                        xp.reshape(X, (-1, dims["d"])))

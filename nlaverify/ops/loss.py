@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.errors import ShapeError
 from nlaverify.ops._validate import check_args, check_length, check_tokens
 from nlaverify.ops.softmaxes import log_softmax, softmax
 
@@ -18,39 +19,65 @@ def next_token_split(tokens: Any) -> tuple[Any, Any]:
     r"""Inputs and targets of autoregressive training: :math:`(t_{1:n-1}, t_{2:n})`
     (Baggag & Saad §3.13.1)."""
     if len(tokens) < 2:
-        from nlaverify.errors import ShapeError
-
         raise ShapeError(f"next_token_split: argument 'tokens': expected length >= 2, got "
                          f"{len(tokens)}")
     return tokens[:-1], tokens[1:]
 
 
-def cross_entropy(xp: Namespace, Z: Any, targets: Any) -> Any:
-    r"""Mean cross-entropy of logits ``Z`` ``(n, V)`` against ``targets`` ``(n,)``:
+#: the target id meaning "no target here" (padding), as in PyTorch and Hugging Face
+IGNORE_INDEX = -100
 
-    .. math:: L = -\frac1n\sum_{i=1}^n \log\operatorname{softmax}(z_i)_{t_i}
-              = -\frac1n \sum_{i} \langle y_i, \log\operatorname{softmax}(z_i)\rangle,
 
-    with :math:`y_i` the one-hot row of :math:`t_i`; log-softmax is the stable
-    log-sum-exp form. Returns a 0-d array.
+def _targets(op: str, xp: Namespace, Z: Any, targets: Any, ignore_index: int,
+             G: Any = None) -> tuple[Any, Any, Any]:
+    r"""Checks; the one-hot rows :math:`Y` (zero rows where ignored), the 0/1 weights
+    :math:`w_i = \mathbb 1[t_i \ne \text{ignore}]` (shape ``(*, n, 1)``) and
+    :math:`N = \sum_i w_i`."""
+    specs = {"Z": (Z, ("*", "n", "V"))}
+    if G is not None:
+        specs["G"] = (G, ())
+    dims = check_args(op, xp, specs)
+    check_tokens(op, xp, "targets", targets, dims["V"], ignore=ignore_index)
+    check_length(op, "targets", targets, tuple(Z.shape[:-1]), "Z")
+    Y = xp.one_hot(targets, dims["V"], Z.dtype)  # an ignored id matches no column: a zero row
+    w = xp.astype(targets != ignore_index, Z.dtype) if not xp.object_arrays else xp.asarray(
+        (targets != ignore_index).astype(int))
+    count = xp.sum(w)
+    if xp.is_concrete(count) and not xp.exact and not float(count) > 0:
+        raise ShapeError(f"{op}: argument 'targets': expected at least one target that is not "
+                         f"the ignore-index {ignore_index}, got none")
+    return Y, w[..., None], count
+
+
+def cross_entropy(xp: Namespace, Z: Any, targets: Any, ignore_index: int = IGNORE_INDEX) -> Any:
+    r"""Mean cross-entropy of logits ``Z`` ``(*, n, V)`` against ``targets`` ``(*, n)`` over
+    the positions that have a target (Baggag & Saad §3.1, §3.13.1):
+
+    .. math:: L = -\frac1N\sum_{i:\,t_i\ne\varnothing}\log\operatorname{softmax}(z_i)_{t_i}
+              = -\frac1N \sum_{i} \langle y_i, \log\operatorname{softmax}(z_i)\rangle,
+              \qquad N = \#\{i : t_i \ne \varnothing\},
+
+    the sum running over every position of every sequence of the batch; a target equal
+    to ``ignore_index`` (:math:`\varnothing`, padding) contributes nothing to the sum nor
+    to :math:`N`, and its one-hot row :math:`y_i` is 0. Without ignored targets this is the
+    plain mean over the :math:`B n` positions. Log-softmax is the stable log-sum-exp form.
+    Returns a 0-d array.
     """
-    dims = check_args("cross_entropy", xp, {"Z": (Z, ("n", "V"))})
-    check_tokens("cross_entropy", xp, "targets", targets, dims["V"])
-    check_length("cross_entropy", "targets", targets, dims["n"], "Z")
-    Y = xp.one_hot(targets, dims["V"], Z.dtype)
-    return -xp.sum(Y * log_softmax(xp, Z)) * xp.rational(1, dims["n"])
+    Y, _, count = _targets("cross_entropy", xp, Z, targets, ignore_index)
+    return -xp.sum(Y * log_softmax(xp, Z)) / count
 
 
-def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any) -> tuple[Any]:
+def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any,
+                      ignore_index: int = IGNORE_INDEX) -> tuple[Any]:
     r"""VJP of :func:`cross_entropy` (softmax and cross-entropy fused):
 
-    .. math:: \bar Z = \frac{g}{n}\,(P - Y),\qquad P = \operatorname{softmax}(Z).
+    .. math:: \bar Z_i = \frac{g}{N}\,w_i\,(p_i - y_i),\qquad
+       p_i = \operatorname{softmax}(z_i),\quad w_i = \mathbb 1[t_i \ne \varnothing];
+
+    ignored rows receive no cotangent.
     """
-    dims = check_args("cross_entropy_vjp", xp, {"Z": (Z, ("n", "V")), "G": (G, ())})
-    check_tokens("cross_entropy_vjp", xp, "targets", targets, dims["V"])
-    check_length("cross_entropy_vjp", "targets", targets, dims["n"], "Z")
-    Y = xp.one_hot(targets, dims["V"], Z.dtype)
-    return ((softmax(xp, Z) - Y) * (G * xp.rational(1, dims["n"])),)
+    Y, w, count = _targets("cross_entropy_vjp", xp, Z, targets, ignore_index, G)
+    return ((softmax(xp, Z) - Y) * w * (G / count),)
 
 
 def half_squared_error(xp: Namespace, Yhat: Any, Y: Any) -> Any:

@@ -36,23 +36,24 @@ _ACT = {"relu": (relu, relu_vjp), "gelu": (gelu_tanh, gelu_tanh_vjp)}
 
 def topk_mask(xp: Namespace, scores: Any, top_k: int) -> Any:
     r"""0/1 mask of the ``top_k`` largest router scores of each row (ties: lower index
-    first). Its derivative is 0 wherever it is defined: routing is held fixed."""
-    dims = check_args("topk_mask", xp, {"scores": (scores, ("n", "E"))})
+    first); ``scores`` ``(*, E)``. Its derivative is 0 wherever it is defined: routing is
+    held fixed."""
+    dims = check_args("topk_mask", xp, {"scores": (scores, ("*", "E"))})
     if not 1 <= top_k <= dims["E"]:
         raise ShapeError(f"topk_mask: expected 1 <= top_k <= E={dims['E']}, got {top_k}")
     cols = []
     for e in range(dims["E"]):
-        s_e = scores[:, e]
+        s_e = scores[..., e]
         one, zero = xp.ones_like(s_e), xp.zeros_like(s_e)
         rank = zero
         for f in range(dims["E"]):
             # expert f outranks e when larger, or equal with a lower index (ties)
             if f > e:
-                rank = rank + xp.where(xp.greater(scores[:, f], s_e), one, zero)
+                rank = rank + xp.where(xp.greater(scores[..., f], s_e), one, zero)
             elif f < e:
-                rank = rank + xp.where(xp.greater(s_e, scores[:, f]), zero, one)
+                rank = rank + xp.where(xp.greater(s_e, scores[..., f]), zero, one)
         cols.append(xp.where(xp.greater(rank, top_k - 1), zero, one))
-    return xp.stack(cols, axis=1)
+    return xp.stack(cols, axis=-1)
 
 
 def topk_mask_vjp(xp: Namespace, G: Any, scores: Any, top_k: int) -> tuple[()]:
@@ -80,13 +81,21 @@ def _experts(xp: Namespace, X: Any, weights: tuple[Any, ...], activation: str):
 
 def moe(xp: Namespace, X: Any, scores: Any, mask: Any, *weights: Any,
         activation: str = "gelu") -> Any:
-    r"""Routed expert MLPs. ``X`` ``(n, d)``, ``scores`` ``(n, E)`` router scores,
-    ``mask`` ``(n, E)`` from :func:`topk_mask`; ``weights`` are ``W_in (E, d, m)``,
-    ``W_out (E, m, d)`` or, for SwiGLU, ``W1, W3 (E, d, m)``, ``W2 (E, m, d)``."""
+    r"""Routed expert MLPs. ``X`` ``(*, n, d)``, ``scores`` ``(*, n, E)`` router scores,
+    ``mask`` ``(*, n, E)`` from :func:`topk_mask`; ``weights`` are ``W_in (E, d, m)``,
+    ``W_out (E, m, d)`` or, for SwiGLU, ``W1, W3 (E, d, m)``, ``W2 (E, m, d)``. Routing is
+    per token, so a batch is flattened into rows and the result unflattened."""
     _check_moe(xp, X, scores, mask, weights, activation)
+    shape = tuple(X.shape)
+    X, scores, mask = _rows(xp, X), _rows(xp, scores), _rows(xp, mask)
     gates = _gates(xp, scores, mask)
     _, Y = _experts(xp, X, weights, activation)                   # (E, n, d)
-    return xp.sum(xp.permute_dims(gates, (1, 0))[:, :, None] * Y, axis=0)
+    return xp.reshape(xp.sum(xp.permute_dims(gates, (1, 0))[:, :, None] * Y, axis=0), shape)
+
+
+def _rows(xp: Namespace, A: Any) -> Any:
+    """``(*, n, c) -> (N, c)``: the tokens of a batch as rows."""
+    return A if len(A.shape) == 2 else xp.reshape(A, (-1, A.shape[-1]))
 
 
 def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any,
@@ -102,11 +111,13 @@ def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any
         ``(dX, dscores, dW...)`` (no cotangent for the mask).
     """
     _check_moe(xp, X, scores, mask, weights, activation)
+    x_shape, s_shape = tuple(X.shape), tuple(scores.shape)
+    X, scores, mask, G = _rows(xp, X), _rows(xp, scores), _rows(xp, mask), _rows(xp, G)
     gates = _gates(xp, scores, mask)
     hidden, Y = _experts(xp, X, weights, activation)
     gT = xp.permute_dims(gates, (1, 0))[:, :, None]                 # (E, n, 1)
     dgates = xp.permute_dims(xp.sum(G * Y, axis=-1), (1, 0))        # (n, E)
-    dscores = softmax_vjp_from_output(xp, dgates, gates)
+    dscores = xp.reshape(softmax_vjp_from_output(xp, dgates, gates), s_shape)
     dY = gT * G                                                     # (E, n, d)
     XT = xp.matrix_transpose(X)
     if activation == "swiglu":
@@ -114,15 +125,15 @@ def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any
         A, B, H = hidden
         dW2 = xp.matmul(xp.matrix_transpose(H), dY)
         dA, dB = swiglu_vjp(xp, xp.matmul(dY, xp.matrix_transpose(W2)), A, B)
-        dX = xp.sum(xp.matmul(dA, xp.matrix_transpose(W1)) + xp.matmul(
-            dB, xp.matrix_transpose(W3)), axis=0)
+        dX = xp.reshape(xp.sum(xp.matmul(dA, xp.matrix_transpose(W1)) + xp.matmul(
+            dB, xp.matrix_transpose(W3)), axis=0), x_shape)
         return dX, dscores, xp.matmul(XT, dA), xp.matmul(XT, dB), dW2
     W_in, W_out = weights
     A, H = hidden
     _, f_vjp = _ACT[activation]
     dW_out = xp.matmul(xp.matrix_transpose(H), dY)
     (dA,) = f_vjp(xp, xp.matmul(dY, xp.matrix_transpose(W_out)), A)
-    dX = xp.sum(xp.matmul(dA, xp.matrix_transpose(W_in)), axis=0)
+    dX = xp.reshape(xp.sum(xp.matmul(dA, xp.matrix_transpose(W_in)), axis=0), x_shape)
     return dX, dscores, xp.matmul(XT, dA), dW_out
 
 
@@ -134,7 +145,7 @@ def _check_moe(xp, X, scores, mask, weights, activation) -> None:
     if len(weights) != n_w:
         raise ShapeError(f"moe: expected {n_w} expert weight arrays for {activation}, got "
                          f"{len(weights)}")
-    specs = {"X": (X, ("n", "d")), "scores": (scores, ("n", "E"))}
+    specs = {"X": (X, ("*", "n", "d")), "scores": (scores, ("*", "n", "E"))}
     if activation == "swiglu":
         specs.update({"W1": (weights[0], ("E", "d", "m")), "W3": (weights[1], ("E", "d", "m")),
                       "W2": (weights[2], ("E", "m", "d"))})
@@ -142,4 +153,7 @@ def _check_moe(xp, X, scores, mask, weights, activation) -> None:
         specs.update({"W_in": (weights[0], ("E", "d", "m")),
                       "W_out": (weights[1], ("E", "m", "d"))})
     dims = check_args("moe", xp, specs)
-    check_args("moe", xp, {"mask": (mask, ("n", "E"))}, bound=dims, floating=False)
+    check_args("moe", xp, {"mask": (mask, ("*", "n", "E"))}, bound=dims, floating=False)
+    if tuple(mask.shape) != tuple(scores.shape):
+        raise ShapeError(f"moe: argument 'mask': expected shape {tuple(scores.shape)} (the "
+                         f"shape of 'scores'), got {tuple(mask.shape)}")

@@ -1,6 +1,31 @@
-"""LayerNorm and RMSNorm over the feature axis (forward and VJP).
+r"""LayerNorm and RMSNorm over the feature axis (forward and VJP).
 
 Baggag & Saad §3.8 and §3.8.1: each token (row) is normalized on its own.
+
+**Huge and tiny norms** (``docs/guide.md``, "Inputs that break naive kernels"). The
+root mean square :math:`\sqrt{\overline{c^2} + \epsilon}` is never formed from
+:math:`c^2`: in float32, :math:`c_j^2` overflows for :math:`|c_j| \gtrsim 1.8\cdot
+10^{19}` (the output becomes :math:`0`, or ``nan``) and underflows for tiny
+:math:`c_j`. Every row is divided first by a positive scale :math:`s`
+(:meth:`~nlaverify.backends.base.Namespace.norm_scale`; :math:`s = \max(\max_j |c_j|,
+\sqrt\epsilon)` on floating backends) and :math:`\epsilon` is folded accordingly:
+
+.. math:: \sqrt{\overline{c^2} + \epsilon} = s\,\rho,\qquad
+   \rho = \sqrt{\overline{(c/s)^2} + \epsilon/s^2},\qquad
+   \frac{c}{\sqrt{\overline{c^2}+\epsilon}} = \frac{c/s}{\rho} .
+
+Then :math:`|c_j/s| \le 1` with equality for the largest entry, so
+:math:`\overline{(c/s)^2} \ge 1/d` unless the row is :math:`0`, and
+:math:`\epsilon/s^2 \le 1` (it may underflow to 0 only when it is negligible): no
+overflow, no harmful underflow, no :math:`0/0`, finite for :math:`|x| \le` half the
+largest float. The lemma ``norm_scale_invariance`` proves the identity for every
+:math:`s > 0`; the exact namespace makes :math:`s` an opaque positive symbol, so every
+proof covers every scale. **Tiny norms**: when :math:`\overline{c^2} \ll \epsilon`,
+:math:`\epsilon` dominates and the output is :math:`\gamma \odot c/\sqrt\epsilon`
+(:math:`+\beta`): correct mathematics, computed with relative accuracy down to the
+subnormal range (:math:`c/s` with :math:`s = \sqrt\epsilon`). The centering
+(:func:`_centered`) neither overflows for a huge row nor loses a constant row (which
+centers to exactly 0, so LayerNorm returns :math:`\beta`).
 """
 
 from __future__ import annotations
@@ -15,6 +40,36 @@ def _mean(xp: Namespace, x: Any, d: int) -> Any:
     return xp.sum(x, axis=-1, keepdims=True) * xp.rational(1, d)
 
 
+def _centered(xp: Namespace, x: Any, d: int) -> Any:
+    r""":math:`c = x - \mu`, :math:`\mu = \tfrac1d\sum_j x_j`, computed from the row shifted
+    by its first entry, :math:`y = x - x_1` (the shifted-data algorithm of Chan, Golub &
+    LeVeque), by the corrected two-pass mean (Björck; Higham, *Accuracy and Stability*,
+    §1.9): :math:`c^{(0)} = y - \sum_j (y_j/d)`, then :math:`c = c^{(0)} - \sum_j
+    (c^{(0)}_j/d)`.
+
+    The shift makes a constant row center to exactly 0 and, for a row :math:`M + \delta`
+    with :math:`|M| \gg |\delta|`, subtracts exactly (Sterbenz), so the error of :math:`c`
+    is :math:`O(u \max_j |c_j|)` instead of :math:`O(u \max_j |x_j|)`; dividing by
+    :math:`d` before summing keeps every partial sum below :math:`2\max_j |x_j|` (no
+    overflow of :math:`\sum_j x_j` for a huge row, whatever :math:`d`). In exact
+    arithmetic the shift and the correction cancel: the exact namespace builds the plain
+    :math:`x_i - \tfrac1d\sum_j x_j` as it evaluates the expression."""
+    y = x - x[..., 0:1]
+    c0 = y - xp.sum(y * xp.rational(1, d), axis=-1, keepdims=True)
+    return c0 - xp.sum(c0 * xp.rational(1, d), axis=-1, keepdims=True)
+
+
+def _scaled_rms(xp: Namespace, c: Any, d: int, eps: Any) -> tuple[Any, Any, Any]:
+    r"""``(h, rho, s)`` with :math:`h = c/s`, :math:`\rho = \sqrt{\overline{h^2} +
+    \epsilon/s^2}` and :math:`s` = :meth:`~nlaverify.backends.base.Namespace.norm_scale`:
+    the root mean square is :math:`s\rho` and the normalized row :math:`c/(s\rho) =
+    h/\rho` (see the module docstring)."""
+    s = xp.norm_scale(c, eps)
+    h = c / s
+    # eps/s/s: never s*s, which overflows for s > 1.8e19 in float32
+    return h, xp.sqrt(_mean(xp, h * h, d) + xp.const(eps) / s / s), s
+
+
 def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
     r"""LayerNorm (Baggag & Saad §3.8):
 
@@ -25,8 +80,8 @@ def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
     check_positive("layernorm", "eps", eps)
     d = check_args("layernorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                      "beta": (beta, ("d",))})["d"]
-    c = x - _mean(xp, x, d)
-    return gamma * (c / xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))) + beta
+    h, rho, _ = _scaled_rms(xp, _centered(xp, x, d), d, eps)
+    return gamma * (h / rho) + beta
 
 
 def layernorm_vjp(
@@ -47,11 +102,10 @@ def layernorm_vjp(
     check_positive("layernorm_vjp", "eps", eps)
     d = check_args("layernorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                          "beta": (beta, ("d",)), "G": (G, ("*", "d"))})["d"]
-    c = x - _mean(xp, x, d)
-    sigma = xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))
-    xhat = c / sigma
+    h, rho, s = _scaled_rms(xp, _centered(xp, x, d), d, eps)
+    xhat = h / rho
     gx = G * gamma
-    dx = (gx - _mean(xp, gx, d) - xhat * _mean(xp, gx * xhat, d)) / sigma
+    dx = (gx - _mean(xp, gx, d) - xhat * _mean(xp, gx * xhat, d)) / rho / s
     rows_G, rows_xhat = xp.reshape(G, (-1, d)), xp.reshape(xhat, (-1, d))
     return dx, xp.sum(rows_G * rows_xhat, axis=0), xp.sum(rows_G, axis=0)
 
@@ -64,13 +118,12 @@ def layernorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     """
     check_positive("layernorm_jacobian", "eps", eps)
     d = check_args("layernorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
-    c = x - _mean(xp, x, d)
-    sigma = xp.sqrt(_mean(xp, c * c, d) + xp.const(eps))
-    xhat = xp.reshape(c / sigma, (-1, 1))
+    h, rho, s = _scaled_rms(xp, _centered(xp, x, d), d, eps)
+    xhat = xp.reshape(h / rho, (-1, 1))
     eye = xp.one_hot(xp.arange(d), d, x.dtype)
     inner = eye - xp.rational(1, d) - xp.matmul(xhat, xp.matrix_transpose(xhat)) * xp.rational(
         1, d)
-    return xp.reshape(gamma, (-1, 1)) * inner / sigma
+    return xp.reshape(gamma, (-1, 1)) * inner / rho / s
 
 
 def rmsnorm(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
@@ -79,7 +132,8 @@ def rmsnorm(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     """
     check_positive("rmsnorm", "eps", eps)
     d = check_args("rmsnorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",))})["d"]
-    return gamma * (x / xp.sqrt(_mean(xp, x * x, d) + xp.const(eps)))
+    h, rho, _ = _scaled_rms(xp, x, d, eps)
+    return gamma * (h / rho)
 
 
 def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[Any, Any]:
@@ -92,10 +146,10 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     check_positive("rmsnorm_vjp", "eps", eps)
     d = check_args("rmsnorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                        "G": (G, ("*", "d"))})["d"]
-    r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
-    xhat = x / r
+    h, rho, s = _scaled_rms(xp, x, d, eps)
+    xhat = h / rho
     gx = G * gamma
-    dx = (gx - xhat * _mean(xp, gx * xhat, d)) / r
+    dx = (gx - xhat * _mean(xp, gx * xhat, d)) / rho / s
     return dx, xp.sum(xp.reshape(G, (-1, d)) * xp.reshape(xhat, (-1, d)), axis=0)
 
 
@@ -104,8 +158,8 @@ def rmsnorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     :math:`J = \frac1r\operatorname{diag}(\gamma)(I - \tfrac1d \hat x\hat x^\top)`."""
     check_positive("rmsnorm_jacobian", "eps", eps)
     d = check_args("rmsnorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
-    r = xp.sqrt(_mean(xp, x * x, d) + xp.const(eps))
-    xhat = xp.reshape(x / r, (-1, 1))
+    h, rho, s = _scaled_rms(xp, x, d, eps)
+    xhat = xp.reshape(h / rho, (-1, 1))
     eye = xp.one_hot(xp.arange(d), d, x.dtype)
     inner = eye - xp.matmul(xhat, xp.matrix_transpose(xhat)) * xp.rational(1, d)
-    return xp.reshape(gamma, (-1, 1)) * inner / r
+    return xp.reshape(gamma, (-1, 1)) * inner / rho / s

@@ -43,6 +43,9 @@ class Arg:
     name: str
     dims: tuple[str | int, ...]
     kind: ArgKind = "real"
+    #: for ``kind="tokens"``: the id meaning "no target here" (padding), which proofs and
+    #: strategies then use at some positions (see :func:`with_ignored`)
+    ignore: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,16 @@ def fixed_routing_mask(n: int, n_experts: int) -> Any:
                      for t in range(n)])
 
 
+def with_ignored(tokens: Any, ignore: int) -> Any:
+    r"""Proof and test targets with padding: position :math:`i \equiv 1 \pmod 3` of the last
+    axis set to ``ignore`` (position 0 always keeps a real target)."""
+    import numpy as np
+
+    out = np.array(tokens, dtype=np.int64, copy=True)
+    out[..., 1::3] = ignore
+    return out
+
+
 def _even(key: str) -> Callable[[dict[str, int]], dict[str, int]]:
     return lambda s: {**s, key: 2 * max(1, s[key] // 2)}
 
@@ -138,7 +151,9 @@ def _spec(name, fwd, vjp, args, seed, stmt, proof, ranges, **kw) -> OpSpec:
     return OpSpec(name, fwd, vjp, tuple(args), seed, stmt, proof, ranges, **kw)
 
 
-R = Arg
+def R(name: str, dims: tuple[str | int, ...], kind: ArgKind = "real",
+      ignore: int | None = None) -> Arg:
+    return Arg(name, dims, kind, ignore)
 _NUM = (1, 4)
 
 OPS: dict[str, OpSpec] = {s.name: s for s in [
@@ -283,9 +298,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.12.2", r"\text{piecewise constant: no cotangent (routing fixed)}",
           {"n": 2, "E": 3}, {"n": _NUM, "E": (2, 4)}, static={"top_k": 2}),
     _spec("cross_entropy", loss.cross_entropy, loss.cross_entropy_vjp,
-          [R("Z", ("n", "V")), R("targets", ("n",), "tokens")],
-          "Baggag & Saad §3.1, §3.13.1", r"\bar Z = \tfrac{g}{n}(P - Y)",
-          {"n": 2, "V": 3}, {"n": _NUM, "V": (2, 6)}),
+          [R("Z", ("n", "V")), R("targets", ("n",), "tokens", ignore=loss.IGNORE_INDEX)],
+          "Baggag & Saad §3.1, §3.13.1",
+          r"L = -\tfrac1N\textstyle\sum_{i:\,t_i\neq\varnothing}\log p_{i,t_i},\ "
+          r"\bar Z_i = \tfrac{g}{N}\,\mathbb 1[t_i\neq\varnothing]\,(p_i - y_i),\ "
+          r"N = \#\{i: t_i \neq \varnothing\}",
+          {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)}),
 ]}
 
 

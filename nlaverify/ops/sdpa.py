@@ -70,24 +70,33 @@ def attention_vjp(
     return dQ, dK, dV
 
 
+def _swap_last_but_one(ndim: int) -> tuple[int, ...]:
+    """Axes that swap the two axes before the last: ``(*, a, b, c) -> (*, b, a, c)``."""
+    return (*range(ndim - 3), ndim - 2, ndim - 3, ndim - 1)
+
+
 def split_heads(xp: Namespace, X: Any, n_heads: int) -> Any:
-    r"""``(n, h d_h) -> (h, n, d_h)``: column block :math:`k` becomes head :math:`k`
-    (Baggag & Saad §3.5.1, headwise projections)."""
+    r"""``(*, n, h d_h) -> (*, h, n, d_h)``: column block :math:`k` becomes head :math:`k`
+    (Baggag & Saad §3.5.1, headwise projections); ``*`` is a batch of sequences."""
     check_positive("split_heads", "n_heads", n_heads)
-    dims = check_args("split_heads", xp, {"X": (X, ("n", "hd"))})
+    dims = check_args("split_heads", xp, {"X": (X, ("*", "n", "hd"))})
     if dims["hd"] % n_heads:
         from nlaverify.errors import ShapeError
 
         raise ShapeError(f"split_heads: argument 'X': expected a last dimension divisible by "
                          f"n_heads={n_heads}, got {dims['hd']}")
     d_h = dims["hd"] // n_heads
-    return xp.permute_dims(xp.reshape(X, (dims["n"], n_heads, d_h)), (1, 0, 2))
+    lead = tuple(X.shape[:-2])
+    heads = xp.reshape(X, (*lead, dims["n"], n_heads, d_h))
+    return xp.permute_dims(heads, _swap_last_but_one(len(lead) + 3))
 
 
 def merge_heads(xp: Namespace, X: Any) -> Any:
-    r"""``(h, n, d_h) -> (n, h d_h)``, the concatenation of Baggag & Saad §3.5.2."""
-    dims = check_args("merge_heads", xp, {"X": (X, ("h", "n", "d_h"))})
-    return xp.reshape(xp.permute_dims(X, (1, 0, 2)), (dims["n"], dims["h"] * dims["d_h"]))
+    r"""``(*, h, n, d_h) -> (*, n, h d_h)``, the concatenation of Baggag & Saad §3.5.2."""
+    dims = check_args("merge_heads", xp, {"X": (X, ("*", "h", "n", "d_h"))})
+    lead = tuple(X.shape[:-3])
+    return xp.reshape(xp.permute_dims(X, _swap_last_but_one(len(lead) + 3)),
+                      (*lead, dims["n"], dims["h"] * dims["d_h"]))
 
 
 def split_heads_vjp(xp: Namespace, G: Any, X: Any, n_heads: int) -> tuple[Any]:
@@ -98,7 +107,7 @@ def split_heads_vjp(xp: Namespace, G: Any, X: Any, n_heads: int) -> tuple[Any]:
 
 def merge_heads_vjp(xp: Namespace, G: Any, X: Any) -> tuple[Any]:
     r"""VJP of :func:`merge_heads`: :func:`split_heads` of the cotangent."""
-    return (split_heads(xp, G, X.shape[0]),)
+    return (split_heads(xp, G, X.shape[-3]),)
 
 
 def multihead_attention(
@@ -148,23 +157,24 @@ def repeat_kv(xp: Namespace, X: Any, n_rep: int) -> Any:
     :math:`k` reads key/value head :math:`\lfloor k / n_{\text{rep}}\rfloor`
     (Baggag & Saad §3.11.2; Ainslie et al.)."""
     check_positive("repeat_kv", "n_rep", n_rep)
-    dims = check_args("repeat_kv", xp, {"X": (X, ("h_kv", "n", "d"))})
+    dims = check_args("repeat_kv", xp, {"X": (X, ("*", "h_kv", "n", "d"))})
     if n_rep == 1:
         return X
     idx = xp.asarray([k // n_rep for k in range(dims["h_kv"] * n_rep)]) if not \
         xp.object_arrays else [k // n_rep for k in range(dims["h_kv"] * n_rep)]
-    return xp.take(X, idx, axis=0)
+    return xp.take(X, idx, axis=len(X.shape) - 3)
 
 
 def repeat_kv_vjp(xp: Namespace, G: Any, X: Any, n_rep: int) -> tuple[Any]:
     r"""VJP of :func:`repeat_kv`: each shared head receives the sum of the cotangents of
     the :math:`n_{\text{rep}}` query heads that read it."""
     check_positive("repeat_kv_vjp", "n_rep", n_rep)
-    dims = check_args("repeat_kv", xp, {"X": (X, ("h_kv", "n", "d"))})
-    dims = check_args("repeat_kv_vjp", xp, {"X": (X, ("h_kv", "n", "d")),
-                                            "G": (G, ("h", "n", "d"))},
+    dims = check_args("repeat_kv", xp, {"X": (X, ("*", "h_kv", "n", "d"))})
+    dims = check_args("repeat_kv_vjp", xp, {"X": (X, ("*", "h_kv", "n", "d")),
+                                            "G": (G, ("*", "h", "n", "d"))},
                       bound={"h": dims["h_kv"] * n_rep})
     if n_rep == 1:
         return (G,)
-    grouped = xp.reshape(G, (dims["h_kv"], n_rep, dims["n"], dims["d"]))
-    return (xp.sum(grouped, axis=1),)
+    lead = tuple(G.shape[:-3])
+    grouped = xp.reshape(G, (*lead, dims["h_kv"], n_rep, dims["n"], dims["d"]))
+    return (xp.sum(grouped, axis=len(lead) + 1),)
