@@ -28,11 +28,22 @@ from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zo
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # nlaverify.precision is imported on first use, so that ``python -m
+    # nlaverify.precision`` does not find itself already imported by the package
+    if name in ("PrecisionReport", "verify_precision"):
+        from nlaverify import precision
+
+        return getattr(precision, name)
+    raise AttributeError(f"module 'nlaverify' has no attribute {name!r}")
+
 __all__ = [
     "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS", "ZOO", "ArgumentError", "ConfigError",
-    "DTypeError", "NonFiniteError", "ParameterCounts", "ShapeError", "Tolerance",
+    "DTypeError", "NonFiniteError", "ParameterCounts", "PrecisionReport", "ShapeError",
+    "Tolerance",
     "TransformerConfig", "UnknownNameError", "__version__", "available_backends", "backprop",
     "build_mlp", "build_transformer", "check_field_effects", "evaluate", "field_effect",
     "get_identity", "get_namespace", "load_catalogue", "parameter_counts", "preset",
-    "preset_mismatches", "tolerance", "verify_zoo", "zoo_coverage",
+    "preset_mismatches", "tolerance", "verify_precision", "verify_zoo", "zoo_coverage",
 ]

@@ -47,7 +47,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from nlaverify.zoo import run_zoo_command
 
         return run_zoo_command(backends, seed=args.seed, n=args.seq_len, digits=args.digits,
-                               as_json=args.json)
+                               batch=args.batch, as_json=args.json)
     if args.preset and args.dtype != "float64":
         from nlaverify.precision import precision_command
 

@@ -43,6 +43,11 @@ Bound, per node: :func:`nlaverify.tolerance.tolerance` with
   to rounding (the cotangent of the key bias: softmax is invariant to a shift of a row
   of scores) gets :math:`\kappa \gg 1/u` and a bound above 1: no digit of it is
   meaningful, and the report counts it apart instead of failing.
+* a branch: ReLU's VJP :math:`g \odot \mathbb 1[x > 0]` jumps by :math:`|g_i|` when
+  the sign of an :math:`x_i` within its error bound differs from the reference's; the
+  largest such jump is added to the cotangent's bound (as the stages it is worth, so
+  the nodes upstream inherit it). Routing flips of mixture-of-experts (``topk_mask``)
+  are not modelled.
 
 Matmul precision on GPUs: JAX runs float32 matmuls in TF32 by default there. The JAX
 run is pinned to ``jax.default_matmul_precision("highest")`` (full float32 products);
@@ -103,6 +108,8 @@ MATMUL_OPS = frozenset({"affine", "linear", "unembed_tied", "attention", "causal
                         "multihead_attention", "moe", "moe_swiglu", "embed"})
 #: ops computing a sum of their arguments: their errors add in variance
 SUM_OPS = frozenset({"residual_add", "add_learned_positions"})
+#: ops whose VJP branches on the sign of an input (argument position): not continuous
+BRANCHING_VJP = {"relu": 0}
 
 _EPS = 2.0**-20  # relative perturbation of the condition estimate (float64 at the reference)
 _SAMPLES = 2
@@ -288,6 +295,10 @@ def node_bounds(
                        or (k_b > 0 and graph.nodes[c]["op"] in MATMUL_OPS))
         DC[v] = _weighted(terms) + (1.0 if len(terms) > 1 else 0.0)
         KC[v], mmc[v] = max(ks), any(mms)
+        beta = _branch_error(graph, v, consumers, vals, cots, {
+            w: tol(K[w], D[w], kappa[w], mm[w]).rtol for w in D if D[w] > 0})
+        if beta > 0.0:  # as many stages as the branch error is worth
+            DC[v] += (beta / (kc[v] * tol(KC[v], 1.0, 1.0, mmc[v]).rtol)) ** 2
     out: dict[str, NodeBound] = {}
     for v in order:
         if v not in real:
@@ -300,6 +311,31 @@ def node_bounds(
                 0.0, "exact: the seed of back-propagation")
         out[v] = NodeBound(vt, D[v], kappa[v], ct, DC.get(v), kc.get(v))
     return out
+
+
+def _branch_error(graph, v, consumers, vals, cots, value_rtol) -> float:
+    r"""The error a branch decided within the error band can put in :math:`\bar v`.
+
+    ReLU's VJP sends :math:`g_i\,\mathbb 1[x_i > 0]`: where :math:`|x_i|` is within the
+    bound of :math:`x`'s error the sign, hence the entry, may differ from the reference
+    by :math:`|g_i|`, a jump no linearization sees (bfloat16 through Post-LN ReLU blocks
+    meets it). Returns the largest such :math:`|g_i|` relative to :math:`\max|\bar v|`.
+    """
+    scale = 0.0
+    worst = 0.0
+    for c in consumers:
+        pos = BRANCHING_VJP.get(graph.nodes[c].get("op"))
+        if pos is None:
+            continue
+        x = _arguments(graph, c)[pos]
+        if x != v or x not in value_rtol:
+            continue
+        band = value_rtol[x] * _maxabs(vals[x])
+        undecided = np.abs(vals[x]) <= band
+        if np.any(undecided):
+            worst = max(worst, float(np.max(np.abs(cots[c])[undecided])))
+        scale = _maxabs(cots[v]) if v in cots else 0.0
+    return worst / scale if scale > 0 else 0.0
 
 
 def _weighted(terms: list[tuple[float, float]]) -> float:
@@ -488,9 +524,9 @@ class PrecisionReport:
 
 def _np_dtype(dtype: str) -> Any:
     if dtype == "bfloat16":
-        import ml_dtypes
+        import jax.numpy as jnp
 
-        return ml_dtypes.bfloat16
+        return jnp.bfloat16  # ml_dtypes' bfloat16, a NumPy dtype
     return np.dtype(dtype)
 
 
@@ -874,13 +910,15 @@ def draw_figure(reports: Mapping[str, PrecisionReport], path: str) -> None:
                 worst = rep.summary()[what]["worst_ratio"]
                 notes.append(f"{dt}: error/bound median {med:.1e}, worst {worst:.1e}")
             ax.set_yscale("log")
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, hi * 40)  # room for the notes above the bfloat16 bounds
             ax.grid(True, which="major", alpha=0.3)
             n_p = reports[f"{p}/{dtypes[0]}"].n
             ax.set_title(f"{p} (n={n_p}): {what}s", fontsize=10)
             ax.set_xlabel("node depth (longest path from the inputs)" if what == "value" else
                           "node height (longest path to the loss: back-propagation depth)")
-            ax.text(0.02, 0.03, "\n".join(notes), transform=ax.transAxes, fontsize=7,
-                    va="bottom", ha="left",
+            ax.text(0.02, 0.97, "\n".join(notes), transform=ax.transAxes, fontsize=7,
+                    va="top", ha="left",
                     bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
             if j == 0:
                 ax.set_ylabel(f"normwise relative error of the {what}")

@@ -6,18 +6,20 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: named :class:`~nlaverify.config.TransformerConfig`\ s in which every
-  field takes a non-default value at least once (:func:`zoo_coverage` checks it),
-  with values chosen so that each field's effect is far above the rounding error:
-  grouped-query attention with several key/value heads *and* :math:`n_{\text{rep}} = 2`
-  (with one key/value head, reading head :math:`k \bmod h_{kv}` instead of
-  :math:`\lfloor k/n_{\text{rep}}\rfloor` is invisible), mixtures of ReLU, GELU and
-  SwiGLU experts with :math:`k = 1` and :math:`k = 2` of :math:`E \ge 3`, every position
-  scheme, each norm before and after the sublayer (Baggag & Saad §3.8-3.9),
-  :math:`\epsilon` of 0.1-0.5 (a norm that ignores it is off by tens of percent), RoPE
-  base 7 (frequencies :math:`7^{-2i/d_h}`, far from :math:`10^{4\cdot(-2i/d_h)}`,
-  Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied embeddings, no final norm,
-  bidirectional attention, biases on and off, :math:`d_h \ne d/h`;
+* :data:`ZOO`: six named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+  field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
+  every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
+  learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
+  after the sublayer, Baggag & Saad §3.8-3.9), with values chosen so that each field's
+  effect is far above the rounding error: grouped-query attention with several
+  key/value heads *and* :math:`n_{\text{rep}} = 2` (with one key/value head, reading
+  head :math:`k \bmod h_{kv}` instead of :math:`\lfloor k/n_{\text{rep}}\rfloor` is
+  invisible), :math:`k = 1` and :math:`k = 2` of :math:`E \ge 3` experts,
+  :math:`\epsilon` of 0.1-0.5 against activations of unit variance (a norm that ignores
+  it is off by 5-20 %), RoPE base 7 (frequencies :math:`7^{-2i/d_h}` against
+  :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
+  embeddings, no final norm, bidirectional attention, biases on and off,
+  :math:`d_h \ne d/h`;
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
   differing in that field only (:data:`EFFECT_PAIRS`) must give graph losses (and logits)
@@ -171,21 +173,24 @@ def uncovered_fields(zoo: Sequence[TransformerConfig] = ZOO) -> list[str]:
 
 def verify_zoo(backends: Sequence[str] = ("numpy", "jax"),
                configs: Sequence[TransformerConfig] | None = None, *, seed: int = 0, n: int = 6,
-               digits: int = 30, on_report: Callable[[Any], None] | None = None) -> list[Any]:
+               digits: int = 30, batch: int | None = None,
+               on_report: Callable[[Any], None] | None = None) -> list[Any]:
     """:func:`~nlaverify.pipeline.verify_pipeline` (graph node by node on each backend
     against JAX autodiff; lowered jit and independent model end to end) on every member
-    of the zoo (or of ``configs``), with ``n`` capped at each member's context.
-    ``on_report`` sees each report as it is made.
+    of the zoo (or of ``configs``), with ``n`` capped at each member's context and, when
+    ``batch`` is given, that many right-padded sequences. ``on_report`` sees each report
+    as it is made.
 
     Returns:
         the :class:`~nlaverify.pipeline.PipelineReport`\\ s, in zoo order.
     """
     from nlaverify.pipeline import verify_pipeline
 
+    extra = {} if batch is None else {"batch": batch}
     reports = []
     for cfg in ZOO if configs is None else configs:
         rep = verify_pipeline(cfg, tuple(backends), seed=seed, n=min(n, cfg.context),
-                              digits=digits)
+                              digits=digits, **extra)
         if on_report is not None:
             on_report(rep)
         reports.append(rep)
@@ -193,7 +198,7 @@ def verify_zoo(backends: Sequence[str] = ("numpy", "jax"),
 
 
 def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digits: int = 30,
-                    as_json: bool = False) -> int:
+                    batch: int | None = None, as_json: bool = False) -> int:
     """``nlaverify verify --zoo``: one line per member as it finishes (or, with ``as_json``,
     one JSON document at the end), then ``zoo: N passed, N failed``. Returns the exit
     status: 0 when every member passes, else 1. An unknown backend raises
@@ -208,8 +213,9 @@ def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digit
     if unknown:
         raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
                                f"{', '.join(sorted(known))}")
-    reports = verify_zoo(backends, seed=seed, n=n, digits=digits, on_report=None if as_json
-                         else lambda r: print(format_zoo_line(r), flush=True))
+    reports = verify_zoo(backends, seed=seed, n=n, digits=digits, batch=batch,
+                         on_report=None if as_json else
+                         lambda r: print(format_zoo_line(r), flush=True))
     passed = sum(r.ok for r in reports)
     if as_json:
         json.dump({"ok": passed == len(reports), "passed": passed,
@@ -226,7 +232,7 @@ def format_zoo_line(report: Any) -> str:
     ratios = [c.worst() for c in report.comparisons] + [e / b for _, _, e, b in
                                                        report.end_to_end]
     checks = len(report.comparisons) + len(report.end_to_end)
-    line = (f"zoo {report.config.name:<22} {'ok' if report.ok else 'FAIL':<4} "
+    line = (f"zoo {report.config.name:<26} {'ok' if report.ok else 'FAIL':<4} "
             f"worst error/bound {max(ratios, default=0.0):.2e} over {checks} checks")
     if report.ok:
         return line

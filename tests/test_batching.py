@@ -60,7 +60,7 @@ def test_batched_loss_is_the_mean_over_non_ignored_targets() -> None:
 def test_all_ignored_targets_are_an_error() -> None:
     from nlaverify.errors import ShapeError
 
-    with pytest.raises(ShapeError, match="targets.*at least one target"):
+    with pytest.raises(ShapeError, match=r"targets.*at least one target"):
         loss.cross_entropy(get_namespace("numpy"), np.zeros((1, 2, 3)),
                            np.full((1, 2), IGNORE_INDEX))
 

@@ -12,6 +12,7 @@ import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nlaverify.backends import get_namespace
 from nlaverify.cli import main
@@ -35,11 +36,13 @@ from nlaverify.tolerance import tolerance
 
 # each example compiles two jitted functions: keep CI to a handful, nightly to many
 @settings(max_examples=8 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 100)
-@given(transformer_configs())
-def test_every_subject_agrees_on_random_configs(cfg: TransformerConfig) -> None:
+@given(transformer_configs(), st.sampled_from([None, 1, 3]))
+def test_every_subject_agrees_on_random_configs(cfg: TransformerConfig, batch) -> None:
     # graph on NumPy, JAX and mpmath (hand-derived VJPs, node by node) against JAX autodiff;
-    # the lowered jit and the independent JAX model on loss, logits and every gradient
-    report = verify_pipeline(cfg, ("numpy", "jax", "mpmath"), seed=1, n=5, digits=30)
+    # the lowered jit and the independent JAX model on loss, logits and every gradient;
+    # one sequence, or a right-padded batch
+    report = verify_pipeline(cfg, ("numpy", "jax", "mpmath"), seed=1, n=5, digits=30,
+                             batch=batch)
     assert report.ok, format_report(report, per_node=False)
     assert len(report.end_to_end) == 6
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from nlaverify.backends.base import BackendUnavailable, Namespace
 
 
@@ -31,7 +33,9 @@ class ArrayAPINamespace(Namespace):
         return self._xp.asarray(x, dtype=dtype, **kwargs)
 
     def const(self, v: Any) -> Any:
-        return v
+        # a NumPy scalar (np.float64(1e-5)) would promote float32/bfloat16 arrays: hand the
+        # ops a Python number, which takes the array's dtype (array API promotion rules)
+        return v.item() if isinstance(v, np.generic) else v
 
     def rational(self, p: int, q: int = 1) -> float:
         return p / q

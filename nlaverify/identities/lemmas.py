@@ -142,8 +142,9 @@ def _sigmoid_branches() -> Proof:
              "to a single branch, again exactly $1/(1+e^{-x})$ and $1/(1+e^{x})$. In floating "
              "point the exponent of $e = e^{-|x|}$ is never positive, so neither branch "
              "overflows, and $\\sigma(x) = e/(1+e)$ keeps its relative accuracy for "
-             "$x \\ll 0$ (the tanh form $\\tfrac12(1+\\tanh(x/2))$ cancels to $0$ for float32 "
-             "$x \\lesssim -17$)."),
+             "$x \\ll 0$ (in float32 the tanh form $\\tfrac12(1+\\tanh(x/2))$ has lost all "
+             "relative accuracy at $x \\approx -17$; below, it returns $2^{-25}$ or $0$, "
+             "depending on the backend's $\\tanh$)."),
     ))
 
 

@@ -36,19 +36,23 @@ def _sigmoid_pair(xp: Namespace, x: Any) -> tuple[Any, Any]:
     ulps *relative* for every finite :math:`x` (Baggag & Saad §3.7.3).
 
     With :math:`e = e^{-|x|} \in (0, 1]`, computed as ``exp(where(x > 0, -x, x))`` so that
-    the exponent is never positive (``where`` evaluates both branches; ``abs`` would do
-    as well, but JAX differentiates ``abs`` at 0 as 0),
+    the exponent is never positive (``where`` evaluates both branches; ``-abs(x)`` would
+    give the same values, but JAX differentiates :math:`|x|` at 0 as :math:`+1`, the
+    slope of the other branch, and autodiff of the forward would get
+    :math:`\sigma'(0)` wrong),
 
     .. math:: \sigma(|x|) = \frac{1}{1+e},\qquad \sigma(-|x|) = \frac{e}{1+e},
 
     and the sign of :math:`x` picks which is :math:`\sigma(x)`. Nothing overflows, and
     :math:`\sigma(x)` for :math:`x \ll 0` is :math:`e/(1+e)`: relative accuracy down to
-    the underflow threshold, where :math:`\tfrac12(1+\tanh(x/2))` cancels to 0 already
-    for float32 :math:`x \lesssim -17`. The complement :math:`\sigma(-x)` is taken from
-    the same two values, never as :math:`1 - \sigma(x)` (which cancels for :math:`x \gg
-    0`). The lemma ``sigmoid_stable_branches`` proves that each branch equals
-    :math:`1/(1+e^{-x})` (resp. :math:`1/(1+e^{x})`) exactly; on the exact namespace the
-    ``where`` becomes a ``Piecewise``.
+    the underflow threshold, whereas in float32 :math:`\tfrac12(1+\tanh(x/2))` has lost
+    all relative accuracy at :math:`x \approx -17` (below, it returns :math:`2^{-25}` or
+    0, depending on the backend's ``tanh``, while :math:`\sigma(x) \to 0`). The
+    complement :math:`\sigma(-x)` is taken from the same two values, never as
+    :math:`1 - \sigma(x)` (which cancels for :math:`x \gg 0`). The lemma
+    ``sigmoid_stable_branches`` proves that each branch equals :math:`1/(1+e^{-x})`
+    (resp. :math:`1/(1+e^{x})`) exactly; on the exact namespace the ``where`` becomes a
+    ``Piecewise``.
     """
     pos = xp.greater(x, 0)
     e = xp.exp(xp.where(pos, -x, x))

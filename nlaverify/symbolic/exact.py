@@ -242,7 +242,8 @@ def _deadline(seconds: float | None) -> Iterator[_Timer]:
             timer.fired = True
             raise _Timeout
 
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    # ``None``: a handler installed from C, which Python cannot reinstate; use the default
+    old_handler = signal.signal(signal.SIGALRM, on_alarm) or signal.SIG_DFL
     start = time.monotonic()
     timer.active = True
     old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 0.1)
