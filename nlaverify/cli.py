@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from nlaverify.errors import NlaverifyError, UnknownNameError
+from nlaverify import jsonout
+from nlaverify.errors import ArgumentError, NlaverifyError, UnknownNameError
 
 
 def _cmd_derive(args: argparse.Namespace) -> int:
@@ -29,8 +29,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
              "status": index.get(i, {}).get("verdict", "not derived")}
             for i, x in catalogue.items()]
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
-        print()
+        jsonout.dump(rows)
         return 0
     width = max(len(r["id"]) for r in rows)
     for r in rows:
@@ -42,7 +41,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from nlaverify.crosscheck import format_summary, run_crosscheck
 
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    backends = list(dict.fromkeys(b.strip() for b in args.backends.split(",") if b.strip()))
+    _check_verify_args(args, backends)
+    if args.seq_len is None:
+        args.seq_len = 6
     if args.zoo:
         from nlaverify.zoo import run_zoo_command
 
@@ -52,31 +54,45 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from nlaverify.precision import precision_command
 
         return precision_command(args.preset, args.dtype, backends, seed=args.seed,
-                                 n=args.seq_len, as_json=args.json)
+                                 n=args.seq_len, as_json=args.json, batch=args.batch)
     if args.preset:
         from nlaverify.config import preset
         from nlaverify.pipeline import format_report, verify_pipeline
 
-        known = ("numpy", "jax", "mpmath", "cupy", "strict")
-        unknown = [b for b in backends if b not in known]
-        if unknown:
-            raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
-                                   f"{', '.join(sorted(known))}")
         rep = verify_pipeline(preset(args.preset), backends, seed=args.seed, n=args.seq_len,
                               digits=args.digits, batch=args.batch)
         if args.json:
-            json.dump(rep.as_dict(), sys.stdout, indent=2)
-            print()
+            jsonout.dump(rep.as_dict())
         else:
             print(format_report(rep))
         return 0 if rep.ok else 1
     report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits)
     if args.json:
-        json.dump(report.as_dict(), sys.stdout, indent=2)
-        print()
+        jsonout.dump(report.as_dict())
     else:
         print(format_summary(report))
     return 0 if report.ok else 1
+
+
+def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
+    """Backends known and at least one; no option that the chosen mode would ignore."""
+    known = ("numpy", "jax", "mpmath", "cupy", "strict")
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
+                               f"{', '.join(sorted(known))}")
+    if not backends:
+        raise ArgumentError("verify: --backends: expected at least one backend, got none")
+    if args.zoo and (args.preset or args.dtype != "float64"):
+        raise ArgumentError("verify: --zoo runs its own configs in float64: drop --preset and "
+                            "--dtype")
+    if not (args.zoo or args.preset):
+        given = [f for f, v in (("--dtype", args.dtype != "float64"),
+                                ("--seq-len", args.seq_len is not None),
+                                ("--batch", args.batch is not None)) if v]
+        if given:
+            raise ArgumentError(f"verify: {given[0]} applies to --preset or --zoo (the op "
+                                "cross-check runs one seeded case per op)")
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
@@ -86,9 +102,7 @@ def _cmd_params(args: argparse.Namespace) -> int:
     cfg = preset(args.preset)
     counts = parameter_counts(build_transformer(cfg))
     if args.json:
-        json.dump({"preset": args.preset, "config": cfg.as_dict(), **counts.as_dict()},
-                  sys.stdout, indent=2)
-        print()
+        jsonout.dump({"preset": args.preset, "config": cfg.as_dict(), **counts.as_dict()})
         return 0
     width = max(len(k) for k in counts.by_component)
     for k, v in counts.by_component.items():
@@ -155,8 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--zoo", action="store_true",
                    help="verify every model of the zoo (nlaverify.zoo: every config field "
                         "exercised) node by node; one line each, then 'zoo: N passed, N failed'")
-    v.add_argument("--seq-len", type=_bounded_int(1), default=6,
-                   help="sequence length for --preset (1 .. the preset's context)")
+    v.add_argument("--seq-len", type=_bounded_int(1), default=None,
+                   help="sequence length for --preset or --zoo (1 .. the preset's context; "
+                        "default 6)")
     v.add_argument("--batch", type=_bounded_int(1), default=None,
                    help="for --preset: this many right-padded sequences (default: one, unbatched)")
     v.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64",

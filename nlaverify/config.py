@@ -57,6 +57,7 @@ class TransformerConfig:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
+        self._check_types()
         for f in ("vocab_size", "d_model", "n_heads", "n_blocks", "d_mlp", "context"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -96,6 +97,26 @@ class TransformerConfig:
                               f"{self.temperature}")
         if not self.norm_eps > 0:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
+
+    def _check_types(self) -> None:
+        """Booleans are booleans, integers integers (not bools), reals finite numbers."""
+        import math
+
+        for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal"):
+            if not isinstance(getattr(self, f), bool):
+                raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
+                                  f"{getattr(self, f)!r}")
+        for f in ("n_kv_heads", "d_head", "n_experts", "top_k", "rope_base"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise ConfigError(f"TransformerConfig.{f}: expected an integer, got {v!r}")
+        for f in ("temperature", "norm_eps"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ConfigError(f"TransformerConfig.{f}: expected a finite number, got {v!r}")
+        if self.rope_base < 2:
+            raise ConfigError(f"TransformerConfig.rope_base: expected an integer >= 2 (the base "
+                              f"of the RoPE frequencies b^(-2i/d_h)), got {self.rope_base}")
 
     @property
     def n_rep(self) -> int:

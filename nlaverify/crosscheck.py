@@ -49,7 +49,9 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.rows if r.skipped is None)
+        """Every check that ran passed, and at least one ran (an empty run proves nothing)."""
+        ran = [r for r in self.rows if r.skipped is None]
+        return bool(ran) and all(r.ok for r in ran)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "rows": [asdict(r) for r in self.rows]}
@@ -239,9 +241,20 @@ def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: i
 
             raise UnknownNameError(f"verify: unknown backend {b!r}: expected some of "
                                    f"{', '.join(sorted(known))}")
+    if not set(backends) - {"numpy"}:
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"verify: --backends {','.join(backends) or '(none)'} compares "
+                            "nothing: the NumPy VJP is always the subject; add a reference "
+                            "(jax, mpmath) or a device (cupy, strict)")
     report = Report()
     for name in ops or [k for k, s in OPS.items() if s.differentiable]:
-        report.rows += check_case(default_case(OPS[name], seed), backends, digits)
+        try:
+            case = default_case(OPS[name], seed)
+        except Exception as exc:  # a forward that raises fails its op's row; the run goes on
+            report.rows.append(_failed_row(name, "case construction (numpy forward)", exc))
+            continue
+        report.rows += check_case(case, tuple(dict.fromkeys(backends)), digits)
     return report
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from nlaverify.backends.host import to_host
 from nlaverify.config import TransformerConfig
 from nlaverify.errors import ShapeError
 
@@ -58,7 +59,7 @@ def generate_from_graph(graph: nx.DiGraph, params: Mapping[str, np.ndarray],
     def last(tokens: np.ndarray) -> np.ndarray:
         inputs = graph_inputs(graph, xp, params, {"tokens": tokens}, "float64")
         z = evaluate(graph, xp, inputs, outputs=[out])[out]
-        return np.asarray(z.get() if hasattr(z, "get") else z)[-1]
+        return to_host(z)[-1]
 
     return _generate(last, prompt, steps, temperature, seed, cfg.context)
 
@@ -72,5 +73,5 @@ def generate_from_model(config: TransformerConfig, params: Mapping[str, Any],
     from nlaverify.models.jax_transformer import logits
 
     jp = {k: jnp.asarray(v) for k, v in params.items()}
-    return _generate(lambda t: np.asarray(logits(jp, jnp.asarray(t), config))[-1], prompt,
+    return _generate(lambda t: to_host(logits(jp, jnp.asarray(t), config))[-1], prompt,
                      steps, temperature, seed, config.context)

@@ -17,7 +17,6 @@ import numpy as np
 
 from nlaverify.backends import BackendUnavailable, to_float64
 from nlaverify.config import TransformerConfig
-from nlaverify.errors import ArgumentError
 from nlaverify.graph.build import build_transformer
 from nlaverify.graph.compare import (
     GraphComparison,
@@ -25,7 +24,13 @@ from nlaverify.graph.compare import (
     compare,
     jax_local_reference,
 )
-from nlaverify.graph.run import autodiff_reference, init_params, run_graph, sample_data
+from nlaverify.graph.run import (
+    autodiff_reference,
+    check_run_size,
+    init_params,
+    run_graph,
+    sample_data,
+)
 from nlaverify.tolerance import magnitude_condition, tolerance
 
 
@@ -63,17 +68,6 @@ def _to_np(x: Any) -> np.ndarray:
     return to_float64(x)
 
 
-def check_run_size(config: TransformerConfig, n: int, batch: int | None) -> None:
-    """A sequence length in ``[1, context]`` and a batch size >= 1 (or ``None``), else an
-    :class:`~nlaverify.errors.ArgumentError` naming the argument."""
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= config.context:
-        raise ArgumentError(f"seq_len: expected an integer in [1, context={config.context}] "
-                            f"for {config.name}, got {n!r}")
-    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
-                              or batch < 1):
-        raise ArgumentError(f"batch: expected a positive integer (or none), got {batch!r}")
-
-
 def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy", "jax",
                                                                           "mpmath"),
                     seed: int = 0, n: int = 6, digits: int = 50,
@@ -91,11 +85,17 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
     check_run_size(config, n, batch)
     graph = build_transformer(config)
     params = init_params(graph, seed)
-    data = sample_data(config.vocab_size, n, seed, batch=batch)
-    reference = autodiff_reference(graph, params, data)
-    local = jax_local_reference(graph, reference)
+    # right padding is invisible to real positions only under causal attention (there is
+    # no key-padding mask): a bidirectional model gets full-length sequences
+    data = sample_data(config.vocab_size, n, seed, batch=batch, pad=config.causal)
     report = PipelineReport(config)
-    for backend in backends:
+    try:
+        reference = autodiff_reference(graph, params, data)
+    except Exception as exc:  # nothing can be compared without it: one failed row
+        report.errors.append(("jax-autodiff reference", _describe(exc)))
+        return report
+    local = jax_local_reference(graph, reference)
+    for backend in dict.fromkeys(backends):  # each backend once, in the given order
         try:
             ev = run_graph(graph, backend, params, data, digits=digits if backend == "mpmath"
                            else None)
@@ -103,9 +103,7 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
             report.skipped.append((backend, str(exc)))
             continue
         except Exception as exc:  # the backend fails on its own row; the others still run
-            notes = "; ".join(getattr(exc, "__notes__", ()))
-            report.errors.append((backend, f"{type(exc).__name__}: {exc}" + (
-                f" ({notes})" if notes else "")))
+            report.errors.append((backend, _describe(exc)))
             continue
         report.comparisons.append(compare(graph, ev, reference, local_reference=local))
     # end to end: lowered jit and the independent model, on loss, logits, all gradients
@@ -117,14 +115,24 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
                                         reference.values else "logits"])
     ref_loss = _to_np(reference.values["loss"])
     ref_grads = {p: _to_np(reference.cotangents[p]) for p in params}
-    loss_l, grads_l, logits_l = lower(graph, outputs=("logits",))(jp, jd)
-    if "logits_tempered" in reference.values:
-        logits_l = logits_l / config.temperature
-    (loss_m, logits_m), grads_m = make_value_grad_and_logits(config)(jp, jd["tokens"],
-                                                                     jd["targets"])
-    for label, loss_v, logits_v, grads in (("lowered jit", loss_l, logits_l, grads_l),
-                                           ("independent JAX model", loss_m, logits_m,
-                                            grads_m)):
+
+    def lowered() -> tuple[Any, Any, Any]:
+        loss_l, grads_l, logits_l = lower(graph, outputs=("logits",))(jp, jd)
+        if "logits_tempered" in reference.values:
+            logits_l = logits_l / config.temperature
+        return loss_l, logits_l, grads_l
+
+    def model() -> tuple[Any, Any, Any]:
+        (loss_m, logits_m), grads_m = make_value_grad_and_logits(config)(jp, jd["tokens"],
+                                                                         jd["targets"])
+        return loss_m, logits_m, grads_m
+
+    for label, run in (("lowered jit", lowered), ("independent JAX model", model)):
+        try:
+            loss_v, logits_v, grads = run()
+        except Exception as exc:  # a failed subject is its own row
+            report.errors.append((label, _describe(exc)))
+            continue
         for what, a, e in (("loss", loss_v, ref_loss), ("logits", logits_v, ref_logits)):
             tol = tolerance("float64", size=k, depth=depth, condition=magnitude_condition(
                 e, power=1))
@@ -143,6 +151,12 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
         report.model_divergence = _first_model_divergence(graph, reference, jp, jd, config, k,
                                                           depth)
     return report
+
+
+def _describe(exc: Exception) -> str:
+    """``"Type: message (notes)"``: the notes name the graph node where it happened."""
+    notes = "; ".join(getattr(exc, "__notes__", ()))
+    return f"{type(exc).__name__}: {exc}" + (f" ({notes})" if notes else "")
 
 
 def _model_failed(report: PipelineReport) -> bool:
@@ -207,8 +221,10 @@ def format_report(report: PipelineReport, per_node: bool = True) -> str:
         lines.append("independent JAX model: " + (
             f"first divergence at {report.model_divergence}" if report.model_divergence else
             "no mapped intermediate and not the loss diverges (the gradients do)"))
-    for backend, error in report.errors:
-        lines.append(f"graph on {backend:<10} FAIL ({error})")
+    for subject, error in report.errors:
+        where = subject if subject in ("lowered jit", "independent JAX model",
+                                       "jax-autodiff reference") else f"graph on {subject}"
+        lines.append(f"{where:<19} FAIL ({error})")
     for backend, reason in report.skipped:
         lines.append(f"graph on {backend:<10} SKIPPED ({reason})")
     passed = sum(c.ok for c in report.comparisons) + sum(e <= b for _, _, e, b in

@@ -203,8 +203,6 @@ def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digit
     one JSON document at the end), then ``zoo: N passed, N failed``. Returns the exit
     status: 0 when every member passes, else 1. An unknown backend raises
     :class:`~nlaverify.errors.UnknownNameError` before anything runs."""
-    import json
-    import sys
 
     from nlaverify.errors import UnknownNameError
 
@@ -218,10 +216,11 @@ def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digit
                          lambda r: print(format_zoo_line(r), flush=True))
     passed = sum(r.ok for r in reports)
     if as_json:
-        json.dump({"ok": passed == len(reports), "passed": passed,
-                   "failed": len(reports) - passed, "reports": [r.as_dict() for r in reports]},
-                  sys.stdout, indent=2)
-        print()
+        from nlaverify import jsonout
+
+        jsonout.dump({"ok": passed == len(reports), "passed": passed,
+                      "failed": len(reports) - passed,
+                      "reports": [r.as_dict() for r in reports]})
     else:
         print(f"zoo: {passed} passed, {len(reports) - passed} failed")
     return 0 if passed == len(reports) else 1

@@ -100,9 +100,10 @@ def test_planted_batch_bug_in_one_op_fails_its_batch_identity(op: str) -> None:
         if np.ndim(args[0]) == len(spec.args[0].dims):  # one sequence: unchanged
             return tuple(out)
         k = len(out) - 1
-        if op in ("split_heads", "repeat_kv"):  # per-token cotangent, doubled in sequence 1
-            out[k] = out[k] * xp.asarray(np.array([1.0, 2.0]).reshape(
-                (2,) + (1,) * (np.ndim(out[k]) - 1)))
+        if op in ("split_heads", "repeat_kv"):  # per-token cotangent, scaled by b+1
+            B = np.shape(out[k])[0]
+            out[k] = out[k] * xp.asarray(np.arange(1.0, B + 1).reshape(
+                (B,) + (1,) * (np.ndim(out[k]) - 1)))
         else:  # a shared parameter's cotangent taken from the last sequence only
             last = [a[-1] if np.ndim(a) > len(d.dims) else a
                     for a, d in zip(args, spec.args, strict=True)]

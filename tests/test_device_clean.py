@@ -59,3 +59,14 @@ def test_a_planted_host_conversion_on_the_pipeline_path_fails_it(monkeypatch) ->
     assert "graph on strict     FAIL" in format_report(report)
     ok = [c for c in report.comparisons if c.subject == "numpy"]
     assert ok and ok[0].ok  # the NumPy run is unaffected: the failure stays on its row
+
+
+def test_generation_runs_on_the_strict_backend() -> None:
+    from nlaverify.generate import generate_from_graph
+    from nlaverify.graph.build import build_transformer
+    from nlaverify.graph.run import init_params
+
+    g = build_transformer(preset("tiny"))
+    params = init_params(g, 0)
+    on_device = generate_from_graph(g, params, [1, 2], 3, backend="strict")
+    assert on_device == generate_from_graph(g, params, [1, 2], 3, backend="numpy")

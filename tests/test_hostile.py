@@ -423,3 +423,52 @@ def test_hostile_op_cases_rejects_an_op_without_hostile_inputs() -> None:
     with pytest.raises(ValueError, match=r"hostile_op_cases: argument 'op': expected one of "
                                          r"softmax, .* got 'affine'"):
         make_hostile_case("affine", "float64", 0)
+
+
+# --- review findings: rows at the top of the float range, eps out of range, GELU at 2e38 ---
+
+@pytest.mark.parametrize("backend", ["numpy", "jax", "strict"])
+@pytest.mark.parametrize(("dtype", "big"), [("float32", 1.7e38), ("float64", 5e307)])
+def test_norms_of_rows_at_the_top_of_the_range(backend: str, dtype: str, big: float) -> None:
+    # XLA computes x/s as x*(1/s): a scale that is not a capped power of two made 1/s
+    # subnormal, flushed to 0 on the CPU, and the row 0/0
+    from nlaverify.backends import get_namespace, to_host
+    from nlaverify.ops import layernorm, rmsnorm
+    from nlaverify.tolerance import tolerance
+
+    xp, mp = get_namespace(backend), get_namespace("mpmath", digits=50)
+    row = np.array([[big, -big, 0.5 * big]])
+    g, b = np.array([1.0, 2.0, 0.5]), np.array([0.1, 0.0, -0.1])
+    dt = getattr(xp, dtype)
+    for f, args in ((layernorm, (g, b)), (rmsnorm, (g,))):
+        got = to_host(f(xp, xp.asarray(row, dtype=dt), *[xp.asarray(a, dtype=dt) for a in args],
+                        1e-5))
+        ref = f(mp, mp.asarray(row), *[mp.asarray(a) for a in args], 1e-5)
+        tol = tolerance(dtype, size=3, depth=2, condition=3.0)  # sqrt(d) max|gamma| (norms)
+        assert np.isfinite(got).all() and tol.compare(got, ref).ok, (f.__name__, got)
+
+
+def test_eps_outside_the_dtype_is_a_clear_error() -> None:
+    from nlaverify.backends import get_namespace
+    from nlaverify.errors import ArgumentError
+    from nlaverify.ops import layernorm, rmsnorm
+
+    xp = get_namespace("numpy")
+    x, g = np.ones((1, 2), np.float32), np.ones(2, np.float32)
+    with pytest.raises(ArgumentError, match=r"rmsnorm: argument 'eps': expected a number in"):
+        rmsnorm(xp, x, g, 1e-50)
+    with pytest.raises(ArgumentError, match=r"layernorm: argument 'eps'"):
+        layernorm(xp, x, g, g, 1e39)
+    assert np.isfinite(rmsnorm(xp, x.astype(np.float64), g.astype(np.float64), 1e-50)).all()
+
+
+def test_gelu_forwards_do_not_overflow_below_the_largest_float() -> None:
+    from nlaverify.backends import get_namespace
+    from nlaverify.ops import gelu_erf, gelu_tanh
+
+    xp = get_namespace("numpy")
+    x = np.array([2e38, -2e38, 3e38], np.float32)
+    with np.errstate(over="ignore"):  # x^3 inside tanh overflows to inf: tanh(inf) = 1
+        for f in (gelu_erf, gelu_tanh):
+            y = f(xp, x)
+            assert np.isfinite(y).all() and y[0] == x[0] and y[1] == 0 and y[2] == x[2]

@@ -146,3 +146,130 @@ def test_fan_out_accumulation_fault_is_reported_at_its_node(monkeypatch) -> None
     assert c.faulty_accumulation == "blocks.1.resid1"
     assert c.first_cotangent_divergence == "blocks.1.resid1"
     assert "cotangent accumulation fault at node: blocks.1.resid1" in format_report(report)
+
+
+def test_wrong_rank_or_shapeless_values_name_the_node(setup) -> None:
+    g, p, d = setup
+    with pytest.raises(ShapeError, match=r"parameter node 'embed\.W_E': expected shape "
+                                         r"\(50, 8\), got \(1, 50, 8\)"):
+        run_graph(g, "numpy", {**p, "embed.W_E": p["embed.W_E"][None]}, d)
+    with pytest.raises(ShapeError, match=r"input node 'tokens': expected an array of shape"):
+        run_graph(g, "numpy", p, {**d, "tokens": [[1, 2], [3]]})
+    with pytest.raises(ShapeError, match=r"input node 'tokens': expected shape \(n,\)"):
+        run_graph(g, "numpy", p, {**d, "tokens": np.int64(3)})
+
+
+def test_lowered_jit_checks_token_values_on_the_host(setup) -> None:
+    import jax.numpy as jnp
+
+    g, p, d = setup
+    f = lower(g)
+    jp = {k: jnp.asarray(v) for k, v in p.items()}
+    for bad, what in (({"targets": np.array([1, 2, 99, 3])}, r"targets.*\[0, 50\)"),
+                      ({"tokens": np.array([1, -5, 2, 3])}, r"tokens.*got ids in \[-5, 3\]"),
+                      ({"targets": np.full(4, -100)}, "at least one target")):
+        with pytest.raises(ShapeError, match=what):
+            f(jp, {**d, **bad})
+
+
+def test_a_failing_reference_or_subject_is_its_own_row(monkeypatch) -> None:
+    import nlaverify.pipeline as pipeline
+
+    def broken(*args, **kwargs):
+        raise TypeError("planted failure")
+
+    monkeypatch.setattr(pipeline, "make_value_grad_and_logits", broken, raising=False)
+    import nlaverify.models.jax_transformer as model
+
+    monkeypatch.setattr(model, "make_value_grad_and_logits", broken)
+    report = verify_pipeline(preset("tiny"), ("numpy",), n=3)
+    assert not report.ok
+    assert [s for s, _ in report.errors] == ["independent JAX model"]
+    assert report.comparisons[0].ok and len(report.end_to_end) == 3  # the others still ran
+    assert "independent JAX model FAIL (TypeError: planted failure)" in format_report(report)
+    monkeypatch.setattr(pipeline, "autodiff_reference", broken)
+    report = verify_pipeline(preset("tiny"), ("numpy",), n=3)
+    assert [s for s, _ in report.errors] == ["jax-autodiff reference"] and not report.ok
+
+
+def test_a_forward_that_raises_fails_its_op_only(monkeypatch) -> None:
+    spec = registry.OPS["relu"]
+
+    def broken(xp, x):
+        raise RuntimeError("planted")
+
+    monkeypatch.setitem(registry.OPS, "relu", dataclasses.replace(spec, forward=broken))
+    report = run_crosscheck(backends=("numpy", "jax"), ops=["relu", "tanh"])
+    assert [(r.op, r.ok) for r in report.rows] == [("relu", False), ("tanh", True)]
+    assert "planted" in report.rows[0].reason
+
+
+def test_a_dropped_contribution_is_named(monkeypatch) -> None:
+    import nlaverify.graph.run as run
+
+    original = run.backprop
+
+    def dropping(graph, xp, values, output, seed=None, contributions=None):
+        cot = original(graph, xp, values, output, seed, contributions)
+        if contributions is not None:
+            del contributions[("blocks.1.resid2", "blocks.1.resid1")]
+        return cot
+
+    monkeypatch.setattr(run, "backprop", dropping)
+    report = verify_pipeline(preset("tiny"), ("numpy",), n=3)
+    assert report.comparisons[0].faulty_accumulation == "blocks.1.resid1"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["verify", "--backends", "numpy"], "compares nothing"),
+    (["verify", "--backends", ","], "expected at least one backend"),
+    (["verify", "--zoo", "--preset", "tiny"], "--zoo runs its own configs"),
+    (["verify", "--dtype", "float32"], "--dtype applies to --preset or --zoo"),
+    (["verify", "--batch", "2"], "--batch applies to --preset or --zoo"),
+    (["verify", "--seq-len", "3"], "--seq-len applies to --preset or --zoo"),
+])
+def test_options_a_mode_would_ignore_are_errors(capsys, argv, message) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_json_reports_are_strict_json(monkeypatch, capsys) -> None:
+    import json
+
+    spec = registry.OPS["layernorm"]
+    monkeypatch.setitem(registry.OPS, "layernorm", dataclasses.replace(
+        spec, vjp=lambda xp, G, *a, **s: spec.vjp(xp, G, *a, **s)[:2]))
+    from nlaverify.crosscheck import run_crosscheck as rc
+
+    monkeypatch.setattr("nlaverify.crosscheck.run_crosscheck",
+                        lambda **kw: rc(**{**kw, "ops": ["layernorm"]}))
+    assert main(["verify", "--backends", "numpy,jax", "--json"]) == 1
+    out = capsys.readouterr().out
+    rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert rows["rows"][0]["error"] == "inf"
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"rope_base": 0}, "rope_base"), ({"temperature": float("inf")}, "temperature"),
+    ({"n_experts": 2.5}, "n_experts"), ({"n_kv_heads": True}, "n_kv_heads"),
+    ({"causal": "no"}, "causal"), ({"temperature": "2"}, "temperature"),
+    ({"norm_eps": float("nan")}, "norm_eps"), ({"attn_bias": 1}, "attn_bias"),
+])
+def test_config_types_and_finiteness(changes, field) -> None:
+    from nlaverify.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"TransformerConfig\.{field}:"):
+        TransformerConfig(**{**dict(vocab_size=5, d_model=8, n_heads=2, n_blocks=1, d_mlp=4),
+                             **changes})
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2-small", "mid"])
+def test_learned_positions_have_the_context_rows(name: str) -> None:
+    # the context field's one structural effect: pos.W_P has `context` rows, and a longer
+    # sequence is refused (the field-effect check cannot see a builder that ignores it)
+    cfg = preset(name)
+    g = build_transformer(cfg)
+    assert g.nodes["pos.W_P"]["shape"] == (cfg.context, cfg.d_model)
+    with pytest.raises(Exception, match="seq_len"):
+        verify_pipeline(cfg, ("numpy",), n=cfg.context + 1)

@@ -54,8 +54,17 @@ class ArrayAPINamespace(Namespace):
         return self._xp.where(s > 0, s, self._xp.ones_like(s))
 
     def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> Any:
-        m = self._xp.max(self._xp.abs(x), axis=axis, keepdims=True)
-        return self._xp.maximum(m, self._xp.full_like(m, math.sqrt(float(eps))))
+        # max(max|x|, sqrt(eps)) rounded up to a power of two and held inside the normal
+        # range: x/s is then exact, and 1/s a normal number (XLA computes x/s as x*(1/s),
+        # and a subnormal 1/s flushed to 0 on the CPU would turn a huge row into 0/0)
+        xp = self._xp
+        m = xp.max(xp.abs(x), axis=axis, keepdims=True)
+        m = xp.maximum(m, xp.full_like(m, math.sqrt(float(eps))))
+        info = xp.finfo(x.dtype)
+        top = math.frexp(float(info.max))[1] - 2          # 126 for float32, 1022 for float64
+        low = math.frexp(float(info.smallest_normal))[1]  # -125, -1021
+        e = xp.clip(xp.ceil(xp.log2(m)), min=low, max=top)
+        return xp.pow(xp.full_like(e, 2.0), e)
 
     def one_hot(self, tokens: Any, depth: int, dtype: Any) -> Any:
         return self._xp.astype(tokens[..., None] == self.arange(depth), dtype)

@@ -82,12 +82,14 @@ class Namespace:
         Normalizations compute :math:`\sqrt{\overline{x^2} + \epsilon}` as
         :math:`s\,\sqrt{\overline{(x/s)^2} + \epsilon/s^2}`, equal for every
         :math:`s > 0` (lemma ``norm_scale_invariance``). Floating backends return
-        :math:`s = \max(\max_j |x_j|, \sqrt\epsilon)`: then :math:`|x_j/s| \le 1`, so
-        :math:`(x/s)^2` neither overflows nor (for the largest entry) underflows, and
-        :math:`\epsilon/s^2 \le 1`. The exact backend returns an opaque positive symbol
-        per row (the same one for the same row, so a forward function and its VJP share
-        it), so a proof holds for *every* scale; the mpmath reference returns :math:`1`
-        (its exponent range is unbounded): the plain formula.
+        :math:`m = \max(\max_j |x_j|, \sqrt\epsilon)` rounded up to a power of two
+        :math:`s = 2^e` with :math:`e` clipped to the normal range (at most
+        :math:`2^{126}` in float32): then :math:`|x_j/s| \le 4`, :math:`x/s` is exact and
+        :math:`1/s` normal, so :math:`(x/s)^2` neither overflows nor (for the largest
+        entry) underflows, and :math:`\epsilon/s^2 \le 1`. The exact backend returns an
+        opaque positive symbol per row (the same one for the same row, so a forward
+        function and its VJP share it), so a proof holds for *every* scale; the mpmath
+        reference returns :math:`1` (its exponent range is unbounded): the plain formula.
         """
         raise NotImplementedError
 

@@ -16,7 +16,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from nlaverify.graph.core import _arguments
 from nlaverify.graph.run import Evaluation
+from nlaverify.ops.registry import get_op
 from nlaverify.tolerance import Tolerance, magnitude_condition, tolerance
 
 
@@ -153,6 +155,15 @@ def _accumulation_fault(graph: nx.DiGraph, subject: Evaluation,
     not of any op's VJP. Needs no reference: the recorded per-edge contributions suffice."""
     if not subject.contributions:
         return None
+    # an edge along which the VJP produced nothing at all (a dropped contribution)
+    for u in reversed(list(nx.topological_sort(graph))):
+        attrs = graph.nodes[u]
+        if attrs["kind"] != "op" or u not in subject.cotangents:
+            continue
+        spec = get_op(attrs["op"])
+        for arg, src in zip(spec.args, _arguments(graph, u), strict=True):
+            if arg.kind == "real" and (u, src) not in subject.contributions:
+                return src
     received: dict[str, list[Any]] = {}
     for (_, src), g in subject.contributions.items():
         received.setdefault(src, []).append(g)

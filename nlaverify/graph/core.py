@@ -96,11 +96,16 @@ def check_inputs(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
         declared = attrs.get("shape")
         if node not in inputs or declared is None:
             continue
-        actual = tuple(int(s) for s in getattr(inputs[node], "shape", np.shape(inputs[node])))
+        value = inputs[node]
+        try:
+            actual = tuple(int(s) for s in getattr(value, "shape", np.shape(value)))
+        except (TypeError, ValueError):  # ragged lists, strings, objects without a shape
+            raise ShapeError(f"{attrs['kind']} node {node!r}: expected an array of shape "
+                             f"{tuple(declared)}, got a {type(value).__name__}") from None
         ok = len(actual) == len(declared) if attrs["kind"] == "param" else \
             len(actual) >= len(declared)
         tail = actual[len(actual) - len(declared):] if ok else ()
-        for want, got in zip(declared, tail, strict=True):
+        for want, got in zip(declared, tail, strict=True) if ok else ():
             if isinstance(want, str):
                 if want in bound and bound[want][1] != got:
                     ok = False
@@ -115,6 +120,43 @@ def check_inputs(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
             batch = "" if attrs["kind"] == "param" else " after any batch dimensions"
             raise ShapeError(f"{kind} node {node!r}: expected shape {shape}{batch}, got "
                              f"{actual}")
+
+
+def check_token_values(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
+    """Check, on the host, the values of the integer inputs that feed ``tokens``-kind op
+    arguments: ids in ``[0, V)`` (``V`` read from the graph's declared shapes), or the
+    argument's ignore-index, with at least one target left. The ops check the same when
+    their inputs are concrete; under ``jax.jit`` they cannot, so the lowered function calls
+    this before tracing (an out-of-range id would otherwise wrap or gather garbage)."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_host
+    from nlaverify.ops._validate import check_tokens
+
+    host = get_namespace("numpy")
+    for node, attrs in graph.nodes(data=True):
+        if attrs["kind"] != "op":
+            continue
+        spec = get_op(attrs["op"])
+        srcs = _arguments(graph, node)
+        for arg, src in zip(spec.args, srcs, strict=True):
+            if arg.kind != "tokens" or src not in inputs:
+                continue
+            vocab = None
+            for other, other_src in zip(spec.args, srcs, strict=True):
+                shape = graph.nodes[other_src].get("shape")
+                if "V" in other.dims and shape:
+                    vocab = int(shape[len(shape) - len(other.dims) + other.dims.index("V")])
+                    break
+            if vocab is None:
+                continue
+            values = to_host(inputs[src])
+            try:
+                check_tokens(spec.name, host, arg.name, values, vocab, ignore=arg.ignore)
+            except NlaverifyError as exc:
+                raise type(exc)(f"input node {src!r}: {exc}") from exc
+            if arg.ignore is not None and not (values != arg.ignore).any():
+                raise ShapeError(f"input node {src!r}: expected at least one target that is "
+                                 f"not the ignore-index {arg.ignore}, got none")
 
 
 def evaluate(

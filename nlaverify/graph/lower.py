@@ -13,12 +13,13 @@ from typing import Any
 import networkx as nx
 
 from nlaverify.backends import get_namespace
-from nlaverify.graph.core import backprop, evaluate
+from nlaverify.graph.core import backprop, check_token_values, evaluate
 
 
 def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
           outputs: tuple[str, ...] = ()) -> Callable[..., Any]:
-    """Compile ``graph`` to ``f(params, data) -> (value, grads[, extra])``.
+    """Compile ``graph`` to ``f(params, data) -> (value, grads[, extra])``: one ``jax.jit``,
+    after a host-side check of the token ids in ``data`` (:func:`check_token_values`).
 
     Args:
         output: the scalar node differentiated (default ``"loss"``).
@@ -39,4 +40,11 @@ def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
         grads = {p: cot[p] if p in cot else xp.zeros_like(params[p]) for p in params_of}
         return (values[output], grads, *extra)
 
-    return jax.jit(run)
+    jitted = jax.jit(run)
+
+    def checked(params: dict[str, Any], data: dict[str, Any]) -> Any:
+        # token ids are values, invisible to the trace: check them on the host first
+        check_token_values(graph, data)
+        return jitted(params, data)
+
+    return checked

@@ -145,6 +145,17 @@ def autodiff_reference(
     return Evaluation("jax-autodiff", "float64", values, cot)
 
 
+def check_run_size(config: Any, n: int, batch: int | None) -> None:
+    """A sequence length in ``[1, context]`` and a batch size >= 1 (or ``None``), else an
+    :class:`~nlaverify.errors.ArgumentError` naming the argument."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= config.context:
+        raise ArgumentError(f"seq_len: expected an integer in [1, context={config.context}] "
+                            f"for {config.name}, got {n!r}")
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
+                              or batch < 1):
+        raise ArgumentError(f"batch: expected a positive integer (or none), got {batch!r}")
+
+
 def sample_data(config_vocab: int, n: int, seed: int, batch: int | None = None,
                 pad: bool = True) -> dict[str, np.ndarray]:
     r"""Seeded tokens and next-token targets (Baggag & Saad §3.13.1).

@@ -1,7 +1,7 @@
 """The batch axis: every op on a batch of sequences is the op on each sequence.
 
 One identity per op of :data:`nlaverify.ops.registry.OPS`, proved exactly on the SymPy
-namespace with the *running* functions: with a leading batch axis of size :math:`B = 2`
+namespace with the *running* functions: with a leading batch axis of size :math:`B = 3`
 (distinct symbols per sequence, distinct token ids, padding in one sequence only),
 
 * per-token ops: :math:`f(X)_b = f(X_b)`; the VJP's cotangents of per-token arguments
@@ -30,8 +30,9 @@ from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask, with_ignored
 from nlaverify.symbolic.exact import is_zero, symbol_array
 from nlaverify.symbolic.vjp_proof import proof_tokens
 
-#: batch size of the proofs
-B = 2
+#: batch size of the proofs (3: a reduction that used only the first and last sequence,
+#: or any two, would still be refuted)
+B = 3
 #: ops whose output is a scalar reduction over tokens, and how it combines over a batch
 LOSSES = ("cross_entropy", "half_squared_error")
 
@@ -43,12 +44,14 @@ def _batched_args(spec: OpSpec) -> tuple[list[Any], dict[str, Any]]:
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
         if a.kind == "tokens":
             seqs = [(proof_tokens(shape[0], sizes["V"]) + b) % sizes["V"] for b in range(B)]
-            if a.ignore is not None:  # padding in sequence 0 only, so N_0 != N_1
+            if a.ignore is not None:  # padding in sequences 0 and 2, so the N_b differ
                 seqs[0] = with_ignored(seqs[0], a.ignore)
+                seqs[2][-1] = a.ignore
             args.append(np.stack(seqs))
         elif a.kind == "mask":
             mask = fixed_routing_mask(*shape)
-            args.append(get_namespace("sympy").asarray(np.stack([mask, mask[::-1]])))
+            args.append(get_namespace("sympy").asarray(np.stack([np.roll(mask, b, axis=-1)
+                                                                 for b in range(B)])))
         elif a.kind == "fixed" or "n" in a.dims:
             args.append(symbol_array(a.name.lower() if len(a.name) == 1 else a.name,
                                      (B, *shape)))

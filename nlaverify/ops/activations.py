@@ -92,7 +92,8 @@ def silu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
 def gelu_erf(xp: Namespace, x: Any) -> Any:
     r"""Exact GELU: :math:`x\,\Phi(x) = \tfrac x2\bigl(1 + \operatorname{erf}(x/\sqrt2)\bigr)`."""
     _check("gelu_erf", xp, x=x)
-    return x * (1 + xp.erf(x / xp.const_sqrt(2))) * xp.rational(1, 2)
+    # halve x first: x (1 + erf) would overflow for x above half the largest float
+    return x * xp.rational(1, 2) * (1 + xp.erf(x / xp.const_sqrt(2)))
 
 
 def gelu_erf_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
@@ -113,7 +114,7 @@ def gelu_tanh(xp: Namespace, x: Any) -> Any:
     :math:`u = \sqrt{2/\pi}\,(x + 0.044715\,x^3)`."""
     _check("gelu_tanh", xp, x=x)
     k, a = _gelu_tanh_constants(xp)
-    return x * (1 + xp.tanh(k * (x + a * x * x * x))) * xp.rational(1, 2)
+    return x * xp.rational(1, 2) * (1 + xp.tanh(k * (x + a * x * x * x)))  # halve x first
 
 
 def gelu_tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:

@@ -59,6 +59,25 @@ def _centered(xp: Namespace, x: Any, d: int) -> Any:
     return c0 - xp.sum(c0 * xp.rational(1, d), axis=-1, keepdims=True)
 
 
+def _check_eps(op: str, xp: Namespace, eps: Any, x: Any) -> None:
+    """``eps > 0``; on a floating backend also a normal number of ``x``'s dtype whose root
+    is normal too (an ``eps`` that rounds to 0 or a subnormal would void the premise
+    :math:`s > 0` of ``norm_scale_invariance``), and at most the dtype's largest number."""
+    check_positive(op, "eps", eps)
+    if xp.object_arrays or not isinstance(eps, int | float) or not hasattr(x, "dtype"):
+        return
+    import math
+
+    info = xp.finfo(x.dtype)
+    lo, hi = float(info.smallest_normal), float(info.max)
+    if not (math.sqrt(lo) <= eps <= hi):
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"{op}: argument 'eps': expected a number in [{math.sqrt(lo):.3g}, "
+                            f"{hi:.3g}] for dtype {info.dtype} (its root and itself normal), "
+                            f"got {eps!r}")
+
+
 def _scaled_rms(xp: Namespace, c: Any, d: int, eps: Any) -> tuple[Any, Any, Any]:
     r"""``(h, rho, s)`` with :math:`h = c/s`, :math:`\rho = \sqrt{\overline{h^2} +
     \epsilon/s^2}` and :math:`s` = :meth:`~nlaverify.backends.base.Namespace.norm_scale`:
@@ -77,7 +96,7 @@ def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
        \sigma = \sqrt{\tfrac1d\textstyle\sum_j (x_j-\mu)^2 + \epsilon},\quad
        y = \gamma \odot \frac{x-\mu}{\sigma} + \beta .
     """
-    check_positive("layernorm", "eps", eps)
+    _check_eps("layernorm", xp, eps, x)
     d = check_args("layernorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                      "beta": (beta, ("d",))})["d"]
     h, rho, _ = _scaled_rms(xp, _centered(xp, x, d), d, eps)
@@ -99,7 +118,7 @@ def layernorm_vjp(
 
     where :math:`\overline{\,\cdot\,}` is the mean over the feature axis.
     """
-    check_positive("layernorm_vjp", "eps", eps)
+    _check_eps("layernorm_vjp", xp, eps, x)
     d = check_args("layernorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                          "beta": (beta, ("d",)), "G": (G, ("*", "d"))})["d"]
     h, rho, s = _scaled_rms(xp, _centered(xp, x, d), d, eps)
@@ -116,7 +135,7 @@ def layernorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     .. math:: J = \frac{1}{\sigma}\operatorname{diag}(\gamma)
        \Bigl(I - \tfrac1d\mathbf 1\mathbf 1^\top - \tfrac1d \hat x\hat x^\top\Bigr).
     """
-    check_positive("layernorm_jacobian", "eps", eps)
+    _check_eps("layernorm_jacobian", xp, eps, x)
     d = check_args("layernorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
     h, rho, s = _scaled_rms(xp, _centered(xp, x, d), d, eps)
     xhat = xp.reshape(h / rho, (-1, 1))
@@ -130,7 +149,7 @@ def rmsnorm(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     r"""RMSNorm (Baggag & Saad §3.8.1):
     :math:`r = \sqrt{\tfrac1d\sum_j x_j^2 + \epsilon}`, :math:`y = \gamma \odot x / r`.
     """
-    check_positive("rmsnorm", "eps", eps)
+    _check_eps("rmsnorm", xp, eps, x)
     d = check_args("rmsnorm", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",))})["d"]
     h, rho, _ = _scaled_rms(xp, x, d, eps)
     return gamma * (h / rho)
@@ -143,7 +162,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     .. math:: \bar x = \frac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),
        \quad \bar\gamma = \textstyle\sum_{\text{rows}} g\odot \hat x .
     """
-    check_positive("rmsnorm_vjp", "eps", eps)
+    _check_eps("rmsnorm_vjp", xp, eps, x)
     d = check_args("rmsnorm_vjp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
                                        "G": (G, ("*", "d"))})["d"]
     h, rho, s = _scaled_rms(xp, x, d, eps)
@@ -156,7 +175,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
 def rmsnorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     r"""Explicit Jacobian of one row of :func:`rmsnorm`:
     :math:`J = \frac1r\operatorname{diag}(\gamma)(I - \tfrac1d \hat x\hat x^\top)`."""
-    check_positive("rmsnorm_jacobian", "eps", eps)
+    _check_eps("rmsnorm_jacobian", xp, eps, x)
     d = check_args("rmsnorm_jacobian", xp, {"x": (x, ("d",)), "gamma": (gamma, ("d",))})["d"]
     h, rho, s = _scaled_rms(xp, x, d, eps)
     xhat = xp.reshape(h / rho, (-1, 1))
