@@ -327,10 +327,14 @@ def find_counterexample(
        of size ``O(1)`` (the top-level terms alone would not do: ``10^30 y (sin^2 x +
        cos^2 x - 1)`` is a single term whose noise is ``10^-10``); and
     2. at ``2p = 80`` digits the value is reproduced: ``|v_p - v_2p| <= 10^-10 |v_2p|`` and
-       ``|v_2p| > 10^-20 M`` (confirmation). This holds for *any* ``kappa``: doubling the
-       precision shrinks the residue of a true identity by ``10^-40``, so ``v_p`` and
+       ``|v_2p| > 10^-20 M`` (confirmation). This holds whenever ``kappa < 10^80``: doubling
+       the precision shrinks the residue of a true identity by ``10^-40``, so ``v_p`` and
        ``v_2p`` disagree in their first digit (or ``v_2p`` is exactly 0), whereas a genuine
        value ``|v| > 10^-20 M`` is reproduced to 10 digits whenever ``kappa n < 10^10``.
+       Beyond ``10^80`` (e.g. ``sin(x + 2^400)``, where ``x`` is lost at both precisions)
+       a true identity can be refuted: that costs a proof, never soundness (a refutation
+       proves nothing true false in the catalogue's sense: the identity is then reported
+       failed and must be looked at).
 
     Test 2 alone is what makes refutation sound; test 1 is cheap (most true identities
     never need the 80-digit evaluation) and a second, independent guard. A genuine value
