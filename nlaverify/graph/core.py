@@ -122,41 +122,51 @@ def check_inputs(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
                              f"{actual}")
 
 
-def check_token_values(graph: nx.DiGraph, inputs: Mapping[str, Any]) -> None:
-    """Check, on the host, the values of the integer inputs that feed ``tokens``-kind op
-    arguments: ids in ``[0, V)`` (``V`` read from the graph's declared shapes), or the
-    argument's ignore-index, with at least one target left. The ops check the same when
-    their inputs are concrete; under ``jax.jit`` they cannot, so the lowered function calls
-    this before tracing (an out-of-range id would otherwise wrap or gather garbage)."""
-    from nlaverify.backends import get_namespace
-    from nlaverify.backends.host import to_host
-    from nlaverify.ops._validate import check_tokens
-
-    host = get_namespace("numpy")
+def token_arguments(graph: nx.DiGraph) -> list[tuple[str, str, Any, int]]:
+    """``(input node, op name, Arg, V)`` for every ``tokens``-kind op argument fed by a node,
+    ``V`` read from the declared shape of the op's argument that carries the vocabulary."""
+    found = []
     for node, attrs in graph.nodes(data=True):
         if attrs["kind"] != "op":
             continue
         spec = get_op(attrs["op"])
         srcs = _arguments(graph, node)
         for arg, src in zip(spec.args, srcs, strict=True):
-            if arg.kind != "tokens" or src not in inputs:
+            if arg.kind != "tokens":
                 continue
-            vocab = None
             for other, other_src in zip(spec.args, srcs, strict=True):
                 shape = graph.nodes[other_src].get("shape")
                 if "V" in other.dims and shape:
                     vocab = int(shape[len(shape) - len(other.dims) + other.dims.index("V")])
+                    found.append((src, spec.name, arg, vocab))
                     break
-            if vocab is None:
-                continue
-            values = to_host(inputs[src])
-            try:
-                check_tokens(spec.name, host, arg.name, values, vocab, ignore=arg.ignore)
-            except NlaverifyError as exc:
-                raise type(exc)(f"input node {src!r}: {exc}") from exc
-            if arg.ignore is not None and not (values != arg.ignore).any():
-                raise ShapeError(f"input node {src!r}: expected at least one target that is "
-                                 f"not the ignore-index {arg.ignore}, got none")
+    return found
+
+
+def check_token_values(graph: nx.DiGraph, inputs: Mapping[str, Any],
+                       arguments: list[tuple[str, str, Any, int]] | None = None) -> None:
+    """Check, on the host, the values of the integer inputs that feed ``tokens``-kind op
+    arguments: ids in ``[0, V)``, or the argument's ignore-index, with at least one target
+    left. The ops check the same when their inputs are concrete; under ``jax.jit`` they
+    cannot, so the lowered function calls this before the jitted call (an out-of-range id
+    would otherwise wrap or gather garbage). ``arguments``: :func:`token_arguments`, when
+    already computed."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_host
+    from nlaverify.ops._validate import check_tokens
+
+    host = get_namespace("numpy")
+    for src, op, arg, vocab in token_arguments(graph) if arguments is None else arguments:
+        if src not in inputs:
+            continue
+        values = to_host(inputs[src])
+        try:
+            check_tokens(op, host, arg.name, values, vocab, ignore=arg.ignore)
+        except NlaverifyError as exc:
+            raise type(exc)(f"input node {src!r}: {exc}") from exc
+        if arg.ignore is not None and not (values != arg.ignore).any():
+            raise ShapeError(f"input node {src!r}: expected at least one target that is "
+                             f"not the ignore-index {arg.ignore}, got none")
 
 
 def evaluate(

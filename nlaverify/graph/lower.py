@@ -13,7 +13,7 @@ from typing import Any
 import networkx as nx
 
 from nlaverify.backends import get_namespace
-from nlaverify.graph.core import backprop, check_token_values, evaluate
+from nlaverify.graph.core import backprop, check_token_values, evaluate, token_arguments
 
 
 def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
@@ -41,10 +41,11 @@ def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
         return (values[output], grads, *extra)
 
     jitted = jax.jit(run)
+    token_args = token_arguments(graph)
 
     def checked(params: dict[str, Any], data: dict[str, Any]) -> Any:
         # token ids are values, invisible to the trace: check them on the host first
-        check_token_values(graph, data)
+        check_token_values(graph, data, token_args)
         return jitted(params, data)
 
     return checked
