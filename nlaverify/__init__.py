@@ -23,20 +23,12 @@ from nlaverify.errors import (
 from nlaverify.graph.build import ParameterCounts, build_mlp, build_transformer, parameter_counts
 from nlaverify.graph.core import backprop, evaluate
 from nlaverify.identities import get_identity, load_catalogue
+from nlaverify.precision import PrecisionReport, verify_precision
 from nlaverify.tolerance import Tolerance, tolerance
 from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zoo_coverage
 
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str):
-    # nlaverify.precision is imported on first use, so that ``python -m
-    # nlaverify.precision`` does not find itself already imported by the package
-    if name in ("PrecisionReport", "verify_precision"):
-        from nlaverify import precision
-
-        return getattr(precision, name)
-    raise AttributeError(f"module 'nlaverify' has no attribute {name!r}")
 
 __all__ = [
     "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS", "ZOO", "ArgumentError", "ConfigError",
