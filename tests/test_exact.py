@@ -335,3 +335,29 @@ def test_undefined_points_are_skipped_not_refuted() -> None:
     assert find_counterexample(relu - sympy.Max(x, 0)) is None
     assert find_counterexample(relu - x) is not None  # wrong for x < 0: refuted there
     assert find_counterexample(relu - x, [{x: sympy.Rational(1, 3)}]) is None
+
+
+def test_the_alarm_never_fires_inside_a_garbage_collector_callback(monkeypatch) -> None:
+    # JAX registers a gc callback; an exception raised there is only printed as "ignored"
+    # (pytest turns that into a failure): the deadline waits for the timer's next tick
+    import gc
+    import sys
+
+    import jax  # noqa: F401 - its gc callback is the one that matters
+
+    def churn(expr: sympy.Expr) -> str:
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            for _ in range(200):
+                x: list = []
+                x.append(x)  # reference cycles: a collection every few hundred
+        return "expand"
+
+    lost: list = []
+    monkeypatch.setattr(sys, "unraisablehook", lost.append)
+    monkeypatch.setattr(exact, "_ladder", churn)
+    callbacks = list(gc.callbacks)
+    for _ in range(8):
+        assert zero_test(sympy.exp(a) * sympy.exp(b) - sympy.exp(a + b),
+                         time_limit=0.05).verdict == "timeout"
+    assert lost == [] and gc.callbacks == callbacks

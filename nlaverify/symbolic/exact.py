@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import os
 import signal
@@ -237,11 +238,28 @@ def _deadline(seconds: float | None) -> Iterator[_Timer]:
         yield timer
         return
 
+    in_gc = [False]
+
     def on_alarm(signum: int, frame: Any) -> None:
-        if timer.active:
+        # inside a garbage-collector callback (JAX registers one) an exception is only
+        # printed as "ignored": wait for the next tick of the repeating timer instead
+        if timer.active and not in_gc[0] and frame is not None and frame.f_code not in (
+                gc_first.__code__, gc_last.__code__):
             timer.fired = True
             raise _Timeout
 
+    # bracket every collection: the first callback marks its start, the last its end, so
+    # any callback in between (JAX's among them) runs with the flag set
+    def gc_first(phase: str, info: dict) -> None:
+        if phase == "start":
+            in_gc[0] = True
+
+    def gc_last(phase: str, info: dict) -> None:
+        if phase == "stop":
+            in_gc[0] = False
+
+    gc.callbacks.insert(0, gc_first)
+    gc.callbacks.append(gc_last)
     # ``None``: a handler installed from C, which Python cannot reinstate; use the default
     old_handler = signal.signal(signal.SIGALRM, on_alarm) or signal.SIG_DFL
     start = time.monotonic()
@@ -260,6 +278,9 @@ def _deadline(seconds: float | None) -> Iterator[_Timer]:
                 break
             except _Timeout:  # pragma: no cover - a race of a few bytecodes
                 continue
+        for cb in (gc_first, gc_last):
+            if cb in gc.callbacks:
+                gc.callbacks.remove(cb)
         if old_delay > 0:
             left = old_delay - (time.monotonic() - start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), old_interval)
