@@ -243,9 +243,11 @@ def _deadline(seconds: float | None) -> Iterator[_Timer]:
     def on_alarm(signum: int, frame: Any) -> None:
         # inside a garbage-collector callback (JAX registers one) an exception is only
         # printed as "ignored": wait for the next tick of the repeating timer instead
-        if timer.active and not in_gc[0] and frame is not None and frame.f_code not in (
+        if not timer.active:
+            return
+        timer.fired = True  # the time is up even if the raise must wait for the next tick
+        if not in_gc[0] and frame is not None and frame.f_code not in (
                 gc_first.__code__, gc_last.__code__):
-            timer.fired = True
             raise _Timeout
 
     # bracket every collection: the first callback marks its start, the last its end, so
