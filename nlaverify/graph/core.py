@@ -1,4 +1,5 @@
-"""Evaluation and reverse-mode back-propagation over a computational graph.
+"""Evaluation, forward-mode (JVP) and reverse-mode back-propagation over a computational
+graph.
 
 Baggag & Saad §2.6: evaluate the nodes in topological order, then walk the
 reverse order; a node's error is the sum over its consumers of their
@@ -6,6 +7,12 @@ cotangents (the chain rule over out-edges),
 
 .. math:: \\delta_k = \\sum_{i \\in \\operatorname{out}(k)} \\delta_i
           \\frac{\\partial a_i}{\\partial a_k}.
+
+Forward mode walks the topological order once more, each op's tangent the sum over its
+in-edges of its JVP (:func:`jvp`):
+
+.. math:: \\dot a_i = \\sum_{k \\in \\operatorname{in}(i)} \\frac{\\partial a_i}{\\partial a_k}
+          \\dot a_k.
 
 Nodes: ``kind="input"`` or ``"param"`` (values given by the caller) or ``kind="op"`` with
 ``op`` (a name in :data:`nlaverify.ops.registry.OPS`) and ``static`` keyword
@@ -249,3 +256,58 @@ def backprop(
                 contributions[(node, src)] = g
             cot[src] = g if src not in cot else cot[src] + g
     return cot
+
+
+def jvp(
+    graph: nx.DiGraph, xp: Namespace, values: Mapping[str, Any], tangents: Mapping[str, Any],
+    *, outputs: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    r"""Forward mode: the tangent :math:`\dot a_v = \sum_k (\partial a_v/\partial a_k)\,
+    \dot a_k` of every node that depends on the seeded nodes, by the ops' proved JVPs.
+
+    Args:
+        values: the result of :func:`evaluate` (every node that ``outputs`` needs).
+        tangents: ``{node: tangent}``, the seeds (typically parameter directions
+            :math:`v`); a node not seeded and not downstream of a seed has tangent 0 and is
+            left out of the result (its consumers' JVPs receive ``None``).
+        outputs: propagate only to these nodes and what they need (default: every node).
+
+    Returns:
+        ``{node: tangent}`` for the seeds and every node they reach; Jacobian-vector
+        products :math:`J v` are read at the output nodes.
+    """
+    for node, t in tangents.items():
+        if node not in graph:
+            raise UnknownNameError(f"jvp: unknown tangent node {node!r}")
+        if node not in values:
+            raise UnknownNameError(f"jvp: tangent node {node!r} has no value (evaluate it)")
+        if tuple(np.shape(t)) != tuple(np.shape(values[node])):
+            raise ShapeError(f"jvp: tangent of node {node!r}: expected shape "
+                             f"{tuple(np.shape(values[node]))}, got {tuple(np.shape(t))}")
+    tan: dict[str, Any] = dict(tangents)
+    for node in needed_nodes(graph, outputs):
+        attrs = graph.nodes[node]
+        if attrs["kind"] != "op" or node in tangents:
+            continue
+        spec = get_op(attrs["op"])
+        arg_nodes = _arguments(graph, node)
+        dargs = tuple(tan.get(src) for arg, src in zip(spec.args, arg_nodes, strict=True)
+                      if arg.kind == "real")
+        if all(t is None for t in dargs):
+            continue
+        rule = spec.jvp
+        if rule is None:
+            raise UnknownNameError(f"node {node!r}: op {attrs['op']!r} has no JVP")
+        args = [values[u] for u in arg_nodes]
+        try:
+            out = rule(xp, dargs, *args, **attrs["static"])
+        except NlaverifyError as exc:
+            raise type(exc)(f"node {node!r}: {exc}") from exc
+        except Exception as exc:
+            exc.add_note(f"at graph node {node!r} (op {attrs['op']!r}, JVP)")
+            raise
+        if tuple(np.shape(out)) != tuple(np.shape(values[node])):
+            raise ShapeError(f"node {node!r}: the JVP of {attrs['op']!r} returned shape "
+                             f"{tuple(np.shape(out))}, expected {tuple(np.shape(values[node]))}")
+        tan[node] = out
+    return tan

@@ -1,14 +1,16 @@
-"""One identity per op: its VJP function is the transpose of its Jacobian.
+"""Two identities per op: its VJP function is the transpose of its Jacobian, and its
+JVP function is the Jacobian (forward mode).
 
 Generated from :data:`nlaverify.ops.registry.OPS`, so every op in the table is
-proved (by :func:`nlaverify.symbolic.vjp_proof.prove_vjp`) and listed.
+proved (by :func:`nlaverify.symbolic.vjp_proof.prove_vjp` and
+:func:`~nlaverify.symbolic.vjp_proof.prove_jvp`) and listed.
 """
 
 from __future__ import annotations
 
 from nlaverify.identities.core import Identity, register
 from nlaverify.ops.registry import OPS, OpSpec
-from nlaverify.symbolic.vjp_proof import prove_vjp
+from nlaverify.symbolic.vjp_proof import prove_jvp, prove_vjp
 
 
 def _identity(spec: OpSpec) -> Identity:
@@ -24,6 +26,23 @@ def _identity(spec: OpSpec) -> Identity:
     )
 
 
+def _jvp_identity(spec: OpSpec) -> Identity:
+    jvp = spec.jvp
+    assert jvp is not None
+    return Identity(
+        id=f"{spec.name}_jvp",
+        family="jacobians",
+        title=f"JVP of `{spec.name}`",
+        statement=r"\dot f = \textstyle\sum_a \frac{\partial f}{\partial a}\,\dot a",
+        seed=spec.seed,
+        certifies=(spec.qualified_names[0], f"{jvp.__module__}.{jvp.__qualname__}"),
+        derive=lambda: prove_jvp(spec),
+        tags=("jvp", spec.name),
+    )
+
+
 for _spec in OPS.values():
     if _spec.differentiable:
         register(_identity(_spec))
+        if _spec.jvp is not None:
+            register(_jvp_identity(_spec))

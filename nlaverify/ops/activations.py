@@ -152,3 +152,10 @@ def tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     _check("tanh_vjp", xp, x=x, G=G)
     t = xp.tanh(x)
     return (G * (1 - t * t),)
+
+
+def tanh_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`tanh`: :math:`\dot y = (1 - \tanh^2 x) \odot \dot x`."""
+    _check("tanh_jvp", xp, x=x)
+    t = xp.tanh(x)
+    return (1 - t * t) * T[0]

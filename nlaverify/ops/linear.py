@@ -9,6 +9,7 @@ from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args
 
 
@@ -49,6 +50,19 @@ def affine_vjp(xp: Namespace, G: Any, X: Any, W: Any, b: Any | None = None) -> t
     if b is None:
         return dX, dW
     return dX, dW, xp.sum(rows_G, axis=0)
+
+
+def affine_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, W: Any, b: Any | None = None) -> Any:
+    r"""JVP of :func:`affine` (product rule, the map being bilinear in :math:`(X, W)`):
+
+    .. math:: \dot Y = \dot X W + X \dot W + \mathbf 1 \dot b^\top.
+
+    ``T = (dX, dW[, db])``, an entry ``None`` meaning a zero tangent.
+    """
+    check_args("affine_jvp", xp, {"X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")),
+                                  "b": (b, ("d_out",))})
+    dX, dW, db = (*T, None)[:3]
+    return tsum(lin(dX, lambda t: xp.matmul(t, W)), lin(dW, lambda t: xp.matmul(X, t)), db)
 
 
 def add(xp: Namespace, x: Any, y: Any) -> Any:
@@ -109,6 +123,11 @@ def _same_shape(op: str, xp: Namespace, x: Any, y: Any) -> None:
 def linear(xp: Namespace, X: Any, W: Any) -> Any:
     r"""Bias-free projection :math:`Y = X W` (Baggag & Saad §3.4.1)."""
     return affine(xp, X, W)
+
+
+def linear_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, W: Any) -> Any:
+    r"""JVP of :func:`linear`: :math:`\dot Y = \dot X W + X \dot W`."""
+    return affine_jvp(xp, T, X, W)
 
 
 def linear_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any, Any]:

@@ -80,6 +80,16 @@ def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any,
     return ((softmax(xp, Z) - Y) * w * (G / count),)
 
 
+def cross_entropy_jvp(xp: Namespace, T: tuple[Any], Z: Any, targets: Any,
+                      ignore_index: int = IGNORE_INDEX) -> Any:
+    r"""JVP of :func:`cross_entropy`, a scalar:
+
+    .. math:: \dot L = \frac1N \sum_i w_i\,\langle p_i - y_i, \dot z_i\rangle.
+    """
+    Y, w, count = _targets("cross_entropy_jvp", xp, Z, targets, ignore_index)
+    return xp.sum((softmax(xp, Z) - Y) * w * T[0]) / count
+
+
 def half_squared_error(xp: Namespace, Yhat: Any, Y: Any) -> Any:
     r"""Regression loss of the seed's MLP: :math:`\eta = \tfrac12\lVert\hat Y - Y\rVert_F^2`
     (Baggag & Saad §2.2). ``Y`` is not differentiated."""
@@ -92,3 +102,11 @@ def half_squared_error_vjp(xp: Namespace, G: Any, Yhat: Any, Y: Any) -> tuple[An
     r""":math:`\bar{\hat Y} = g\,(\hat Y - Y)`, the seed's :math:`\delta_L = \hat y - y`."""
     check_args("half_squared_error_vjp", xp, {"Yhat": (Yhat, ("*", "m")), "Y": (Y, ("*", "m"))})
     return ((Yhat - Y) * G,)
+
+
+def half_squared_error_jvp(xp: Namespace, T: tuple[Any], Yhat: Any, Y: Any) -> Any:
+    r"""JVP of :func:`half_squared_error`: :math:`\dot\eta = \langle \hat Y - Y,
+    \dot{\hat Y}\rangle_F`."""
+    check_args("half_squared_error_jvp", xp, {"Yhat": (Yhat, ("*", "m")),
+                                              "Y": (Y, ("*", "m"))})
+    return xp.sum((Yhat - Y) * T[0])

@@ -103,6 +103,35 @@ class OpSpec:
         return out, pullback(G)
 
     @property
+    def jvp(self) -> Callable[..., Any] | None:
+        r"""The forward-mode derivative ``jvp(xp, T, *args, **static)``: the function named
+        ``<forward>_jvp`` next to :attr:`forward` in its module (``None`` if there is none).
+        ``T`` holds one tangent per real argument (``None`` for a zero tangent); it returns
+        the output's tangent :math:`\dot f = \sum_a \partial f/\partial a\,\dot a`."""
+        import sys
+
+        return getattr(sys.modules[self.forward.__module__], f"{self.forward.__name__}_jvp",
+                       None)
+
+    def autodiff_jvp(self, args: list[Any], tangents: list[Any], **static: Any) -> Any:
+        """The output tangent by ``jax.jvp`` of :attr:`forward` along ``tangents`` (one per
+        real argument, JAX arrays): the independent oracle of :attr:`jvp`."""
+        import jax
+
+        from nlaverify.backends import get_namespace
+
+        xp = get_namespace("jax")
+        real = [k for k, a in enumerate(self.args) if a.kind == "real"]
+
+        def f(*reals: Any) -> Any:
+            full = list(args)
+            for k, r in zip(real, reals, strict=True):
+                full[k] = r
+            return self.forward(xp, *full, **static)
+
+        return jax.jvp(f, tuple(args[k] for k in real), tuple(tangents))[1]
+
+    @property
     def qualified_names(self) -> tuple[str, str]:
         return (f"{self.forward.__module__}.{self.forward.__qualname__}",
                 f"{self.vjp.__module__}.{self.vjp.__qualname__}")

@@ -1,4 +1,5 @@
-"""The generic proof that an op's VJP is the transpose of its Jacobian.
+"""The generic proofs that an op's VJP is the transpose of its Jacobian, and its JVP the
+Jacobian itself.
 
 For an :class:`~nlaverify.ops.registry.OpSpec`, at concrete sizes with symbolic
 entries, the VJP *function* run on the exact namespace is compared with
@@ -6,7 +7,8 @@ entries, the VJP *function* run on the exact namespace is compared with
 .. math:: \\bar a_{\\iota} = \\sum_{o} g_o\\, \\frac{\\partial f_o}{\\partial a_{\\iota}}
 
 obtained by :func:`sympy.diff` of the *same forward function*; the difference
-of every entry must simplify to exactly 0.
+of every entry must simplify to exactly 0. Likewise the JVP function is compared with
+:math:`\\dot f_o = \\sum_{a,\\iota} \\frac{\\partial f_o}{\\partial a_\\iota}\\,\\dot a_\\iota`.
 """
 
 from __future__ import annotations
@@ -101,5 +103,61 @@ def prove_vjp(
              r"\bar a_\iota^{\mathrm{ref}} = \sum_o g_o \frac{\partial f_o}{\partial a_\iota}."),
         Step(f"The difference $\\bar a_\\iota - \\bar a_\\iota^{{\\mathrm{{ref}}}}$ simplifies to "
              f"exactly $0$ for all {checked} entries."),
+    ]
+    return Proof("proved", tuple(steps), f"{checked} entries")
+
+
+def prove_jvp(
+    spec: OpSpec, sizes: dict[str, int] | None = None, *, time_limit: float | None = None
+) -> Proof:
+    r"""Prove ``spec.jvp == sum_a (d spec.forward / d a) . da`` exactly at ``sizes``.
+
+    Every real argument gets a tangent of independent symbols :math:`\dot a_\iota`; the
+    JVP function run on the exact namespace must equal, entry by entry of the output,
+    :math:`\sum_{a,\iota} \partial f_o/\partial a_\iota\;\dot a_\iota` by
+    :func:`sympy.diff` of the same forward. Failures name the output entry, as in
+    :func:`prove_vjp`.
+    """
+    jvp = spec.jvp
+    if jvp is None:
+        return Proof("failed", (), f"op {spec.name!r} has no JVP function "
+                                   f"({spec.forward.__name__}_jvp)")
+    sizes = dict(spec.proof_sizes if sizes is None else sizes)
+    xp = get_namespace("sympy")
+    xp.reset_shifts()
+    args, static = symbolic_inputs(spec, sizes)
+    out = _obj(spec.forward(xp, *args, **static))
+    real = [(a, x) for a, x in zip(spec.args, args, strict=True) if a.kind == "real"]
+    tangents = [symbol_array(f"d{a.name}", x.shape) for a, x in real]
+    got = _obj(jvp(xp, tuple(tangents), *args, **static))
+    if got.shape != out.shape:
+        return Proof("failed", (), f"JVP has shape {got.shape}, expected {out.shape} (the "
+                                   "output's)")
+    checked = 0
+    for o in np.ndindex(*out.shape):
+        by_diff = sympy.Add(*[sympy.diff(out[o], x[idx]) * t[idx]
+                              for (_, x), t in zip(real, tangents, strict=True)
+                              for idx in np.ndindex(*x.shape)])
+        checked += 1
+        test = zero_test(got[o] - by_diff, time_limit=time_limit)
+        if not test.proved:
+            return Proof("failed", (), f"output entry {list(o)}: {test.reason} (JVP - "
+                                       f"sum_a df/da . da; {test.detail})")
+    fwd = spec.qualified_names[0]
+    name = f"{jvp.__module__}.{jvp.__qualname__}"
+    size_text = ", ".join(f"{k} = {v}" for k, v in sizes.items())
+    static_text = ", ".join(f"{k} = {v}" for k, v in static.items())
+    steps = [
+        Step(f"Sizes {size_text}" + (f"; static arguments {static_text}" if static else "")
+             + ". Every real argument $a$ is an array of independent real symbols, and so is "
+             "its tangent $\\dot a$ (entries $da_{\\dots}$)."),
+        Step(f"Run `{fwd}` on the exact SymPy namespace to get the output $f$ (shape "
+             f"{tuple(out.shape)}), and `{name}` on the same namespace to get its tangent."),
+        Step("For every output entry $f_o$, form the reference by `sympy.diff` of the forward "
+             "function's output:",
+             r"\dot f_o^{\mathrm{ref}} = \sum_{a}\sum_\iota \frac{\partial f_o}"
+             r"{\partial a_\iota}\,\dot a_\iota."),
+        Step(f"The difference $\\dot f_o - \\dot f_o^{{\\mathrm{{ref}}}}$ simplifies to exactly "
+             f"$0$ for all {checked} output entries."),
     ]
     return Proof("proved", tuple(steps), f"{checked} entries")
