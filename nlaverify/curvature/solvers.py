@@ -1,0 +1,182 @@
+r"""Matrix-free numerics on curvature operators: damped natural-gradient solves (conjugate
+gradients), top eigenvalues (Lanczos) and traces (Hutchinson).
+
+Baggag & Saad §5.1 (natural gradient :math:`F^{-1}\nabla L`), §5.2 (Gauss–Newton). The
+operators are flat, symmetric positive semidefinite matvecs :math:`v \mapsto Mv` (Hessian,
+GGN, Fisher; see :func:`nlaverify.curvature.graph.linear_operator`); no matrix is formed.
+
+The generic numerics come from two maintained JAX libraries rather than being written here:
+``lineax`` (Kidger & al.) for the conjugate-gradient solve, with the operator tagged
+symmetric positive semidefinite, and ``matfree`` (Krämer) for the Lanczos
+tridiagonalisation with full reorthogonalisation and the Monte-Carlo trace estimator with
+its standard error. What is ours is what certifies the result: each Ritz value comes with
+its residual norm :math:`\lVert M x - \theta x\rVert`, which bounds its distance to an
+eigenvalue of :math:`M` (for symmetric :math:`M`, some eigenvalue lies in
+:math:`[\theta - \lVert r\rVert, \theta + \lVert r\rVert]`), each trace estimate with the
+exact variance of its estimator, and each solve with its true residual.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from nlaverify.errors import ArgumentError
+
+Matvec = Callable[[Any], Any]
+
+
+def _check_size(size: Any) -> int:
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ArgumentError(f"size: expected a positive integer (the operator's dimension), "
+                            f"got {size!r}")
+    return size
+
+
+@dataclass(frozen=True)
+class RitzPairs:
+    r"""Top eigenvalue estimates of a symmetric operator.
+
+    ``values`` (descending), ``vectors`` (rows, unit norm), ``residuals``
+    :math:`\lVert M x_i - \theta_i x_i\rVert` (so an eigenvalue of :math:`M` lies within
+    ``residuals[i]`` of ``values[i]``), and the number of matvecs used.
+    """
+
+    values: np.ndarray
+    vectors: np.ndarray
+    residuals: np.ndarray
+    matvecs: int
+
+
+def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None = None,
+                    seed: int = 0) -> RitzPairs:
+    r"""The ``k`` largest eigenvalues of the symmetric operator ``matvec`` (dimension
+    ``size``) by Lanczos with full reorthogonalisation (``matfree``), from a seeded random
+    start, with ``krylov`` Krylov vectors (default :math:`\min(n, \max(2k + 10, 20))`).
+
+    Returns :class:`RitzPairs`; the residuals are recomputed with ``k`` extra matvecs.
+    """
+    import jax
+    import jax.numpy as jnp
+    from matfree import decomp, eig
+
+    size = _check_size(size)
+    if not isinstance(k, int) or not 1 <= k <= size:
+        raise ArgumentError(f"k: expected an integer in [1, size={size}], got {k!r}")
+    m = min(size, max(2 * k + 10, 20)) if krylov is None else krylov
+    if not isinstance(m, int) or not k <= m <= size:
+        raise ArgumentError(f"krylov: expected an integer in [k={k}, size={size}], got {m!r}")
+    v0 = jax.random.normal(jax.random.key(seed), (size,), dtype=jnp.float64)
+    v0 = v0 / jnp.linalg.norm(v0)
+    eigh = eig.eigh_partial(decomp.tridiag_sym(m, reortho="full"))
+    vals, vecs = eigh(matvec, v0)
+    order = jnp.argsort(vals)[::-1][:k]
+    vals, vecs = vals[order], vecs[order]
+    vecs = vecs / jnp.linalg.norm(vecs, axis=1, keepdims=True)
+    res = jnp.stack([jnp.linalg.norm(matvec(x) - t * x) for t, x in zip(vals, vecs,
+                                                                        strict=True)])
+    return RitzPairs(np.asarray(vals), np.asarray(vecs), np.asarray(res), m + k)
+
+
+@dataclass(frozen=True)
+class TraceEstimate:
+    r"""A Hutchinson estimate :math:`\hat t = \frac1S\sum_s v_s^\top M v_s`.
+
+    ``mean``, ``sem`` (the sample standard error), ``samples`` :math:`S`, and the
+    ``sampler`` (``"rademacher"``: :math:`\operatorname{Var}[v^\top M v] = 2(\lVert
+    M\rVert_F^2 - \sum_i M_{ii}^2)`; ``"normal"``: :math:`2\lVert M\rVert_F^2`, see
+    :func:`hutchinson_variance`).
+    """
+
+    mean: float
+    sem: float
+    samples: int
+    sampler: str
+
+
+def hutchinson_trace(matvec: Matvec, size: int, samples: int, *, seed: int = 0,
+                     sampler: Literal["rademacher", "normal"] = "rademacher") -> TraceEstimate:
+    r"""Hutchinson's trace estimator :math:`\operatorname{tr} M \approx \frac1S\sum_s
+    v_s^\top M v_s`, :math:`\mathbb E[v v^\top] = I` (``matfree.stochtrace``), with its
+    standard error; ``seed`` fixes the probes."""
+    import jax
+    import jax.numpy as jnp
+    from matfree import stochtrace
+
+    size = _check_size(size)
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 2:
+        raise ArgumentError(f"samples: expected an integer >= 2 (a standard error needs two), "
+                            f"got {samples!r}")
+    make = {"rademacher": stochtrace.sampler_signs, "normal": stochtrace.sampler_normal}
+    if sampler not in make:
+        raise ArgumentError(f"sampler: expected 'rademacher' or 'normal', got {sampler!r}")
+    draw = make[sampler](jnp.zeros((size,), dtype=jnp.float64), num=samples)
+    estimate = stochtrace.estimator_monte_carlo_mean_and_sem(stochtrace.monte_carlo_trace(),
+                                                            draw)
+    mean, sem = estimate(matvec, jax.random.key(seed))
+    return TraceEstimate(float(mean), float(sem), samples, sampler)
+
+
+def hutchinson_variance(M: Any, sampler: Literal["rademacher", "normal"] = "rademacher"
+                        ) -> float:
+    r"""The exact variance of one Hutchinson sample :math:`v^\top M v` for a symmetric
+    :math:`M`: Rademacher :math:`2(\lVert M\rVert_F^2 - \sum_i M_{ii}^2)`, standard normal
+    :math:`2\lVert M\rVert_F^2` (Hutchinson 1990; Avron & Toledo 2011)."""
+    A = np.asarray(M, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ArgumentError(f"M: expected a square matrix, got shape {A.shape}")
+    fro = float(np.sum(A * A))
+    return 2.0 * (fro - float(np.sum(np.diag(A) ** 2))) if sampler == "rademacher" else 2 * fro
+
+
+@dataclass(frozen=True)
+class Solve:
+    r"""A damped solve :math:`(M + \lambda I) x = b`: the solution, the true relative
+    residual :math:`\lVert b - (M + \lambda I)x\rVert / \lVert b\rVert` (recomputed, not
+    the solver's own), and the CG steps taken."""
+
+    x: Any
+    residual: float
+    steps: int
+
+
+def damped_solve(matvec: Matvec, b: Any, damping: float, *, rtol: float | None = None,
+                 max_steps: int | None = None) -> Solve:
+    r"""Solve :math:`(M + \lambda I) x = b` by conjugate gradients (``lineax.CG``) on the
+    matrix-free PSD ``matvec``: with :math:`M = F` and :math:`b = \nabla L`, the damped
+    natural gradient :math:`(F + \lambda I)^{-1}\nabla L` (Baggag & Saad §5.1, eq. for
+    :math:`F(w)^{-1}\nabla_w L`). ``damping`` :math:`\lambda > 0` makes the system
+    positive definite (a Fisher or GGN of an over-parametrised model is singular).
+    ``rtol`` defaults to :math:`\sqrt{u}` of float64 times 10; ``max_steps`` to :math:`10n`.
+    """
+    import jax.numpy as jnp
+    import lineax as lx
+
+    b = jnp.asarray(b)
+    if b.ndim != 1:
+        raise ArgumentError(f"b: expected a flat vector, got shape {tuple(b.shape)}")
+    if not isinstance(damping, int | float) or not math.isfinite(damping) or damping <= 0:
+        raise ArgumentError(f"damping: expected a finite number > 0 (a scalar times the "
+                            f"identity), got {damping!r}")
+    n = int(b.shape[0])
+    tol = 10 * math.sqrt(float(jnp.finfo(b.dtype).eps)) if rtol is None else rtol
+    op = lx.FunctionLinearOperator(lambda v: matvec(v) + damping * v,
+                                   jax_struct(b),
+                                   tags=(lx.symmetric_tag, lx.positive_semidefinite_tag))
+    sol = lx.linear_solve(op, b, lx.CG(rtol=tol, atol=0.0, max_steps=max_steps or 10 * n),
+                          throw=False)
+    x = sol.value
+    r = b - (matvec(x) + damping * x)
+    rel = float(jnp.linalg.norm(r) / jnp.maximum(jnp.linalg.norm(b), jnp.finfo(b.dtype).tiny))
+    return Solve(x, rel, int(sol.stats.get("num_steps", -1)))
+
+
+def jax_struct(x: Any) -> Any:
+    """The ``jax.ShapeDtypeStruct`` of ``x`` (the input structure lineax asks for)."""
+    import jax
+
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)

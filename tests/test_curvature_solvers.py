@@ -1,0 +1,127 @@
+"""Matrix-free solvers on dense symmetric test matrices: Lanczos top eigenvalues (with their
+certified residual bounds), Hutchinson's trace (within bounds from the estimator's exact
+variance), and the damped CG solve, each against NumPy's dense LAPACK answer."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nlaverify.curvature.solvers import (
+    damped_solve,
+    hutchinson_trace,
+    hutchinson_variance,
+    top_eigenvalues,
+)
+from nlaverify.errors import ArgumentError
+from nlaverify.strategies import spd_matrices
+from nlaverify.tolerance import tolerance
+
+jax.config.update("jax_enable_x64", True)
+
+#: standard errors allowed for a seeded Monte-Carlo estimate: two-sided false-alarm
+#: probability below 1e-6 for a normal limit (Chebyshev would need 1000)
+K_SIGMA = 5.0
+
+
+def _psd(rng: np.random.Generator, n: int, rank: int) -> np.ndarray:
+    X = rng.standard_normal((n, rank))
+    return X @ X.T
+
+
+@given(A=spd_matrices(12, max_condition=100.0))
+def test_lanczos_top_eigenvalues_within_certified_residuals(A: np.ndarray) -> None:
+    n = A.shape[0]
+    M = jnp.asarray(A)
+    k = 3
+    pairs = top_eigenvalues(lambda v: M @ v, n, k, krylov=n)
+    exact = np.sort(np.linalg.eigvalsh(A))[::-1]
+    tol = tolerance("float64", size=n, condition=float(exact[0] / exact[-1]), depth=2)
+    assert tol.compare(pairs.values, exact[:k], floor=0.0).ok, tol.reason
+    for theta, r in zip(pairs.values, pairs.residuals, strict=True):
+        # certified: some eigenvalue of A lies within the residual norm of each Ritz value
+        assert np.min(np.abs(exact - theta)) <= r + tol.rtol * exact[0]
+    assert np.all(np.diff(pairs.values) <= 0)
+
+
+def test_lanczos_few_vectors_still_certified() -> None:
+    rng = np.random.default_rng(3)
+    n = 200
+    A = _psd(rng, n, 150) + np.diag(np.r_[400.0, 300.0, np.zeros(n - 2)])
+    M = jnp.asarray(A)
+    pairs = top_eigenvalues(lambda v: M @ v, n, 2, krylov=40)
+    exact = np.sort(np.linalg.eigvalsh(A))[::-1]
+    for theta, r in zip(pairs.values, pairs.residuals, strict=True):
+        assert np.min(np.abs(exact - theta)) <= r * (1 + 1e-9)
+    # the well-separated top pair converges in 40 steps: the bound is tight, not vacuous
+    assert np.all(pairs.residuals < 1e-6 * exact[0])
+
+
+def test_hutchinson_within_variance_bounds_and_rate() -> None:
+    rng = np.random.default_rng(0)
+    n = 30
+    A = _psd(rng, n, 10) - 0.5 * _psd(rng, n, 3)
+    M = jnp.asarray(A)
+    tr = float(np.trace(A))
+    for sampler in ("rademacher", "normal"):
+        var = hutchinson_variance(A, sampler)
+        errors = []
+        for S in (16, 64, 256, 1024):
+            est = hutchinson_trace(lambda v: M @ v, n, S, seed=S, sampler=sampler)
+            bound = K_SIGMA * math.sqrt(var / S)
+            assert bound < abs(tr), "the bound would be vacuous"
+            assert abs(est.mean - tr) <= bound, (sampler, S, est, tr, bound)
+            # the reported standard error estimates the exact one
+            assert 0.5 < est.sem / math.sqrt(var / S) < 2.0, (sampler, S, est.sem)
+            errors.append(abs(est.mean - tr))
+        # the estimator converges: 64x the samples, at least 4x smaller error bound
+        assert errors[-1] <= K_SIGMA * math.sqrt(var / 1024)
+
+
+def test_hutchinson_variance_formula_by_enumeration() -> None:
+    # Rademacher: enumerate all 2^n sign vectors and compare the exact variance
+    rng = np.random.default_rng(1)
+    n = 5
+    A = rng.standard_normal((n, n))
+    A = A + A.T
+    signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * n)).reshape(n, -1).T
+    q = np.einsum("si,ij,sj->s", signs, A, signs)
+    tol = tolerance("float64", size=n * n)
+    assert tol.compare(q.mean(), np.trace(A)).ok
+    assert tol.compare(q.var(), hutchinson_variance(A, "rademacher")).ok
+
+
+@given(A=st.sampled_from([2, 9]).flatmap(lambda n: spd_matrices(n, max_condition=1e3)),
+       damping=st.sampled_from([1e-3, 0.1, 10.0]))
+def test_damped_solve_matches_dense(A: np.ndarray, damping: float) -> None:
+    n = A.shape[0]
+    b = np.random.default_rng(n).standard_normal(n)
+    sol = damped_solve(lambda v: jnp.asarray(A) @ v, jnp.asarray(b), damping)
+    D = A + damping * np.eye(n)
+    exact = np.linalg.solve(D, b)
+    kappa = float(np.linalg.cond(D))
+    # CG stops at a relative residual rtol; the forward error is at most kappa times that
+    rtol = 10 * math.sqrt(np.finfo(np.float64).eps)
+    assert sol.residual <= rtol * math.sqrt(n)
+    err = np.linalg.norm(np.asarray(sol.x) - exact) / np.linalg.norm(exact)
+    assert err <= kappa * sol.residual + tolerance("float64", size=n, condition=kappa).rtol
+
+
+def test_bad_input_errors() -> None:
+    M = jnp.eye(3)
+    with pytest.raises(ArgumentError, match="damping"):
+        damped_solve(lambda v: M @ v, jnp.ones(3), 0.0)
+    with pytest.raises(ArgumentError, match="b: expected a flat vector"):
+        damped_solve(lambda v: M @ v, jnp.ones((3, 1)), 1.0)
+    with pytest.raises(ArgumentError, match="k: expected"):
+        top_eigenvalues(lambda v: M @ v, 3, 4)
+    with pytest.raises(ArgumentError, match="samples"):
+        hutchinson_trace(lambda v: M @ v, 3, 1)
+    with pytest.raises(ArgumentError, match="M: expected a square"):
+        hutchinson_variance(np.ones((2, 3)))
