@@ -1,4 +1,4 @@
-"""Command line: ``nlaverify derive | list | verify | params``."""
+"""Command line: ``nlaverify derive | list | verify | params | curvature``."""
 
 from __future__ import annotations
 
@@ -113,6 +113,18 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_curvature(args: argparse.Namespace) -> int:
+    from nlaverify.curvature.report import curvature_report, format_report
+
+    rep = curvature_report(args.preset, block=args.block, seed=args.seed, n=args.seq_len,
+                           batch=args.batch, top=args.top)
+    if args.json:
+        jsonout.dump(rep.as_dict())
+    else:
+        print(format_report(rep))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line, ``nlaverify: error: ...``, exit 2."""
 
@@ -184,6 +196,20 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--preset", required=True)
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(func=_cmd_params)
+
+    c = sub.add_parser("curvature", help="per block: top eigenvalues of Hessian, GGN, Fisher, "
+                                         "empirical Fisher; K-FAC error against the exact GGN")
+    c.add_argument("--preset", required=True, help="a preset small enough for dense layer "
+                                                   "blocks (e.g. tiny)")
+    c.add_argument("--block", type=_bounded_int(0), default=None,
+                   help="only this Transformer block (default: every block)")
+    c.add_argument("--seed", type=_bounded_int(0, 2**32 - 1), default=0)
+    c.add_argument("--seq-len", type=_bounded_int(1), default=6)
+    c.add_argument("--batch", type=_bounded_int(1), default=None,
+                   help="this many right-padded sequences (default: one)")
+    c.add_argument("--top", type=_bounded_int(1, 50), default=3, help="eigenvalues per matrix")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_curvature)
     return p
 
 

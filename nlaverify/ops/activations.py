@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args
 
 #: the cubic coefficient of the tanh form of GELU, 0.044715, held exactly
@@ -29,6 +30,13 @@ def relu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     r""":math:`\bar x = g \odot \mathbb 1[x > 0]` (the subgradient 0 is taken at 0)."""
     _check("relu_vjp", xp, x=x, G=G)
     return (xp.where(xp.greater(x, 0), G, xp.zeros_like(G)),)
+
+
+def relu_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`relu` (Baggag & Saad §3.7.2):
+    :math:`\dot y = \mathbb 1[x > 0] \odot \dot x` (the subgradient 0 at 0, as the VJP)."""
+    _check("relu_jvp", xp, x=x, dx=T[0])
+    return xp.where(xp.greater(x, 0), T[0], xp.zeros_like(T[0]))
 
 
 def _sigmoid_pair(xp: Namespace, x: Any) -> tuple[Any, Any]:
@@ -89,6 +97,14 @@ def silu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     return (G * _silu_derivative(xp, x),)
 
 
+def silu_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`silu` (Baggag & Saad §3.7.3):
+    :math:`\dot y = \sigma(x)\bigl(1 + x\,\sigma(-x)\bigr) \odot \dot x`, from the stable
+    pair :func:`_sigmoid_pair`."""
+    _check("silu_jvp", xp, x=x, dx=T[0])
+    return _silu_derivative(xp, x) * T[0]
+
+
 def gelu_erf(xp: Namespace, x: Any) -> Any:
     r"""Exact GELU: :math:`x\,\Phi(x) = \tfrac x2\bigl(1 + \operatorname{erf}(x/\sqrt2)\bigr)`."""
     _check("gelu_erf", xp, x=x)
@@ -100,9 +116,21 @@ def gelu_erf_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     r""":math:`\bar x = g \odot \bigl(\Phi(x) + x\,\varphi(x)\bigr)`,
     :math:`\varphi(x) = e^{-x^2/2}/\sqrt{2\pi}`."""
     _check("gelu_erf_vjp", xp, x=x, G=G)
+    return (G * _gelu_erf_derivative(xp, x),)
+
+
+def _gelu_erf_derivative(xp: Namespace, x: Any) -> Any:
+    r""":math:`\operatorname{GELU}'(x) = \Phi(x) + x\,\varphi(x)`."""
     Phi = (1 + xp.erf(x / xp.const_sqrt(2))) * xp.rational(1, 2)
     phi = xp.exp(-x * x * xp.rational(1, 2)) / xp.const_sqrt(2, pi_power=1)
-    return (G * (Phi + x * phi),)
+    return Phi + x * phi
+
+
+def gelu_erf_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`gelu_erf` (Baggag & Saad §3.7.2):
+    :math:`\dot y = \bigl(\Phi(x) + x\,\varphi(x)\bigr) \odot \dot x`."""
+    _check("gelu_erf_jvp", xp, x=x, dx=T[0])
+    return _gelu_erf_derivative(xp, x) * T[0]
 
 
 def _gelu_tanh_constants(xp: Namespace) -> tuple[Any, Any]:
@@ -121,10 +149,24 @@ def gelu_tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     r""":math:`\bar x = g \odot \Bigl(\tfrac12(1+t) + \tfrac x2 (1-t^2)\sqrt{2/\pi}\,
     (1 + 3\cdot 0.044715\, x^2)\Bigr)`, :math:`t = \tanh u`."""
     _check("gelu_tanh_vjp", xp, x=x, G=G)
+    return (G * _gelu_tanh_derivative(xp, x),)
+
+
+def _gelu_tanh_derivative(xp: Namespace, x: Any) -> Any:
+    r""":math:`\tfrac12(1+t) + \tfrac x2 (1-t^2)\sqrt{2/\pi}\,(1 + 3a x^2)`,
+    :math:`t = \tanh u`."""
     k, a = _gelu_tanh_constants(xp)
     t = xp.tanh(k * (x + a * x * x * x))
     half = xp.rational(1, 2)
-    return (G * (half * (1 + t) + half * x * (1 - t * t) * k * (1 + 3 * a * x * x)),)
+    return half * (1 + t) + half * x * (1 - t * t) * k * (1 + 3 * a * x * x)
+
+
+def gelu_tanh_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`gelu_tanh` (Baggag & Saad §3.7.2):
+    :math:`\dot y = \Bigl(\tfrac12(1+t) + \tfrac x2 (1-t^2)\sqrt{2/\pi}\,
+    (1 + 3\cdot 0.044715\, x^2)\Bigr) \odot \dot x`, :math:`t = \tanh u`."""
+    _check("gelu_tanh_jvp", xp, x=x, dx=T[0])
+    return _gelu_tanh_derivative(xp, x) * T[0]
 
 
 def swiglu(xp: Namespace, a: Any, b: Any) -> Any:
@@ -141,6 +183,20 @@ def swiglu_vjp(xp: Namespace, G: Any, a: Any, b: Any) -> tuple[Any, Any]:
     return G * b * _silu_derivative(xp, a), G * silu(xp, a)
 
 
+def swiglu_jvp(xp: Namespace, T: tuple[Any, Any], a: Any, b: Any) -> Any:
+    r"""JVP of :func:`swiglu` (Baggag & Saad §3.7.3), the product rule:
+
+    .. math:: \dot y = \operatorname{SiLU}'(a) \odot b \odot \dot a
+       + \operatorname{SiLU}(a) \odot \dot b .
+
+    ``T = (da, db)``, an entry ``None`` meaning a zero tangent.
+    """
+    da, db = T
+    _check("swiglu_jvp", xp, a=a, b=b, da=da, db=db)
+    return tsum(lin(da, lambda t: b * _silu_derivative(xp, a) * t),
+                lin(db, lambda t: silu(xp, a) * t))
+
+
 def tanh(xp: Namespace, x: Any) -> Any:
     r""":math:`\tanh x`, the hidden activation of the seed's MLP (Baggag & Saad §2.1)."""
     _check("tanh", xp, x=x)
@@ -155,7 +211,8 @@ def tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
 
 
 def tanh_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
-    r"""JVP of :func:`tanh`: :math:`\dot y = (1 - \tanh^2 x) \odot \dot x`."""
-    _check("tanh_jvp", xp, x=x)
+    r"""JVP of :func:`tanh` (Baggag & Saad §2.1):
+    :math:`\dot y = (1 - \tanh^2 x) \odot \dot x`."""
+    _check("tanh_jvp", xp, x=x, dx=T[0])
     t = xp.tanh(x)
     return (1 - t * t) * T[0]

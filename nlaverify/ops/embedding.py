@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args, check_length, check_tokens
 
 
@@ -25,12 +26,17 @@ def embed(xp: Namespace, tokens: Any, W_E: Any) -> Any:
     """
     dims = check_args("embed", xp, {"W_E": (W_E, ("V", "d"))})
     check_tokens("embed", xp, "tokens", tokens, dims["V"])
+    return _gather_rows(xp, tokens, W_E, dims["d"])
+
+
+def _gather_rows(xp: Namespace, tokens: Any, W: Any, d: int) -> Any:
+    """The rows ``W[tokens]``, ``(*, n, d)``: :math:`U W` for the one-hot :math:`U`."""
     lead = tuple(tokens.shape)
     if len(lead) == 1:
-        return xp.take(W_E, tokens, axis=0)
+        return xp.take(W, tokens, axis=0)
     # the standard's take wants 1-d indices: gather the flattened batch, then unflatten
-    rows = xp.take(W_E, xp.reshape(tokens, (-1,)), axis=0)
-    return xp.reshape(rows, (*lead, dims["d"]))
+    rows = xp.take(W, xp.reshape(tokens, (-1,)), axis=0)
+    return xp.reshape(rows, (*lead, d))
 
 
 def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
@@ -42,6 +48,14 @@ def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
     check_length("embed_vjp", "tokens", tokens, tuple(G.shape[:-1]), "G")
     U = xp.reshape(xp.one_hot(tokens, dims["V"], G.dtype), (-1, dims["V"]))
     return (xp.matmul(xp.matrix_transpose(U), xp.reshape(G, (-1, dims["d"]))),)
+
+
+def embed_jvp(xp: Namespace, T: tuple[Any], tokens: Any, W_E: Any) -> Any:
+    r"""JVP of :func:`embed` (Baggag & Saad §3.2): the map is linear in :math:`W_E`, so
+    :math:`\dot X = U \dot W_E`, the same rows gathered from the tangent."""
+    dims = check_args("embed_jvp", xp, {"W_E": (W_E, ("V", "d")), "dW_E": (T[0], ("V", "d"))})
+    check_tokens("embed_jvp", xp, "tokens", tokens, dims["V"])
+    return _gather_rows(xp, tokens, T[0], dims["d"])
 
 
 def sinusoidal_positions(xp: Namespace, n: int, d: int, base: int = 10000) -> Any:
@@ -77,17 +91,31 @@ def add_positions_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple
     return (G,)
 
 
+def add_positions_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -> Any:
+    r"""JVP of :func:`add_positions` (Baggag & Saad §3.2, §3.6.2): :math:`P` is constant,
+    so :math:`\dot Y = \dot X`."""
+    check_args("add_positions_jvp", xp, {"X": (X, ("*", "n", "d")),
+                                         "dX": (T[0], ("*", "n", "d"))})
+    return T[0]
+
+
 def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
     r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[0{:}n]`, ``X`` of shape
     ``(*, n, d)``, ``W_P`` of shape ``(context, d)`` (Baggag & Saad §3.2)."""
-    dims = check_args("add_learned_positions", xp, {"X": (X, ("*", "n", "d")),
-                                                    "W_P": (W_P, ("context", "d"))})
+    dims = _learned_dims("add_learned_positions", xp, {"X": (X, ("*", "n", "d")),
+                                                       "W_P": (W_P, ("context", "d"))})
+    return X + W_P[: dims["n"], ...]
+
+
+def _learned_dims(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
+    """:func:`check_args`, and at most ``context`` positions."""
+    dims = check_args(op, xp, specs)
     if dims["n"] > dims["context"]:
         from nlaverify.errors import ShapeError
 
-        raise ShapeError(f"add_learned_positions: argument 'X': expected at most "
-                         f"context={dims['context']} rows, got {dims['n']}")
-    return X + W_P[: dims["n"], ...]
+        raise ShapeError(f"{op}: argument 'X': expected at most context={dims['context']} "
+                         f"rows, got {dims['n']}")
+    return dims
 
 
 def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[Any, Any]:
@@ -103,3 +131,19 @@ def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[
     pad = xp.zeros((rest, dims["d"]), dtype=G.dtype) if not xp.object_arrays else xp.zeros(
         (rest, dims["d"]))
     return G, xp.concat([G_seq, pad], axis=0)
+
+
+def add_learned_positions_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_P: Any) -> Any:
+    r"""JVP of :func:`add_learned_positions` (Baggag & Saad §3.2):
+    :math:`\dot Y = \dot X + \dot W_P[0{:}n]` (the same rows for every sequence).
+
+    ``T = (dX, dW_P)``, an entry ``None`` meaning a zero tangent.
+    """
+    dX, dW_P = T
+    dims = _learned_dims("add_learned_positions_jvp", xp, {
+        "X": (X, ("*", "n", "d")), "W_P": (W_P, ("context", "d")),
+        "dX": (dX, ("*", "n", "d")), "dW_P": (dW_P, ("context", "d"))})
+    rows = lin(dW_P, lambda t: t[: dims["n"], ...])
+    if dX is None and len(X.shape) > 2:  # broadcast the rows over the batch
+        rows = xp.zeros_like(X) + rows
+    return tsum(dX, rows)

@@ -53,15 +53,19 @@ def affine_vjp(xp: Namespace, G: Any, X: Any, W: Any, b: Any | None = None) -> t
 
 
 def affine_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, W: Any, b: Any | None = None) -> Any:
-    r"""JVP of :func:`affine` (product rule, the map being bilinear in :math:`(X, W)`):
+    r"""JVP of :func:`affine` (Baggag & Saad §2.6, §3.4.1; product rule, the map being
+    bilinear in :math:`(X, W)`):
 
     .. math:: \dot Y = \dot X W + X \dot W + \mathbf 1 \dot b^\top.
 
     ``T = (dX, dW[, db])``, an entry ``None`` meaning a zero tangent.
     """
-    check_args("affine_jvp", xp, {"X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")),
-                                  "b": (b, ("d_out",))})
     dX, dW, db = (*T, None)[:3]
+    dims = check_args("affine_jvp", xp, {
+        "X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")), "b": (b, ("d_out",)),
+        "dX": (dX, ("*", "d_in")), "dW": (dW, ("d_in", "d_out")), "db": (db, ("d_out",))})
+    if dX is None and dW is None:  # only the bias moves: the same row for every input row
+        db = xp.zeros((*X.shape[:-1], dims["d_out"]), dtype=X.dtype) + db
     return tsum(lin(dX, lambda t: xp.matmul(t, W)), lin(dW, lambda t: xp.matmul(X, t)), db)
 
 
@@ -79,6 +83,16 @@ def add_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
     return G, G
 
 
+def add_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, y: Any) -> Any:
+    r"""JVP of :func:`add` (Baggag & Saad §3.8, §3.9): :math:`\dot z = \dot x + \dot y`.
+
+    ``T = (dx, dy)``, an entry ``None`` meaning a zero tangent.
+    """
+    dx, dy = T
+    _same_shape("add_jvp", xp, x, y, dx, dy)
+    return tsum(dx, dy)
+
+
 def mul(xp: Namespace, x: Any, y: Any) -> Any:
     r"""Elementwise product :math:`x \odot y`."""
     _same_shape("mul", xp, x, y)
@@ -89,6 +103,17 @@ def mul_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
     r"""VJP of :func:`mul`: :math:`(\bar x, \bar y) = (G \odot y, G \odot x)`."""
     _same_shape("mul_vjp", xp, x, y)
     return G * y, G * x
+
+
+def mul_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, y: Any) -> Any:
+    r"""JVP of :func:`mul` (Baggag & Saad §2.6), the product rule:
+    :math:`\dot z = \dot x \odot y + x \odot \dot y`.
+
+    ``T = (dx, dy)``, an entry ``None`` meaning a zero tangent.
+    """
+    dx, dy = T
+    _same_shape("mul_jvp", xp, x, y, dx, dy)
+    return tsum(lin(dx, lambda t: t * y), lin(dy, lambda t: x * t))
 
 
 def scale(xp: Namespace, x: Any, c: Any) -> Any:
@@ -102,6 +127,12 @@ def scale_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
     return (xp.const(c) * G,)
 
 
+def scale_jvp(xp: Namespace, T: tuple[Any], x: Any, c: Any) -> Any:
+    r"""JVP of :func:`scale` (Baggag & Saad §2.6): :math:`\dot y = c\,\dot x`."""
+    check_args("scale_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
+    return xp.const(c) * T[0]
+
+
 def shift(xp: Namespace, x: Any, c: Any) -> Any:
     r"""Addition of a constant, :math:`x + c` (``c`` is not differentiated)."""
     check_args("shift", xp, {"x": (x, ("*",))})
@@ -113,8 +144,15 @@ def shift_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
     return (G,)
 
 
-def _same_shape(op: str, xp: Namespace, x: Any, y: Any) -> None:
-    check_args(op, xp, {"x": (x, ("*",)), "y": (y, ("*",))})
+def shift_jvp(xp: Namespace, T: tuple[Any], x: Any, c: Any) -> Any:
+    r"""JVP of :func:`shift` (Baggag & Saad §2.6): :math:`\dot y = \dot x`."""
+    check_args("shift_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
+    return T[0]
+
+
+def _same_shape(op: str, xp: Namespace, x: Any, y: Any, dx: Any = None, dy: Any = None) -> None:
+    check_args(op, xp, {"x": (x, ("*",)), "y": (y, ("*",)), "dx": (dx, ("*",)),
+                        "dy": (dy, ("*",))})
     sx, sy = tuple(getattr(x, "shape", ())), tuple(getattr(y, "shape", ()))
     if sx != sy:
         raise ShapeError(f"{op}: argument 'y': expected shape {sx} (the shape of 'x'), got {sy}")
@@ -126,7 +164,7 @@ def linear(xp: Namespace, X: Any, W: Any) -> Any:
 
 
 def linear_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, W: Any) -> Any:
-    r"""JVP of :func:`linear`: :math:`\dot Y = \dot X W + X \dot W`."""
+    r"""JVP of :func:`linear` (Baggag & Saad §3.4.1): :math:`\dot Y = \dot X W + X \dot W`."""
     return affine_jvp(xp, T, X, W)
 
 
@@ -153,3 +191,16 @@ def unembed_tied_vjp(xp: Namespace, G: Any, X: Any, W_E: Any) -> tuple[Any, Any]
     rows_G = xp.reshape(G, (-1, dims["V"]))
     return xp.matmul(G, W_E), xp.matmul(xp.matrix_transpose(rows_G),
                                         xp.reshape(X, (-1, dims["d"])))
+
+
+def unembed_tied_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_E: Any) -> Any:
+    r"""JVP of :func:`unembed_tied` (Baggag & Saad §3.3.3), the map being bilinear:
+    :math:`\dot Z = \dot X W_E^\top + X \dot W_E^\top`.
+
+    ``T = (dX, dW_E)``, an entry ``None`` meaning a zero tangent.
+    """
+    dX, dW_E = T
+    check_args("unembed_tied_jvp", xp, {"X": (X, ("*", "n", "d")), "W_E": (W_E, ("V", "d")),
+                                        "dX": (dX, ("*", "n", "d")), "dW_E": (dW_E, ("V", "d"))})
+    return tsum(lin(dX, lambda t: xp.matmul(t, xp.matrix_transpose(W_E))),
+                lin(dW_E, lambda t: xp.matmul(X, xp.matrix_transpose(t))))

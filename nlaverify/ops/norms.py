@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args, check_positive
 
 
@@ -89,6 +90,15 @@ def _scaled_rms(xp: Namespace, c: Any, d: int, eps: Any) -> tuple[Any, Any, Any]
     return h, xp.sqrt(_mean(xp, h * h, d) + xp.const(eps) / s / s), s
 
 
+def _normalized_jvp(xp: Namespace, xhat: Any, dc: Any, rho: Any, s: Any, d: int) -> Any:
+    r"""The tangent of :math:`c \mapsto \hat x = c/\sqrt{\overline{c^2}+\epsilon}` along
+    :math:`\dot c`, with :math:`\sigma = s\rho` from :func:`_scaled_rms`:
+
+    .. math:: \dot{\hat x} = \frac1\sigma\bigl(\dot c - \hat x\,
+       \overline{\hat x\odot\dot c}\bigr)."""
+    return (dc - xhat * _mean(xp, xhat * dc, d)) / rho / s
+
+
 def layernorm(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
     r"""LayerNorm (Baggag & Saad §3.8):
 
@@ -127,6 +137,32 @@ def layernorm_vjp(
     dx = (gx - _mean(xp, gx, d) - xhat * _mean(xp, gx * xhat, d)) / rho / s
     rows_G, rows_xhat = xp.reshape(G, (-1, d)), xp.reshape(xhat, (-1, d))
     return dx, xp.sum(rows_G * rows_xhat, axis=0), xp.sum(rows_G, axis=0)
+
+
+def layernorm_jvp(xp: Namespace, T: tuple[Any, Any, Any], x: Any, gamma: Any, beta: Any,
+                  eps: Any) -> Any:
+    r"""JVP of :func:`layernorm` (Baggag & Saad §3.8). The centering is linear, so its
+    tangent is :math:`\dot c = \dot x - \overline{\dot x}` (computed by the forward's own
+    :func:`_centered`), and
+
+    .. math:: \dot y = \frac{\gamma}{\sigma}\odot\bigl(\dot c - \hat x\,
+       \overline{\hat x\odot\dot c}\bigr) + \dot\gamma\odot\hat x + \dot\beta,
+
+    where :math:`\overline{\,\cdot\,}` is the mean over the feature axis. ``T = (dx,
+    dgamma, dbeta)``, an entry ``None`` meaning a zero tangent.
+    """
+    dx, dgamma, dbeta = T
+    _check_eps("layernorm_jvp", xp, eps, x)
+    d = check_args("layernorm_jvp", xp, {
+        "x": (x, ("*", "d")), "gamma": (gamma, ("d",)), "beta": (beta, ("d",)),
+        "dx": (dx, ("*", "d")), "dgamma": (dgamma, ("d",)), "dbeta": (dbeta, ("d",))})["d"]
+    h, rho, s = _scaled_rms(xp, _centered(xp, x, d), d, eps)
+    xhat = h / rho
+    if dx is None and dgamma is None:  # only the shift moves: the same row for every row
+        dbeta = xp.zeros_like(x) + dbeta
+    return tsum(lin(dx, lambda t: gamma * _normalized_jvp(xp, xhat, _centered(xp, t, d), rho,
+                                                          s, d)),
+                lin(dgamma, lambda t: t * xhat), dbeta)
 
 
 def layernorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
@@ -170,6 +206,25 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     gx = G * gamma
     dx = (gx - xhat * _mean(xp, gx * xhat, d)) / rho / s
     return dx, xp.sum(xp.reshape(G, (-1, d)) * xp.reshape(xhat, (-1, d)), axis=0)
+
+
+def rmsnorm_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, gamma: Any, eps: Any) -> Any:
+    r"""JVP of :func:`rmsnorm` (Baggag & Saad §3.8.1):
+
+    .. math:: \dot y = \frac{\gamma}{r}\odot\bigl(\dot x - \hat x\,
+       \overline{\hat x\odot\dot x}\bigr) + \dot\gamma\odot\hat x .
+
+    ``T = (dx, dgamma)``, an entry ``None`` meaning a zero tangent.
+    """
+    dx, dgamma = T
+    _check_eps("rmsnorm_jvp", xp, eps, x)
+    d = check_args("rmsnorm_jvp", xp, {"x": (x, ("*", "d")), "gamma": (gamma, ("d",)),
+                                       "dx": (dx, ("*", "d")),
+                                       "dgamma": (dgamma, ("d",))})["d"]
+    h, rho, s = _scaled_rms(xp, x, d, eps)
+    xhat = h / rho
+    return tsum(lin(dx, lambda t: gamma * _normalized_jvp(xp, xhat, t, rho, s, d)),
+                lin(dgamma, lambda t: t * xhat))
 
 
 def rmsnorm_jacobian(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:

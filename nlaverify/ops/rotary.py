@@ -44,6 +44,11 @@ def _check(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
 def rope(xp: Namespace, X: Any, base: int = 10000) -> Any:
     r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S`."""
     dims = _check("rope", xp, {"X": (X, ("*", "n", "d_h"))})
+    return _rotate(xp, X, dims, base)
+
+
+def _rotate(xp: Namespace, X: Any, dims: dict[str, int], base: int) -> Any:
+    r""":math:`X \odot C + R(X) \odot S`, the tables in ``X``'s dtype."""
     C, S = rope_tables(xp, dims["n"], dims["d_h"], base)
     if not xp.object_arrays:
         C, S = xp.astype(C, X.dtype), xp.astype(S, X.dtype)
@@ -58,3 +63,11 @@ def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple[Any]:
     if not xp.object_arrays:
         C, S = xp.astype(C, G.dtype), xp.astype(S, G.dtype)
     return (G * C - rotate_half(xp, G * S),)
+
+
+def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -> Any:
+    r"""JVP of :func:`rope` (Baggag & Saad §3.6.2): RoPE is linear in :math:`X`, so the
+    tangent is rotated alike, :math:`\dot Y = \dot X \odot C + R(\dot X) \odot S`."""
+    dims = _check("rope_jvp", xp, {"X": (X, ("*", "n", "d_h")),
+                                   "dX": (T[0], ("*", "n", "d_h"))})
+    return _rotate(xp, T[0], dims, base)

@@ -75,6 +75,28 @@ def softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]:
     return (softmax_vjp_from_output(xp, G, softmax(xp, Z, axis), axis),)
 
 
+def softmax_jvp_from_output(xp: Namespace, T: Any, P: Any, axis: int = -1) -> Any:
+    r"""Softmax JVP from its output :math:`P` (Baggag & Saad §3.4.2): the Jacobian
+    :math:`J = \operatorname{diag}(p) - p p^\top` is symmetric, so the JVP is the VJP's
+    formula applied to the tangent,
+
+    .. math:: \dot p = J\dot z = p \odot \bigl(\dot z - \langle p, \dot z\rangle
+       \mathbf 1\bigr);
+
+    for attention scores, :math:`\dot P = P \odot (\dot S - \operatorname{rowsum}(\dot S
+    \odot P))`. A masked entry (:math:`p_j = 0`) and an all-masked row get no tangent.
+    """
+    return softmax_vjp_from_output(xp, T, P, axis)
+
+
+def softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1) -> Any:
+    r"""JVP of :func:`softmax` (Baggag & Saad §3.4.2), from the stable forward:
+    :math:`\dot p = p \odot (\dot z - \langle p, \dot z\rangle)`."""
+    check_args("softmax_jvp", xp, {"Z": (Z, ("*", "m")), "dZ": (T[0], ("*", "m"))},
+               neg_inf_ok=("Z",))
+    return softmax_jvp_from_output(xp, T[0], softmax(xp, Z, axis), axis)
+
+
 def softmax_jacobian(xp: Namespace, p: Any) -> Any:
     r"""Explicit Jacobian of softmax at a probability vector ``p`` of length ``m``:
     :math:`J = \operatorname{diag}(p) - p p^\top` (Baggag & Saad §3.4.2)."""
@@ -111,6 +133,22 @@ def log_softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]
                neg_inf_ok=("Z",))
     _reject_all_masked_rows("log_softmax_vjp", xp, Z, axis)
     return (G - softmax(xp, Z, axis) * xp.sum(G, axis=axis, keepdims=True),)
+
+
+def log_softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1) -> Any:
+    r"""JVP of :func:`log_softmax` (Baggag & Saad §3.1, §3.13.1): the Jacobian is
+    :math:`I - \mathbf 1 p^\top`, so :math:`\dot y = \dot z - \langle p, \dot z\rangle
+    \mathbf 1`. A masked entry (:math:`z_j = -\infty`, :math:`p_j = 0`) gets
+    :math:`\dot z_j - \langle p, \dot z\rangle`, as autodiff of the forward gives (and as
+    the VJP passes :math:`g_j` back to it).
+
+    Raises:
+        NonFiniteError: as :func:`log_softmax`.
+    """
+    check_args("log_softmax_jvp", xp, {"Z": (Z, ("*", "m")), "dZ": (T[0], ("*", "m"))},
+               neg_inf_ok=("Z",))
+    _reject_all_masked_rows("log_softmax_jvp", xp, Z, axis)
+    return T[0] - xp.sum(softmax(xp, Z, axis) * T[0], axis=axis, keepdims=True)
 
 
 def _reject_all_masked_rows(op: str, xp: Namespace, Z: Any, axis: int) -> None:
