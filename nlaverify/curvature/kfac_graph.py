@@ -85,8 +85,7 @@ def output_seeds(problem: CurvatureProblem, *, samples: int | None = None,
     shape = tuple(int(s) for s in np.shape(z))
     root_w = xp.sqrt(problem.weights)
     if samples is not None:
-        g = sampled_gradients(problem, z, draw_noise(problem, samples, seed))
-        return g * (root_w[..., None] / math.sqrt(samples))
+        return sampled_seeds(problem, z, draw_noise(problem, samples, seed))
     P, C = math.prod(shape[:-1]), shape[-1]
     cols = lik.hessian_sqrt(xp, z) * root_w[..., None, None]            # (*pos, a, c)
     cols = xp.permute_dims(xp.reshape(cols, (P, C, C)), (2, 0, 1))      # (c, j, a)
@@ -94,6 +93,14 @@ def output_seeds(problem: CurvatureProblem, *, samples: int | None = None,
         xp.one_hot(xp.arange(P), P, None)
     seeds = xp.reshape(eye, (P, 1, P, 1)) * xp.reshape(cols, (1, C, P, C))
     return xp.reshape(seeds, (P * C, *shape))
+
+
+def sampled_seeds(problem: CurvatureProblem, z: Any, noise: Any) -> Any:
+    r"""Monte-Carlo seeds :math:`\sqrt{w_i/S}\,\nabla_z\ell(z_i, y_{s,i})` from ``noise`` of
+    shape ``(S, *z.shape)`` (a pure function: traced under ``jax.jit`` by the benchmark)."""
+    S = int(np.shape(noise)[0])
+    g = sampled_gradients(problem, z, noise)
+    return g * (problem.xp.sqrt(problem.weights)[..., None] / math.sqrt(S))
 
 
 def layer_cotangents(problem: CurvatureProblem, seeds: Any,
@@ -140,15 +147,21 @@ def kfac(problem: CurvatureProblem, *, mode: Mode = "expand", samples: int | Non
     if not layers:
         raise ArgumentError(f"kfac: none of the {len(problem.params)} selected parameters is "
                             "the weight of a linear or affine node")
+    seeds = output_seeds(problem, samples=samples, seed=seed)
+    factors = factors_from_seeds(problem, problem.values, seeds, layers, mode)
+    return {layer.node: LayerFactors(layer, mode, *factors[layer.node]) for layer in layers}
+
+
+def factors_from_seeds(problem: CurvatureProblem, values: dict[str, Any], seeds: Any,
+                       layers: tuple[LinearLayer, ...], mode: Mode) -> dict[str, tuple[Any, Any]]:
+    """``{layer node: (A_factor, G_factor)}`` from forward ``values`` and logit ``seeds``: a
+    pure function of its arguments (one ``jax.jit`` covers it on JAX)."""
     xp = problem.xp
-    cots = layer_cotangents(problem, output_seeds(problem, samples=samples, seed=seed), layers)
-    out = {}
-    for layer in layers:
-        A = _sequences(xp, problem.values[layer.input])
-        G = _cotangent_rows(xp, cots[layer.node])
-        Af, Gf = kfac_factors(xp, A, G, mode=mode, bias=layer.bias is not None)
-        out[layer.node] = LayerFactors(layer, mode, Af, Gf)
-    return out
+    cots = layer_cotangents(problem, seeds, layers, values)
+    return {layer.node: kfac_factors(xp, _sequences(xp, values[layer.input]),
+                                     _cotangent_rows(xp, cots[layer.node]), mode=mode,
+                                     bias=layer.bias is not None)
+            for layer in layers}
 
 
 @dataclass(frozen=True)
