@@ -179,6 +179,18 @@ class KfacError:
                 "mode": self.mode, "relative_error": self.relative_error}
 
 
+def exact_blocks(problem: CurvatureProblem) -> dict[str, Any]:
+    r"""The exact GGN block of :math:`\operatorname{vec}_r(W)` (stacked over :math:`b^\top`)
+    of every selected linear layer, from the exact seeds' cotangents (dense: small layers)."""
+    xp = problem.xp
+    layers = linear_layers(problem)
+    cots = layer_cotangents(problem, output_seeds(problem), layers)
+    return {layer.node: exact_layer_block(xp, _sequences(xp, problem.values[layer.input]),
+                                          _cotangent_rows(xp, cots[layer.node]),
+                                          bias=layer.bias is not None)
+            for layer in layers}
+
+
 def kfac_errors(problem: CurvatureProblem, *, modes: tuple[Mode, ...] = ("expand", "reduce")
                 ) -> list[KfacError]:
     r""":math:`\lVert A_f \otimes G_f - G_{WW}\rVert_F / \lVert G_{WW}\rVert_F` for every
