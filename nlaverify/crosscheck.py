@@ -1,10 +1,10 @@
-"""Numeric cross-checks of every op's VJP: NumPy against JAX autodiff, the mpmath
+"""Numeric cross-checks of every op's VJP and JVP: NumPy against JAX autodiff, the mpmath
 reference, float32, a high-precision finite difference, and CuPy.
 
-The subject is always the hand-derived VJP, run through the same function on
-each namespace; the references are independent (``jax.vjp`` of the forward) or
-far more precise (mpmath at ``digits`` digits). Every bound comes from
-:mod:`nlaverify.tolerance`.
+The subject is always the hand-derived VJP (reverse mode) or JVP (forward mode), run
+through the same function on each namespace; the references are independent
+(``jax.vjp`` / ``jax.jvp`` of the forward) or far more precise (mpmath at ``digits``
+digits). Every bound comes from :mod:`nlaverify.tolerance`, the same for both modes.
 """
 
 from __future__ import annotations
@@ -100,7 +100,9 @@ def jax_autodiff_vjp(case: OpCase):
 
 
 def _compare_all(name: str, check: str, actual: Sequence[Any], expected: Sequence[Any],
-                 tol: Tolerance) -> CheckRow:
+                 tol: Tolerance, labels: Sequence[str] | None = None) -> CheckRow:
+    """One row: every array of ``actual`` against ``expected`` (default labels: the output,
+    then one cotangent per real argument), the worst normwise error."""
     actual, expected = list(actual), list(expected)
     if len(actual) != len(expected):
         return CheckRow(name, check, math.inf, tol.rtol, False, f"{len(actual) - 1} cotangents, "
@@ -110,7 +112,7 @@ def _compare_all(name: str, check: str, actual: Sequence[Any], expected: Sequenc
     for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
         sa, se = tuple(getattr(a, "shape", ())), tuple(getattr(e, "shape", ()))
         if sa != se:
-            what = "output" if k == 0 else f"cotangent {k - 1}"
+            what = labels[k] if labels else "output" if k == 0 else f"cotangent {k - 1}"
             return CheckRow(name, check, math.inf, tol.rtol, False,
                             f"{what}: expected shape {se}, got {sa}")
         c = tol.compare(a, e)
@@ -157,19 +159,49 @@ def _failed_row(name: str, check: str, exc: Exception) -> CheckRow:
     return CheckRow(name, check, math.inf, math.nan, False, f"{type(exc).__name__}: {exc}")
 
 
+def case_tolerances(case: OpCase) -> tuple[Tolerance, Tolerance]:
+    """The float64 and float32 bounds of a case, the same for its VJP and JVP checks: the
+    forward then one derivative stage (depth 2), at the case's size and condition."""
+    kappa, k = case_condition(case), case_size(case)
+    return (tolerance("float64", size=k, condition=kappa, depth=2),
+            tolerance("float32", size=k, condition=kappa, depth=2))
+
+
+def _judge(name: str, check: str, subject: Any, reference: Any, tol: Tolerance,
+           dtype: str | None = None, labels: Sequence[str] | None = None) -> CheckRow:
+    """Run ``subject()`` and ``reference()`` (lists of arrays) and compare them on one row.
+
+    A subject that raises fails its row with the exception as its reason (an unavailable
+    backend skips it); a subject whose arrays are not in ``dtype`` fails too: a silent
+    promotion would look *more* accurate.
+    """
+    try:
+        actual = subject()
+        r = _compare_all(name, check, actual, reference(), tol, labels)
+        promoted = [dtype_name(x.dtype) for x in actual if dtype is not None
+                    and dtype_name(x.dtype) != dtype]
+        if promoted:
+            r = dataclasses.replace(r, ok=False, reason=f"{dtype} inputs gave dtypes "
+                                                        f"{promoted}")
+    except BackendUnavailable as exc:
+        r = CheckRow(name, check, math.nan, math.nan, True, "", skipped=str(exc))
+    except Exception as exc:  # the row reports it, the run goes on
+        r = _failed_row(name, check, exc)
+    return r
+
+
 def check_case(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"),
                digits: int = 50) -> list[CheckRow]:
-    """All checks of one case that the listed backends allow.
+    """All VJP checks of one case that the listed backends allow.
 
     Each check is judged on its own row: one that raises (a VJP returning the wrong
     number or shape of cotangents, a kernel failing on a device backend) fails with the
-    exception as its reason, and the other checks still run.
+    exception as its reason, and the other checks still run. The JVP rows of the case
+    are :func:`check_case_jvp`.
     """
     name = case.spec.name
-    kappa, k = case_condition(case), case_size(case)
     rows: list[CheckRow] = []
-    tol64 = tolerance("float64", size=k, condition=kappa, depth=2)
-    tol32 = tolerance("float32", size=k, condition=kappa, depth=2)
+    tol64, tol32 = case_tolerances(case)
     cache: dict[str, Any] = {}
 
     def result(key: str, make: Any) -> Any:
@@ -186,19 +218,7 @@ def check_case(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"
 
     def row(check: str, subject: Any, reference: Any, tol: Tolerance,
             dtype: str | None = None) -> None:
-        try:
-            actual = subject()
-            r = _compare_all(name, check, actual, reference(), tol)
-            promoted = [dtype_name(x.dtype) for x in actual if dtype is not None
-                        and dtype_name(x.dtype) != dtype]
-            if promoted:  # a silent promotion would look *more* accurate: fail it explicitly
-                r = dataclasses.replace(r, ok=False, reason=f"{dtype} inputs gave dtypes "
-                                                            f"{promoted}")
-        except BackendUnavailable as exc:
-            r = CheckRow(name, check, math.nan, math.nan, True, "", skipped=str(exc))
-        except Exception as exc:  # the row reports it, the run goes on
-            r = _failed_row(name, check, exc)
-        rows.append(r)
+        rows.append(_judge(name, check, subject, reference, tol, dtype))
 
     if "jax" in backends:
         row("numpy vs jax.vjp (float64)", numpy64, lambda: [*_flat(jax_autodiff_vjp(case))],
@@ -220,6 +240,74 @@ def check_case(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"
     return rows
 
 
+# -- forward mode ------------------------------------------------------------------------
+
+
+def case_tangents(case: OpCase, seed: int = 0) -> list[np.ndarray]:
+    """Seeded standard normal tangents, one per real argument of the case (the scale of
+    its inputs), drawn from ``seed`` and the case's cotangent: reproducible, and varied
+    across hypothesis-drawn cases."""
+    entropy = np.frombuffer(np.ascontiguousarray(case.cotangent, dtype=np.float64).tobytes(),
+                            dtype=np.uint32)
+    rng = np.random.default_rng([seed, *entropy.tolist()])
+    return [rng.standard_normal(np.shape(case.args[k])) for k in case.real_indices()]
+
+
+def run_jvp(case: OpCase, backend: str, tangents: Sequence[Any | None],
+            dtype: str = "float64", digits: int | None = None) -> Any:
+    """The output tangent of the hand-derived JVP on ``backend`` along ``tangents`` (one
+    per real argument; ``None`` is a zero tangent and is passed on as ``None``)."""
+    jvp = case.spec.jvp
+    if jvp is None:
+        raise NotImplementedError(f"op {case.spec.name!r} has no JVP "
+                                  f"({case.spec.forward.__name__}_jvp)")
+    xp = get_namespace(backend, digits=digits)
+    dt = None if xp.object_arrays else getattr(xp, dtype)
+    args, _ = _convert(xp, case, dt)
+    T = tuple(None if t is None else xp.asarray(t) if xp.object_arrays else
+              xp.asarray(t, dtype=dt) for t in tangents)
+    return jvp(xp, T, *args, **case.static)
+
+
+def jax_autodiff_jvp(case: OpCase, tangents: Sequence[Any | None]) -> Any:
+    """The output tangent by ``jax.jvp`` of the forward function (float64); a ``None``
+    tangent is a zero array."""
+    xp = get_namespace("jax")
+    args, _ = _convert(xp, case, xp.float64)
+    T = [xp.zeros(np.shape(case.args[k]), dtype=xp.float64) if t is None
+         else xp.asarray(t, dtype=xp.float64) for k, t in zip(case.real_indices(), tangents,
+                                                               strict=True)]
+    return case.spec.autodiff_jvp(args, T, **case.static)
+
+
+def check_case_jvp(case: OpCase, backends: Sequence[str] = ("numpy", "jax", "mpmath"),
+                   digits: int = 50, tangents: Sequence[Any | None] | None = None
+                   ) -> list[CheckRow]:
+    """The forward-mode rows of one case, next to :func:`check_case`'s: the NumPy float64
+    JVP along ``tangents`` (default :func:`case_tangents`) against ``jax.jvp`` of the
+    forward and against the same JVP function in mpmath at ``digits`` digits, with the
+    bounds of the VJP rows (:func:`case_tolerances`)."""
+    name = case.spec.name
+    tol64, _ = case_tolerances(case)
+    T = case_tangents(case) if tangents is None else list(tangents)
+    cache: dict[str, Any] = {}
+
+    def numpy64() -> list[Any]:
+        if "numpy" not in cache:
+            cache["numpy"] = [run_jvp(case, "numpy", T)]
+        return cache["numpy"]
+
+    rows = []
+    if "jax" in backends:
+        rows.append(_judge(name, "numpy JVP vs jax.jvp (float64)", numpy64,
+                           lambda: [jax_autodiff_jvp(case, T)], tol64, labels=["tangent"]))
+    if "mpmath" in backends:
+        rows.append(_judge(name, f"numpy JVP vs mpmath {digits} JVP", numpy64,
+                           lambda: [run_jvp(case, "mpmath", T, digits=digits)], tol64,
+                           labels=["tangent"]))
+    return rows
+
+
 def _flat(out_cot: tuple[Any, Sequence[Any]]) -> list[Any]:
     out, cot = out_cot
     return [out, *cot]
@@ -233,7 +321,8 @@ def default_case(spec: OpSpec, seed: int) -> OpCase:
 
 def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: int = 0,
                    digits: int = 50, ops: Sequence[str] | None = None) -> Report:
-    """Cross-check every op (or ``ops``) on one seeded case each."""
+    """Cross-check every op (or ``ops``) on one seeded case each, its VJP
+    (:func:`check_case`) and its JVP (:func:`check_case_jvp`)."""
     known = {"numpy", "jax", "mpmath", *DEVICE_BACKENDS}
     for b in backends:
         if b not in known:
@@ -254,7 +343,8 @@ def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: i
         except Exception as exc:  # a forward that raises fails its op's row; the run goes on
             report.rows.append(_failed_row(name, "case construction (numpy forward)", exc))
             continue
-        report.rows += check_case(case, tuple(dict.fromkeys(backends)), digits)
+        unique = tuple(dict.fromkeys(backends))
+        report.rows += check_case(case, unique, digits) + check_case_jvp(case, unique, digits)
     return report
 
 

@@ -19,19 +19,28 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ShapeError
+from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args
 from nlaverify.ops.activations import (
     gelu_tanh,
+    gelu_tanh_jvp,
     gelu_tanh_vjp,
     relu,
+    relu_jvp,
     relu_vjp,
     swiglu,
+    swiglu_jvp,
     swiglu_vjp,
 )
-from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
+from nlaverify.ops.softmaxes import (
+    softmax,
+    softmax_jvp_from_output,
+    softmax_vjp_from_output,
+)
 
 _ACT = {"relu": (relu, relu_vjp), "gelu": (gelu_tanh, gelu_tanh_vjp)}
+_ACT_JVP = {"relu": relu_jvp, "gelu": gelu_tanh_jvp}
 
 
 def topk_mask(xp: Namespace, scores: Any, top_k: int) -> Any:
@@ -137,6 +146,75 @@ def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any
     return dX, dscores, xp.matmul(XT, dA), dW_out
 
 
+def moe_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, scores: Any, mask: Any, *weights: Any,
+            activation: str = "gelu") -> Any:
+    r"""JVP of :func:`moe` with the routing held fixed (Baggag & Saad §3.12.2), the
+    forward-mode dual of :func:`moe_vjp`. With gates :math:`g_t = \operatorname{softmax}
+    (s_t + \log M_t)` and expert outputs :math:`Y_{e}`:
+
+    .. math:: \dot g_t = g_t \odot \bigl(\dot s_t - \langle \dot s_t, g_t\rangle\mathbf 1
+       \bigr),\qquad \dot y_t = \sum_e \bigl(\dot g_{te}\, Y_{e,t} + g_{te}\,
+       \dot Y_{e,t}\bigr),
+
+    :math:`\dot g` by the (symmetric) softmax Jacobian, zero at unselected experts
+    (:math:`g_{te} = 0`; the mask gets no tangent); :math:`\dot Y_e` forward through the
+    expert MLP, :math:`\dot A = \dot X W^e_{\text{in}} + X \dot W^e_{\text{in}}`, the
+    activation's JVP, :math:`\dot Y_e = \dot H W^e_{\text{out}} + H \dot W^e_{\text{out}}`
+    (SwiGLU: :math:`\dot A` and :math:`\dot B` through :math:`W_1, W_3`, then
+    :func:`~nlaverify.ops.activations.swiglu_jvp` and :math:`W_2`).
+
+    ``T = (dX, dscores, dW...)``, one per real argument (none for the mask), an entry
+    ``None`` meaning a zero tangent.
+    """
+    _check_moe(xp, X, scores, mask, weights, activation)
+    if not isinstance(T, tuple | list) or len(T) != 2 + len(weights):
+        got = f"{len(T)}" if isinstance(T, tuple | list) else f"a {type(T).__name__}"
+        raise ArgumentError(f"moe_jvp: argument 'T': expected a tuple of {2 + len(weights)} "
+                            f"tangents (dX, dscores and one per weight), got {got}")
+    dX, ds, *dW = T
+    specs = {"X": (X, ("*", "n", "d")), "dX": (dX, ("*", "n", "d")),
+             "scores": (scores, ("*", "n", "E")), "dscores": (ds, ("*", "n", "E"))}
+    for (name, dims), W, dw in zip(_weight_dims(activation), weights, dW, strict=True):
+        specs.update({name: (W, dims), f"d{name}": (dw, dims)})
+    check_args("moe_jvp", xp, specs)
+    shape = tuple(X.shape)
+    X, scores, mask = _rows(xp, X), _rows(xp, scores), _rows(xp, mask)
+    dX, ds = lin(dX, lambda t: _rows(xp, t)), lin(ds, lambda t: _rows(xp, t))
+    gates = _gates(xp, scores, mask)
+    hidden, Y = _experts(xp, X, weights, activation)
+    dgates = lin(ds, lambda t: softmax_jvp_from_output(xp, t, gates))      # (n, E)
+
+    def proj(dx: Any, W: Any, dw: Any) -> Any:  # tangent of X W (E, n, m), or None
+        return _tsum_or_none(lin(dx, lambda t: xp.matmul(t, W)),
+                             lin(dw, lambda t: xp.matmul(X, t)))
+
+    if activation == "swiglu":
+        (W1, W3, W2), (dW1, dW3, dW2) = weights, dW
+        A, B, H = hidden
+        dA, dB = proj(dX, W1, dW1), proj(dX, W3, dW3)
+        dH = None if dA is None and dB is None else swiglu_jvp(xp, (dA, dB), A, B)
+    else:
+        (_, W2), (dW_in, dW2) = weights, dW
+        A, H = hidden
+        dH = lin(proj(dX, weights[0], dW_in), lambda t: _ACT_JVP[activation](xp, (t,), A))
+    dY = _tsum_or_none(lin(dH, lambda t: xp.matmul(t, W2)), lin(dW2, lambda t: xp.matmul(H, t)))
+    gT = xp.permute_dims(gates, (1, 0))[:, :, None]                        # (E, n, 1)
+    out = tsum(lin(dgates, lambda t: xp.permute_dims(t, (1, 0))[:, :, None] * Y),
+               lin(dY, lambda t: gT * t))
+    return xp.reshape(xp.sum(out, axis=0), shape)
+
+
+def _weight_dims(activation: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The expert weights' names and named dimensions."""
+    if activation == "swiglu":
+        return (("W1", ("E", "d", "m")), ("W3", ("E", "d", "m")), ("W2", ("E", "m", "d")))
+    return (("W_in", ("E", "d", "m")), ("W_out", ("E", "m", "d")))
+
+
+def _tsum_or_none(*terms: Any) -> Any:
+    return None if all(t is None for t in terms) else tsum(*terms)
+
+
 def _check_moe(xp, X, scores, mask, weights, activation) -> None:
     if activation not in ("relu", "gelu", "swiglu"):
         raise ShapeError(f"moe: argument 'activation': expected relu, gelu or swiglu, got "
@@ -146,12 +224,8 @@ def _check_moe(xp, X, scores, mask, weights, activation) -> None:
         raise ShapeError(f"moe: expected {n_w} expert weight arrays for {activation}, got "
                          f"{len(weights)}")
     specs = {"X": (X, ("*", "n", "d")), "scores": (scores, ("*", "n", "E"))}
-    if activation == "swiglu":
-        specs.update({"W1": (weights[0], ("E", "d", "m")), "W3": (weights[1], ("E", "d", "m")),
-                      "W2": (weights[2], ("E", "m", "d"))})
-    else:
-        specs.update({"W_in": (weights[0], ("E", "d", "m")),
-                      "W_out": (weights[1], ("E", "m", "d"))})
+    specs.update({name: (W, dims) for (name, dims), W in zip(_weight_dims(activation), weights,
+                                                             strict=True)})
     dims = check_args("moe", xp, specs)
     check_args("moe", xp, {"mask": (mask, ("*", "n", "E"))}, bound=dims, floating=False)
     if tuple(mask.shape) != tuple(scores.shape):

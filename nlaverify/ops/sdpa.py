@@ -10,9 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.errors import ArgumentError
+from nlaverify.ops._tangent import lin, tsum
 from nlaverify.ops._validate import check_args, check_positive
-from nlaverify.ops.linear import affine, affine_vjp
-from nlaverify.ops.softmaxes import softmax, softmax_vjp_from_output
+from nlaverify.ops.linear import affine, affine_jvp, affine_vjp
+from nlaverify.ops.softmaxes import (
+    softmax,
+    softmax_jvp_from_output,
+    softmax_vjp_from_output,
+)
 
 
 def causal_mask(xp: Namespace, n: int) -> Any:
@@ -70,6 +76,54 @@ def attention_vjp(
     return dQ, dK, dV
 
 
+def _tsum_or_none(*terms: Any) -> Any:
+    """:func:`tsum`, or ``None`` (a zero tangent) when every term is ``None``."""
+    return None if all(t is None for t in terms) else tsum(*terms)
+
+
+def _tangents(op: str, T: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """``T`` as a tuple of one tangent per real argument, else an :class:`ArgumentError`."""
+    if not isinstance(T, tuple | list) or len(T) != len(names):
+        got = f"{len(T)}" if isinstance(T, tuple | list) else f"a {type(T).__name__}"
+        raise ArgumentError(f"{op}: argument 'T': expected a tuple of {len(names)} tangents "
+                            f"({', '.join(names)}), got {got}")
+    return tuple(T)
+
+
+def attention_jvp(
+    xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False
+) -> Any:
+    r"""JVP of :func:`attention` (Baggag & Saad §3.4.2, §3.4.4), the forward-mode dual of
+    :func:`attention_vjp`. With :math:`P = \operatorname{softmax}(S)`:
+
+    .. math::
+        \dot S = \frac{\dot Q K^\top + Q \dot K^\top}{\sqrt{d_k}},\quad
+        \dot P = P \odot \bigl(\dot S - \operatorname{rowsum}(\dot S \odot P)\bigr),\quad
+        \dot A = \dot P\, V + P\, \dot V .
+
+    :math:`\dot P` is the softmax Jacobian :math:`\operatorname{diag}(p) - p p^\top`
+    applied to each row of :math:`\dot S`
+    (:func:`~nlaverify.ops.softmaxes.softmax_jvp_from_output`, from the stable forward's
+    output).
+    Masked entries (:math:`j > i` under ``causal``) have :math:`P_{ij} = 0`, hence
+    :math:`\dot P_{ij} = 0` and no part in the row sums: the mask gets no tangent.
+    ``T = (dQ, dK, dV)``, an entry ``None`` meaning a zero tangent.
+    """
+    dQ, dK, dV = _tangents("attention_jvp", T, ("dQ", "dK", "dV"))
+    dims = check_args("attention_jvp", xp, {"Q": (Q, ("*", "n", "d_k")),
+                                            "K": (K, ("*", "n", "d_k")),
+                                            "V": (V, ("*", "n", "d_v")),
+                                            "dQ": (dQ, ("*", "n", "d_k")),
+                                            "dK": (dK, ("*", "n", "d_k")),
+                                            "dV": (dV, ("*", "n", "d_v"))})
+    P = softmax(xp, attention_scores(xp, Q, K, causal))
+    root = xp.const_sqrt(dims["d_k"])
+    dS = _tsum_or_none(lin(dQ, lambda t: xp.matmul(t, xp.matrix_transpose(K))),
+                       lin(dK, lambda t: xp.matmul(Q, xp.matrix_transpose(t))))
+    dP = lin(dS, lambda t: softmax_jvp_from_output(xp, t / root, P))
+    return tsum(lin(dP, lambda t: xp.matmul(t, V)), lin(dV, lambda t: xp.matmul(P, t)))
+
+
 def _swap_last_but_one(ndim: int) -> tuple[int, ...]:
     """Axes that swap the two axes before the last: ``(*, a, b, c) -> (*, b, a, c)``."""
     return (*range(ndim - 3), ndim - 2, ndim - 3, ndim - 1)
@@ -108,6 +162,23 @@ def split_heads_vjp(xp: Namespace, G: Any, X: Any, n_heads: int) -> tuple[Any]:
 def merge_heads_vjp(xp: Namespace, G: Any, X: Any) -> tuple[Any]:
     r"""VJP of :func:`merge_heads`: :func:`split_heads` of the cotangent."""
     return (split_heads(xp, G, X.shape[-3]),)
+
+
+def split_heads_jvp(xp: Namespace, T: tuple[Any], X: Any, n_heads: int) -> Any:
+    r"""JVP of :func:`split_heads` (Baggag & Saad §3.5.1): a linear map (a reshape and a
+    permutation), so :math:`\dot Y = \operatorname{split}(\dot X)`."""
+    (dX,) = _tangents("split_heads_jvp", T, ("dX",))
+    check_args("split_heads_jvp", xp, {"X": (X, ("*", "n", "hd")), "dX": (dX, ("*", "n", "hd"))})
+    return split_heads(xp, dX, n_heads)
+
+
+def merge_heads_jvp(xp: Namespace, T: tuple[Any], X: Any) -> Any:
+    r"""JVP of :func:`merge_heads` (Baggag & Saad §3.5.2): linear, so
+    :math:`\dot Y = \operatorname{merge}(\dot X)`."""
+    (dX,) = _tangents("merge_heads_jvp", T, ("dX",))
+    check_args("merge_heads_jvp", xp, {"X": (X, ("*", "h", "n", "d_h")),
+                                       "dX": (dX, ("*", "h", "n", "d_h"))})
+    return merge_heads(xp, dX)
 
 
 def multihead_attention(
@@ -152,6 +223,43 @@ def multihead_attention_vjp(
     return (dX, *grads, dW_O)
 
 
+def multihead_attention_jvp(
+    xp: Namespace, T: tuple[Any, Any, Any, Any, Any], X: Any, W_Q: Any, W_K: Any, W_V: Any,
+    W_O: Any, n_heads: int, causal: bool = False,
+) -> Any:
+    r"""JVP of :func:`multihead_attention` (Baggag & Saad §3.5.3): forward mode through the
+    same pieces as the forward, for :math:`U \in \{Q, K, V\}`
+
+    .. math::
+        \dot U = \operatorname{split}(\dot X W_U + X \dot W_U),\quad
+        \dot A = \operatorname{attention\_jvp}(\dot Q, \dot K, \dot V),\quad
+        \dot Y = \operatorname{merge}(\dot A)\, W_O + \operatorname{merge}(A)\, \dot W_O,
+
+    by :func:`~nlaverify.ops.linear.affine_jvp`, :func:`split_heads_jvp`,
+    :func:`attention_jvp` and :func:`merge_heads_jvp`. ``T = (dX, dW_Q, dW_K, dW_V, dW_O)``,
+    an entry ``None`` meaning a zero tangent (a head input with no tangent stays ``None``).
+    """
+    dX, dW_Q, dW_K, dW_V, dW_O = _tangents("multihead_attention_jvp", T,
+                                           ("dX", "dW_Q", "dW_K", "dW_V", "dW_O"))
+    check_args("multihead_attention_jvp", xp, {
+        "X": (X, ("*", "n", "d")), "W_Q": (W_Q, ("d", "hd")), "W_K": (W_K, ("d", "hd")),
+        "W_V": (W_V, ("d", "hd")), "W_O": (W_O, ("hd", "d")), "dX": (dX, ("*", "n", "d")),
+        "dW_Q": (dW_Q, ("d", "hd")), "dW_K": (dW_K, ("d", "hd")), "dW_V": (dW_V, ("d", "hd")),
+        "dW_O": (dW_O, ("hd", "d"))})
+    heads, dheads = [], []
+    for W, dW in ((W_Q, dW_Q), (W_K, dW_K), (W_V, dW_V)):
+        U = affine(xp, X, W)
+        heads.append(split_heads(xp, U, n_heads))
+        dU = None if dX is None and dW is None else affine_jvp(xp, (dX, dW), X, W)
+        dheads.append(lin(dU, lambda t, U=U: split_heads_jvp(xp, (t,), U, n_heads)))
+    A = attention(xp, *heads, causal)
+    dA = None if all(t is None for t in dheads) else attention_jvp(xp, tuple(dheads),
+                                                                   *heads, causal)
+    M = merge_heads(xp, A)
+    dM = lin(dA, lambda t: merge_heads_jvp(xp, (t,), A))
+    return affine_jvp(xp, (dM, dW_O), M, W_O)
+
+
 def repeat_kv(xp: Namespace, X: Any, n_rep: int) -> Any:
     r"""Grouped-query head sharing: ``(h_kv, n, d) -> (h_kv n_rep, n, d)``, query head
     :math:`k` reads key/value head :math:`\lfloor k / n_{\text{rep}}\rfloor`
@@ -178,3 +286,13 @@ def repeat_kv_vjp(xp: Namespace, G: Any, X: Any, n_rep: int) -> tuple[Any]:
     lead = tuple(G.shape[:-3])
     grouped = xp.reshape(G, (*lead, dims["h_kv"], n_rep, dims["n"], dims["d"]))
     return (xp.sum(grouped, axis=len(lead) + 1),)
+
+
+def repeat_kv_jvp(xp: Namespace, T: tuple[Any], X: Any, n_rep: int) -> Any:
+    r"""JVP of :func:`repeat_kv` (Baggag & Saad §3.11.2): a linear map (each key/value head
+    copied :math:`n_{\text{rep}}` times), so :math:`\dot Y_k = \dot X_{\lfloor k /
+    n_{\text{rep}}\rfloor}`."""
+    (dX,) = _tangents("repeat_kv_jvp", T, ("dX",))
+    check_args("repeat_kv_jvp", xp, {"X": (X, ("*", "h_kv", "n", "d")),
+                                     "dX": (dX, ("*", "h_kv", "n", "d"))})
+    return repeat_kv(xp, dX, n_rep)

@@ -139,7 +139,11 @@ def prove_jvp(
                               for (_, x), t in zip(real, tangents, strict=True)
                               for idx in np.ndindex(*x.shape)])
         checked += 1
-        test = zero_test(got[o] - by_diff, time_limit=time_limit)
+        lhs = got[o]
+        if by_diff.has(sympy.Piecewise):  # fold each side first: folding the difference of
+            # two large Piecewise sums is far slower (moe_swiglu: 31 s -> 0.2 s an entry)
+            by_diff, lhs = sympy.piecewise_fold(by_diff), sympy.piecewise_fold(lhs)
+        test = zero_test(lhs - by_diff, time_limit=time_limit)
         if not test.proved:
             return Proof("failed", (), f"output entry {list(o)}: {test.reason} (JVP - "
                                        f"sum_a df/da . da; {test.detail})")
