@@ -1,0 +1,286 @@
+r"""Dense curvature matrices, flat jitted operators and the Hessian product of a graph model
+(Baggag & Saad §5.1–5.2; the products themselves are in :mod:`nlaverify.curvature.graph`).
+
+* :func:`linear_operator`: :math:`v \mapsto C v` on flat vectors, one ``jax.jit`` per kind
+  and problem (cached on it), the forward values passed in, so a call is one JVP, one
+  logit-space map and one VJP (the Hessian: one forward-over-reverse pass);
+* :func:`hessian_vp`: on JAX, forward-over-reverse, ``jax.jvp`` of the gradient that the
+  graph's *hand* VJPs compute; on mpmath, Richardson-extrapolated central differences of
+  that same hand gradient (:func:`hessian_fd_tolerance` bounds their error); NumPy has no
+  second-order mode and raises;
+* :func:`dense`: the :math:`P \times P` matrix. GGN, Fisher and empirical Fisher are
+  assembled from the Jacobian :math:`J` (``P`` forward-mode passes) and per-position
+  factors, a route independent of the products' reverse pass: :math:`G = \sum_i w_i
+  J_i^\top (H_i J_i)`; the exact Fisher :math:`F = \sum_i w_i (S_i^\top J_i)^\top (S_i^\top
+  J_i)` from the factor :math:`S_i S_i^\top = H(z_i)` of :meth:`Likelihood.hessian_sqrt`;
+  sampled and empirical Fisher :math:`\sum_{s,i} w_i (J_i^\top g_{s,i})(J_i^\top
+  g_{s,i})^\top / S`. The Hessian is assembled from its products. Memory is
+  :math:`O(P^2 + P\,|z|)`: for small models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from nlaverify.backends import get_namespace
+from nlaverify.backends.host import to_host
+from nlaverify.curvature.graph import (
+    KINDS,
+    CurvatureProblem,
+    Kind,
+    cached_jit,
+    draw_noise,
+    forward_values,
+    logits_tangent,
+    loss_hessian_vp,
+    observed_gradients,
+    params_cotangent,
+    product,
+    sampled_gradients,
+)
+from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.graph.core import evaluate, needed_nodes
+from nlaverify.tolerance import Tolerance, finite_difference_tolerance, unit_roundoff
+
+
+def _check_kind(kind: str, samples: int | None) -> None:
+    if kind not in KINDS:
+        raise ArgumentError(f"curvature kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if samples is not None and kind != "fisher":
+        raise ArgumentError(f"curvature kind {kind!r}: argument 'samples' is for the "
+                            "Monte-Carlo Fisher only (kind 'fisher')")
+
+
+def _hessian_jax(problem: CurvatureProblem, inputs: dict[str, Any],
+                 v: dict[str, Any]) -> dict[str, Any]:
+    """Forward-over-reverse: ``jax.jvp`` of the hand-VJP gradient along ``v``."""
+    import jax
+
+    def grad(sel: dict[str, Any]) -> dict[str, Any]:
+        full = {**inputs, **sel}
+        values = {**full, **evaluate(problem.graph, problem.xp, full, outputs=[problem.loss])}
+        return params_cotangent(problem, values, None, root=problem.loss)
+
+    primal = {p: inputs[p] for p in problem.params}
+    return jax.jvp(grad, (primal,), (v,))[1]
+
+
+def linear_operator(problem: CurvatureProblem, kind: Kind = "ggn", *,
+                    samples: int | None = None, seed: int = 0) -> Callable[[Any], Any]:
+    r"""The flat operator :math:`v \mapsto C v` (``(P,) -> (P,)``) of curvature ``kind``
+    (``"ggn"``, ``"fisher"``, ``"empirical_fisher"``, ``"hessian"``), jitted; JAX only.
+
+    The Monte-Carlo Fisher (``samples=S``) draws its noise once, from ``seed``: the operator
+    is then a fixed matrix. A vector of the wrong shape raises :class:`ShapeError`.
+    """
+    _check_kind(kind, samples)
+    if problem.backend != "jax":
+        raise ArgumentError(f"linear_operator: the jitted operator needs the 'jax' backend, "
+                            f"got {problem.backend!r} (use ggn_vp, fisher_vp, ... there)")
+    if kind in ("fisher", "empirical_fisher"):
+        problem.require_likelihood("Fisher" if kind == "fisher" else "empirical Fisher")
+    if kind == "hessian":
+        def build_h() -> Callable[..., Any]:
+            return lambda inputs, vec: problem.flatten(
+                _hessian_jax(problem, inputs, problem.unflatten(vec)))
+
+        fn = cached_jit(problem, ("op", kind), build_h)
+        args: tuple[Any, ...] = (problem.inputs,)
+    else:
+        # the exact Fisher product is the GGN one (canonical likelihoods): one compilation
+        same = "ggn" if kind == "fisher" and samples is None else kind
+
+        def build() -> Callable[..., Any]:
+            return lambda values, weights, noise, vec: problem.flatten(
+                product(problem, same, values, weights, problem.unflatten(vec), noise))
+
+        fn = cached_jit(problem, ("op", same), build)
+        noise = None if samples is None else draw_noise(problem, samples, seed)
+        args = (forward_values(problem), problem.weights, noise)
+
+    def apply(vec: Any) -> Any:
+        got = tuple(int(s) for s in np.shape(vec))
+        if got != (problem.size,):
+            raise ShapeError(f"{kind} operator: expected a vector of shape ({problem.size},) "
+                             f"(the {len(problem.params)} selected parameters), got {got}")
+        return fn(*args, vec)
+
+    return apply
+
+
+def fd_step(digits: int) -> float:
+    r"""The central-difference step :math:`h = u^{1/3}` of ``digits``-digit arithmetic: it
+    balances the plain difference's truncation :math:`h^2` and rounding :math:`u/h`."""
+    return unit_roundoff("mpmath", digits) ** (1 / 3)
+
+
+def hessian_fd_tolerance(problem: CurvatureProblem, condition: float = 1.0) -> Tolerance:
+    r"""The error bound of the mpmath :func:`hessian_vp` (relative to :math:`\lVert
+    v\rVert_\infty`): :func:`~nlaverify.tolerance.finite_difference_tolerance` at the step
+    :func:`fd_step`. It counts the :math:`h^2` truncation of a plain central difference,
+    which the Richardson extrapolation removes, so it is conservative."""
+    if problem.digits is None:
+        raise ArgumentError("hessian_fd_tolerance: the problem is not on the mpmath backend")
+    from nlaverify.graph.compare import accumulation_length
+
+    n = int(np.shape(problem.values[problem.logits])[-2]) if len(
+        np.shape(problem.values[problem.logits])) > 1 else 1
+    return finite_difference_tolerance(problem.digits, fd_step(problem.digits),
+                                       condition=condition,
+                                       size=accumulation_length(problem.graph, n))
+
+
+def _hessian_fd(problem: CurvatureProblem, v: dict[str, Any]) -> dict[str, Any]:
+    r"""Richardson-extrapolated central differences of the hand gradient along
+    :math:`\hat v = v/\lVert v\rVert_\infty`: :math:`D(h) = (g(\theta + h\hat v) -
+    g(\theta - h\hat v))/2h`, :math:`(4D(h/2) - D(h))/3 = H\hat v + O(h^4)`."""
+    xp = problem.xp
+    scale = max((abs(float(x)) for p in problem.params for x in np.reshape(v[p], -1)),
+                default=0.0)
+    if scale == 0.0:
+        return {p: xp.zeros(problem.shapes[p]) for p in problem.params}
+    s = xp.scalar(scale)
+    vhat = {p: v[p] / s for p in problem.params}
+    h = xp.scalar(fd_step(problem.digits or 50))
+
+    def grad_at(t: Any) -> dict[str, Any]:
+        full = {**problem.inputs, **{p: problem.inputs[p] + t * vhat[p] for p in problem.params}}
+        values = {**full, **evaluate(problem.graph, xp, full, outputs=[problem.loss])}
+        return params_cotangent(problem, values, None, root=problem.loss)
+
+    def central(step: Any) -> dict[str, Any]:
+        up, down = grad_at(step), grad_at(-step)
+        return {p: (up[p] - down[p]) / (2 * step) for p in problem.params}
+
+    coarse, fine = central(h), central(h / 2)
+    return {p: (4 * fine[p] - coarse[p]) / 3 * s for p in problem.params}
+
+
+def hessian_vp(problem: CurvatureProblem, v: Any) -> dict[str, Any]:
+    r"""The Hessian product :math:`\nabla^2_\theta L\,v` over the selected parameters.
+
+    JAX: forward-over-reverse, ``jax.jvp`` of the gradient computed by back-propagation
+    with the ops' hand VJPs (so the hand VJPs are differentiated, not JAX's own). mpmath:
+    Richardson-extrapolated central differences of the same hand gradient, step
+    :func:`fd_step` from the digits, error bounded by :func:`hessian_fd_tolerance`. NumPy
+    (float64 differences would lose half the digits): an :class:`ArgumentError`.
+    """
+    if problem.backend == "jax":
+        fn = cached_jit(problem, ("apply", "hessian"), lambda: lambda inputs, t: _hessian_jax(
+            problem, inputs, problem.direction(t)))
+        return fn(problem.inputs, v)
+    if problem.backend == "mpmath":
+        return _hessian_fd(problem, problem.direction(v))
+    raise ArgumentError(f"hessian_vp: backend {problem.backend!r} has no second-order mode: "
+                        "use 'jax' (forward-over-reverse of the hand gradient) or 'mpmath' "
+                        "(extrapolated differences of it)")
+
+
+def _eye(problem: CurvatureProblem) -> Any:
+    eye = np.eye(problem.size)
+    if problem.xp.object_arrays:
+        return problem.xp.asarray(eye)
+    return problem.xp.asarray(eye, dtype=problem.values[problem.logits].dtype)
+
+
+def jacobian_matrix(problem: CurvatureProblem) -> Any:
+    r"""The Jacobian of the logits in the selected parameters, shape ``(P, *z.shape)``: row
+    :math:`k` is :math:`J e_k` by forward mode (on JAX one cached ``jax.jit`` of a
+    ``jax.vmap``; elsewhere a loop over the :math:`P` directions)."""
+    values = forward_values(problem)
+
+    def row(e: Any) -> Any:
+        return logits_tangent(problem, values, problem.unflatten(e))
+
+    if problem.backend == "jax":
+        import jax
+
+        return cached_jit(problem, "jacobian", lambda: jax.vmap(row))(_eye(problem))
+    return problem.xp.stack([row(e) for e in _eye(problem)])
+
+
+def _gram(xp: Any, A: Any, B: Any, P: int) -> Any:
+    r""":math:`\sum_{\text{rest}} A_{k\ldots} B_{l\ldots}`: the rows flattened, then
+    :math:`A B^\top`."""
+    return xp.matmul(xp.reshape(A, (P, -1)), xp.matrix_transpose(xp.reshape(B, (P, -1))))
+
+
+def dense(problem: CurvatureProblem, kind: Kind = "ggn", *, samples: int | None = None,
+          seed: int = 0) -> np.ndarray:
+    r"""The dense ``(P, P)`` curvature matrix of ``kind`` over the selected parameters, a
+    host array (object ``mpf`` on mpmath). ``samples``/``seed``: the Monte-Carlo Fisher,
+    the same draws as :func:`fisher_vp` with the same arguments.
+
+    GGN and Fisher from the Jacobian (:func:`jacobian_matrix`, one compilation shared by
+    every kind) and per-position factors, assembled on the host for JAX (NumPy namespace):
+    :math:`G = \sum_i w_i J_i^\top (H_i J_i)`, the exact Fisher :math:`\sum_i w_i (S_i^\top
+    J_i)^\top(S_i^\top J_i)` with :math:`S_i S_i^\top = H(z_i)` (:meth:`Likelihood.
+    hessian_sqrt`), sampled and empirical :math:`\sum_{s,i} w_i (J_i^\top g_{s,i})
+    (J_i^\top g_{s,i})^\top / S`. The Hessian: its products with :math:`e_1, \dots, e_P`
+    (on JAX through the one compiled operator)."""
+    _check_kind(kind, samples)
+    P = problem.size
+    if kind in ("fisher", "empirical_fisher"):
+        problem.require_likelihood("Fisher" if kind == "fisher" else "empirical Fisher")
+    if kind == "hessian":
+        cols = [hessian_vp(problem, e) for e in _eye(problem)]  # H e_k, H symmetric
+        if problem.backend == "jax":
+            return np.stack([np.concatenate([to_host(c[p]).reshape(-1) for p in problem.params])
+                             for c in cols])
+        return to_host(problem.xp.stack([problem.flatten(c) for c in cols]))
+    noise = None if samples is None else draw_noise(problem, samples, seed)
+    J = jacobian_matrix(problem)                          # (P, *pos, C): J e_k
+    if kind == "ggn" and problem.likelihood is None:      # H_L by JAX (loss_hessian_vp)
+        import jax
+
+        values = forward_values(problem)
+        HJ = jax.vmap(lambda t: loss_hessian_vp(problem, values, None, t))(J)
+        return _gram(np, to_host(J), to_host(HJ), P)
+    on_host = problem.backend == "jax"
+    xp = get_namespace("numpy") if on_host else problem.xp
+    move = to_host if on_host else (lambda a: a)
+    J, w = move(J), move(problem.weights)
+    z, noise = move(problem.values[problem.logits]), None if noise is None else move(noise)
+    lik = problem.likelihood
+    assert lik is not None
+    if kind == "ggn":
+        HJ = w[..., None] * lik.hvp(xp, xp.zeros_like(J) + z, J)
+        return to_host(_gram(xp, J, HJ, P))
+    if kind == "fisher" and noise is None:
+        S = lik.hessian_sqrt(xp, z)                       # (*pos, C, C), S S^T = H
+        M = xp.sum(J[..., :, None] * S, axis=-2)          # (P, *pos, C): S_i^T J_i e_k
+        return to_host(_gram(xp, w[..., None] * M, M, P))
+    g = (sampled_gradients(problem, z, noise, xp) if kind == "fisher"
+         else observed_gradients(problem, z, xp if on_host else None))  # (S, *pos, C)
+    a = xp.sum(J[:, None] * g[None], axis=-1)             # (P, S, *pos): g^T J_i e_k
+    return to_host(_gram(xp, w * a, a, P) / g.shape[0])
+
+
+def curvature_tolerance(problem: CurvatureProblem, *, dtype: Any = None) -> Tolerance:
+    r"""The tolerance for comparing a curvature product or matrix of ``problem`` with an
+    independent reference (the tolerance model :math:`C\kappa D\sqrt k\,u`): :math:`k` the
+    longest accumulation (the graph's largest dimension, the logits' size summed over by
+    :math:`J^\top u`, or :math:`P`), :math:`D = 2d + 2` stages for a loss at depth :math:`d`
+    (the forward and the JVP chain, the VJP chain back, the logit-space map and the
+    assembly), :math:`\kappa` the magnitude condition of the logits and the selected
+    parameters. ``dtype``: the less precise side (default: the problem's own)."""
+    import networkx as nx
+
+    from nlaverify.graph.compare import accumulation_length
+    from nlaverify.tolerance import magnitude_condition, tolerance
+
+    z = problem.values[problem.logits]
+    shape = tuple(int(s) for s in np.shape(z))
+    n = shape[-2] if len(shape) > 1 else 1
+    k = max(accumulation_length(problem.graph, n), math.prod(shape), problem.size)
+    sub = problem.graph.subgraph(needed_nodes(problem.graph, [problem.loss]))
+    depth = 2 * (nx.dag_longest_path_length(sub) + 1) + 2
+    kappa = magnitude_condition(z, *(problem.values[p] for p in problem.params), power=1)
+    if dtype is None and problem.backend == "mpmath":
+        return tolerance("mpmath", size=k, depth=depth, condition=kappa, digits=problem.digits)
+    return tolerance(dtype or str(getattr(z, "dtype", "float64")), size=k, depth=depth,
+                     condition=kappa)
