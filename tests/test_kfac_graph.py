@@ -19,8 +19,8 @@ from nlaverify.curvature.graph import curvature_problem
 from nlaverify.curvature.kfac import kfac_block
 from nlaverify.curvature.kfac_graph import (
     exact_blocks,
-    kfac,
     kfac_errors,
+    layer_factors,
     linear_layers,
     output_seeds,
 )
@@ -69,7 +69,7 @@ def _compare(graph: nx.DiGraph, params: dict, data: dict, mode: str = "expand"
              ) -> list[tuple[str, bool, float, float]]:
     problem = curvature_problem(graph, BACKEND, params, data)
     out = []
-    for node, f in kfac(problem, mode=mode).items():
+    for node, f in layer_factors(problem, mode=mode).items():
         K = to_float64(kfac_block(problem.xp, f.A, f.G))
         E = _layer_block((graph, params, data), f.layer)
         tol = tolerance("float64", size=int(E.shape[0]), depth=4,
@@ -117,7 +117,7 @@ def test_one_position_cross_entropy_exact() -> None:
     params = init_params(g, 1)
     data = sample_data(cfg.vocab_size, 1, 1)
     problem = curvature_problem(g, BACKEND, params, data, select=["unembed.W_U"])
-    f = kfac(problem)["logits"]
+    f = layer_factors(problem)["logits"]
     K = to_float64(kfac_block(problem.xp, f.A, f.G))
     E = to_float64(dense(problem, "ggn"))
     tol = tolerance("float64", size=K.shape[0], depth=4)
@@ -163,10 +163,10 @@ def test_monte_carlo_factors_converge_to_exact() -> None:
     params = init_params(g, 4)
     data = {"x": rng.standard_normal((3, 2)), "y": rng.standard_normal((3, 3))}
     problem = curvature_problem(g, BACKEND, params, data)
-    exact = kfac(problem)
+    exact = layer_factors(problem)
     errs = []
     for S in (64, 1024):
-        mc = kfac(problem, samples=S, seed=S)
+        mc = layer_factors(problem, samples=S, seed=S)
         errs.append(max(float(np.abs(to_float64(mc[n].G) - to_float64(exact[n].G)).max())
                         / float(np.abs(to_float64(exact[n].G)).max()) for n in exact))
     # relative error of a mean of S i.i.d. terms ~ c / sqrt(S): 16x the samples, 4x smaller
@@ -179,10 +179,10 @@ def test_bad_input() -> None:
     data = {"x": np.ones((2, 2)), "y": np.zeros((2, 2))}
     problem = curvature_problem(g, BACKEND, params, data, select=["layer1.b"])
     with pytest.raises(ArgumentError, match="none of the 1 selected parameters"):
-        kfac(problem)
+        layer_factors(problem)
     problem = curvature_problem(g, BACKEND, params, data)
     with pytest.raises(ArgumentError, match="mode"):
-        kfac(problem, mode="both")
+        layer_factors(problem, mode="both")
     with pytest.raises(ArgumentError, match="modes"):
         kfac_errors(problem, modes=("expand", "sideways"))
     assert output_seeds(problem).shape == (2 * 2, 2, 2)
@@ -193,8 +193,8 @@ def test_jax_path_matches_numpy() -> None:
     rng = np.random.default_rng(5)
     params = init_params(g, 5)
     data = {"x": rng.standard_normal((3, 2)), "y": rng.standard_normal((3, 2))}
-    ref = kfac(curvature_problem(g, "numpy", params, data))
-    got = kfac(curvature_problem(g, "jax", params, data))
+    ref = layer_factors(curvature_problem(g, "numpy", params, data))
+    got = layer_factors(curvature_problem(g, "jax", params, data))
     for node, f in ref.items():
         for a, b in ((got[node].A, f.A), (got[node].G, f.G)):
             tol = tolerance("float64", size=int(np.shape(b)[0]), depth=3)

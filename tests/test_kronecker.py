@@ -13,7 +13,7 @@ import scipy.linalg
 from hypothesis import given
 from hypothesis import strategies as st
 
-import nlaverify.identities.kfac  # noqa: F401  (registers the family)
+import nlaverify.identities.kfac
 import nlaverify.identities.kronecker  # noqa: F401
 from nlaverify.backends import get_namespace, to_float64
 from nlaverify.curvature import kfac, kronecker, shampoo

@@ -1,14 +1,136 @@
-"""Curvature of losses and models: likelihoods and reductions, Fisher, Gauss–Newton, GGN,
-Hessian, Kronecker factors (Baggag & Saad §5.1–5.4)."""
+"""Curvature of losses and models (Baggag & Saad §5.1–5.4): likelihoods and reduction
+conventions, the GGN, Fisher (exact and Monte-Carlo), empirical Fisher and Hessian of a
+graph model (dense and matrix-free), Kronecker algebra, K-FAC, Shampoo, and the matrix-free
+solvers (damped natural gradient by CG, Lanczos, Hutchinson)."""
 
+from nlaverify.curvature.graph import (
+    KINDS,
+    CurvatureProblem,
+    curvature_problem,
+    empirical_fisher_vp,
+    fisher_vp,
+    ggn_vp,
+    gradient,
+    jacobian_tvp,
+    jacobian_vp,
+)
+from nlaverify.curvature.kfac import (
+    MODES,
+    exact_layer_block,
+    kfac_block,
+    kfac_factors,
+    kfac_gradient,
+    kfac_precondition,
+    per_sample_gradients,
+)
+from nlaverify.curvature.kfac_graph import (
+    exact_blocks,
+    kfac_errors,
+    layer_factors,
+    linear_layers,
+)
+from nlaverify.curvature.kronecker import (
+    damped_factors,
+    damped_kron_solve,
+    kron,
+    kron_eig_from_factors,
+    kron_eigh,
+    kron_matvec,
+    kron_solve,
+    trace_norm_pi,
+    unvec,
+    unvec_rows,
+    vec,
+    vec_rows,
+)
 from nlaverify.curvature.likelihoods import (
     FAMILIES,
     LOSS_LIKELIHOODS,
     REDUCTIONS,
     Likelihood,
     Reduction,
+    empirical_fisher,
+    ggn_matrix,
     likelihood_of,
 )
+from nlaverify.curvature.natural import DescentPaths, descend, natural_gradient
+from nlaverify.curvature.operators import (
+    curvature_tolerance,
+    dense,
+    hessian_vp,
+    jacobian_matrix,
+    linear_operator,
+)
+from nlaverify.curvature.shampoo import (
+    inverse_root,
+    shampoo_direction,
+    shampoo_init,
+    shampoo_statistics,
+)
+from nlaverify.curvature.solvers import (
+    damped_solve,
+    hutchinson_trace,
+    hutchinson_variance,
+    natural_gradient_cg,
+    top_eigenvalues,
+)
 
-__all__ = ["FAMILIES", "LOSS_LIKELIHOODS", "REDUCTIONS", "Likelihood", "Reduction",
-           "likelihood_of"]
+__all__ = [
+    "FAMILIES",
+    "KINDS",
+    "LOSS_LIKELIHOODS",
+    "MODES",
+    "REDUCTIONS",
+    "CurvatureProblem",
+    "DescentPaths",
+    "Likelihood",
+    "Reduction",
+    "curvature_problem",
+    "curvature_tolerance",
+    "damped_factors",
+    "damped_kron_solve",
+    "damped_solve",
+    "dense",
+    "descend",
+    "empirical_fisher",
+    "empirical_fisher_vp",
+    "exact_blocks",
+    "exact_layer_block",
+    "fisher_vp",
+    "ggn_matrix",
+    "ggn_vp",
+    "gradient",
+    "hessian_vp",
+    "hutchinson_trace",
+    "hutchinson_variance",
+    "inverse_root",
+    "jacobian_matrix",
+    "jacobian_tvp",
+    "jacobian_vp",
+    "kfac_block",
+    "kfac_errors",
+    "kfac_factors",
+    "kfac_gradient",
+    "kfac_precondition",
+    "kron",
+    "kron_eig_from_factors",
+    "kron_eigh",
+    "kron_matvec",
+    "kron_solve",
+    "layer_factors",
+    "likelihood_of",
+    "linear_layers",
+    "linear_operator",
+    "natural_gradient",
+    "natural_gradient_cg",
+    "per_sample_gradients",
+    "shampoo_direction",
+    "shampoo_init",
+    "shampoo_statistics",
+    "top_eigenvalues",
+    "trace_norm_pi",
+    "unvec",
+    "unvec_rows",
+    "vec",
+    "vec_rows",
+]

@@ -135,18 +135,18 @@ def _cotangent_rows(xp: Any, g: Any) -> Any:
     return xp.reshape(g, (g.shape[0], 1, *g.shape[1:])) if len(np.shape(g)) == 3 else g
 
 
-def kfac(problem: CurvatureProblem, *, mode: Mode = "expand", samples: int | None = None,
+def layer_factors(problem: CurvatureProblem, *, mode: Mode = "expand", samples: int | None = None,
          seed: int = 0) -> dict[str, LayerFactors]:
     r"""K-FAC factors :math:`(A_f, G_f)` of every selected linear layer (Baggag & Saad §5.3),
     from exact seeds or ``samples`` Monte-Carlo draws; ``mode`` ``"expand"`` or
     ``"reduce"`` (Eschenhagen et al. 2023)."""
     if mode not in MODES:
-        raise ArgumentError(f"kfac: argument 'mode': expected one of {', '.join(MODES)}, got "
-                            f"{mode!r}")
+        raise ArgumentError(f"layer_factors: argument 'mode': expected one of "
+                            f"{', '.join(MODES)}, got {mode!r}")
     layers = linear_layers(problem)
     if not layers:
-        raise ArgumentError(f"kfac: none of the {len(problem.params)} selected parameters is "
-                            "the weight of a linear or affine node")
+        raise ArgumentError(f"layer_factors: none of the {len(problem.params)} selected "
+                            "parameters is the weight of a linear or affine node")
     seeds = output_seeds(problem, samples=samples, seed=seed)
     factors = factors_from_seeds(problem, problem.values, seeds, layers, mode)
     return {layer.node: LayerFactors(layer, mode, *factors[layer.node]) for layer in layers}

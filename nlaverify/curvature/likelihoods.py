@@ -34,7 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from nlaverify.backends.base import Namespace
+from nlaverify.backends.host import to_host
 from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.ops.activations import _sigmoid_pair
 from nlaverify.ops.softmaxes import log_softmax, softmax
@@ -204,14 +207,80 @@ class Reduction:
         if self.name == "sum":
             return mask
         if self.name == "mean":
-            return mask / xp.sum(mask)
+            total = xp.sum(mask)
+            _require_targets(xp, self.name, total, "the batch has")
+            return mask / total
         if mask.ndim < 2 and self.name in ("sequence_mean", "batch_mean"):
             raise ShapeError(f"Reduction {self.name!r}: argument 'mask': expected a (B, n) "
                              f"batch of sequences, got shape {tuple(mask.shape)}")
         B = mask.shape[0]
         if self.name == "batch_mean":
             return mask / B
-        return mask / (B * xp.sum(mask, axis=-1, keepdims=True))
+        counts = xp.sum(mask, axis=-1, keepdims=True)
+        _require_targets(xp, self.name, counts, "every sequence needs")
+        return mask / (B * counts)
+
+
+def _require_targets(xp: Namespace, name: str, counts: Any, what: str) -> None:
+    """A clear error where a mean would divide by a zero count of targets (concrete masks
+    only: traced values and symbols are not inspected)."""
+    if not xp.is_concrete(counts):
+        return
+    host = to_host(counts)
+    if any(v == 0 for v in np.ravel(host)):
+        raise ShapeError(f"Reduction {name!r}: argument 'mask': {what} at least one target "
+                         f"(a position with mask 1), got a count of 0")
+
+
+def ggn_matrix(xp: Namespace, likelihood: Likelihood, J: Any, z: Any,
+               weights: Any = None) -> Any:
+    r"""The generalized Gauss–Newton matrix of :math:`L = \sum_p w_p\,\ell(z_p, y_p)`
+    (Baggag & Saad §5.2, eq. (5.2.5)):
+
+    .. math:: G = \sum_p w_p\, J_p^\top H(z_p)\, J_p,\qquad H = \nabla_z^2\ell,
+
+    with ``J`` the model's Jacobians :math:`J_p = \partial z_p/\partial w`, shape
+    ``(*, C, P)``, ``z`` the outputs ``(*, C)`` and ``weights`` :math:`w` of shape ``(*)``
+    (from :meth:`Reduction.weights`; ``None``: all 1, the ``"sum"`` reduction). Returns
+    ``(P, P)``. For these natural-parameter likelihoods it is the Fisher (identities
+    ``ggn_equals_fisher_*``)."""
+    _check_jacobian("ggn_matrix", J, z, weights)
+    H = likelihood.hessian(xp, z)
+    return _weighted_sum(xp, xp.matmul(xp.matrix_transpose(J), xp.matmul(H, J)), weights)
+
+
+def empirical_fisher(xp: Namespace, likelihood: Likelihood, J: Any, z: Any, y: Any,
+                     weights: Any = None) -> Any:
+    r"""The empirical Fisher at the observed targets ``y`` (Baggag & Saad §5.1):
+
+    .. math:: \hat F = \sum_p w_p\, J_p^\top \nabla_z\ell(z_p, y_p)\,
+       \nabla_z\ell(z_p, y_p)^\top J_p ,
+
+    shapes as in :func:`ggn_matrix` (``y`` as :meth:`Likelihood.nll` takes it). A sum of
+    one outer product per position: its rank is at most the number of positions. Its
+    expectation over :math:`y_p \sim p(\cdot\mid z_p)` is the Fisher (identities
+    ``ggn_equals_fisher_*``); it is *not* the Fisher at the data (identity
+    ``empirical_fisher_is_not_fisher``)."""
+    _check_jacobian("empirical_fisher", J, z, weights)
+    u = xp.matmul(xp.matrix_transpose(J), likelihood.grad(xp, z, y)[..., None])  # (*, P, 1)
+    return _weighted_sum(xp, xp.matmul(u, xp.matrix_transpose(u)), weights)
+
+
+def _weighted_sum(xp: Namespace, per_position: Any, weights: Any) -> Any:
+    if weights is not None:
+        per_position = per_position * weights[..., None, None]
+    lead = tuple(range(per_position.ndim - 2))
+    return xp.sum(per_position, axis=lead) if lead else per_position
+
+
+def _check_jacobian(what: str, J: Any, z: Any, weights: Any) -> None:
+    js, zs = tuple(getattr(J, "shape", ())), tuple(getattr(z, "shape", ()))
+    if len(js) < 2 or js[:-1] != zs:
+        raise ShapeError(f"{what}: argument 'J': expected shape {(*zs, 'P')} (the shape of "
+                         f"'z' then the number of parameters), got {js}")
+    if weights is not None and tuple(getattr(weights, "shape", ())) != zs[:-1]:
+        raise ShapeError(f"{what}: argument 'weights': expected shape {zs[:-1]} (one weight "
+                         f"per position of 'z'), got {tuple(getattr(weights, 'shape', ()))}")
 
 
 def _same(what: str, z: Any, y: Any) -> None:

@@ -58,6 +58,8 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.backprop",
     "nlaverify.identities.transformer",
     "nlaverify.identities.batching",
+    "nlaverify.identities.curvature",
+    "nlaverify.identities.natural_gradient",
     "nlaverify.identities.kronecker",
     "nlaverify.identities.kfac",
 )
