@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import nlaverify.identities.curvature as ids
 import nlaverify.identities.natural_gradient as ngids
 from nlaverify.backends import get_namespace, to_float64
+from nlaverify.curvature import kronecker as kr
 from nlaverify.curvature import likelihoods as lk
 from nlaverify.curvature import natural as nat
 from nlaverify.errors import ArgumentError, ShapeError
@@ -42,7 +43,7 @@ def test_the_family_is_complete_and_certifies_the_library() -> None:
     for f in (lk.Likelihood.nll, lk.Likelihood.grad, lk.Likelihood.hessian,
               lk.Likelihood.hessian_sqrt, lk.Likelihood.hvp, lk.Reduction.weights,
               lk.ggn_matrix, lk.empirical_fisher, lk.likelihood_of, nat.natural_gradient,
-              nat.model_loss, nat.model_grad, nat.model_fisher):
+              nat.model_loss, nat.model_grad, nat.model_fisher, kr.solve):
         assert f"{f.__module__}.{f.__qualname__}" in certified
 
 
@@ -95,6 +96,24 @@ def _diagonal_natural_gradient(xp, F, g, damping=0):
     return g / xp.sum(F * xp.one_hot(xp.arange(F.shape[0]), F.shape[0], F.dtype), axis=-1)
 
 
+_ORIG_NATURAL_GRADIENT = nat.natural_gradient
+_ORIG_SOLVE = kr.solve
+
+
+def _natural_gradient_double_damping(xp, F, g, damping=0):
+    # the reviewer's plant: (F + 2 lambda I)^{-1} g; exact at damping 0
+    return _ORIG_NATURAL_GRADIENT(xp, F, g, 2 * damping)
+
+
+def _natural_gradient_solves_transpose(xp, F, g, damping=0):
+    return _ORIG_NATURAL_GRADIENT(xp, xp.matrix_transpose(F), g, damping)
+
+
+def _solve_doubled(xp, A, B):
+    # kronecker.solve returning 2 A^{-1} B: natural_gradient must call it through the module
+    return 2 * _ORIG_SOLVE(xp, A, B)
+
+
 def _ggn_without_weights(xp, likelihood, J, z, weights=None):
     return _ORIG_GGN(xp, likelihood, J, z, None)
 
@@ -119,7 +138,15 @@ PLANTED = [
     ((lk.Reduction, "weights", _sequence_mean_as_mean), ("reduction_conventions",)),
     ((nat, "natural_gradient", _diagonal_natural_gradient),
      ("natural_gradient_invariance", "natural_gradient_gaussian_model")),
-    ((lk, "ggn_matrix", _ggn_without_weights), ("ggn_equals_fisher_gaussian",)),
+    ((nat, "natural_gradient", _natural_gradient_double_damping),
+     ("natural_gradient_invariance", "natural_gradient_gaussian_model")),
+    ((nat, "natural_gradient", _natural_gradient_solves_transpose),
+     ("natural_gradient_invariance",)),
+    ((kr, "solve", _solve_doubled),
+     ("natural_gradient_invariance", "natural_gradient_gaussian_model")),
+    ((lk, "ggn_matrix", _ggn_without_weights),
+     ("ggn_equals_fisher_gaussian", "ggn_equals_fisher_categorical",
+      "ggn_equals_fisher_bernoulli")),
     ((lk, "empirical_fisher", _empirical_fisher_is_ggn), ("empirical_fisher_is_not_fisher",)),
     ((nat, "model_fisher", lambda xp, w, M, y: 2 * _ORIG_FISHER(xp, w, M, y)),
      ("natural_gradient_gaussian_model",)),

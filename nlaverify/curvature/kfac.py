@@ -35,7 +35,7 @@ import numpy as np
 
 from nlaverify.backends.base import Namespace
 from nlaverify.backends.host import to_host
-from nlaverify.curvature.kronecker import damped_kron_solve, kron
+from nlaverify.curvature import kronecker as _kr
 from nlaverify.errors import ArgumentError, ShapeError
 from nlaverify.ops._validate import check_args
 
@@ -149,7 +149,7 @@ def kfac_block(xp: Namespace, A_factor: Any, G_factor: Any) -> Any:
     (Baggag & Saad §5.3: :math:`\mathbb E[\bar a\bar a^\top]\otimes\mathbb E[g g^\top]`)."""
     check_args("kfac_block", xp, {"A_factor": (A_factor, ("d_in", "d_in")),
                                   "G_factor": (G_factor, ("d_out", "d_out"))})
-    return kron(xp, A_factor, G_factor)
+    return _kr.kron(xp, A_factor, G_factor)
 
 
 def per_sample_gradients(xp: Namespace, A: Any, G: Any, *, bias: bool = False) -> Any:
@@ -209,4 +209,4 @@ def kfac_precondition(xp: Namespace, A_factor: Any, G_factor: Any, grad: Any, da
     if len(getattr(grad, "shape", np.shape(grad))) != 2:
         raise ShapeError(f"kfac_precondition: argument 'grad': expected shape (d_in, d_out), "
                          f"got {getattr(grad, 'shape', np.shape(grad))}")
-    return damped_kron_solve(xp, A_factor, G_factor, grad, damping, pi=pi)
+    return _kr.damped_kron_solve(xp, A_factor, G_factor, grad, damping, pi=pi)

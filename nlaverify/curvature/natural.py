@@ -36,8 +36,9 @@ import numpy as np
 
 from nlaverify.backends import get_namespace
 from nlaverify.backends.base import Namespace
-from nlaverify.curvature.kronecker import solve
-from nlaverify.curvature.likelihoods import Likelihood, Reduction, ggn_matrix
+from nlaverify.curvature import kronecker as _kr
+from nlaverify.curvature import likelihoods as _lk
+from nlaverify.curvature.likelihoods import Likelihood, Reduction
 from nlaverify.errors import ArgumentError, ShapeError
 
 #: the likelihood of the whitened model: :math:`\tfrac12\lVert z - t\rVert^2`
@@ -64,7 +65,8 @@ def natural_gradient(xp: Namespace, F: Any, g: Any, damping: Any = 0) -> Any:
     if not (isinstance(damping, int | float) and damping == 0):
         lam = xp.const(damping) if isinstance(damping, int | float) else damping
         F = F + xp.one_hot(xp.arange(P), P, F.dtype) * lam
-    return solve(xp, F, g[:, None])[:, 0]
+    # through the module: the solve that runs is the one the proofs certify (and patch)
+    return _kr.solve(xp, F, g[:, None])[:, 0]
 
 
 # --------------------------------------------------------------------------- the model
@@ -117,7 +119,7 @@ def model_fisher(xp: Namespace, w: Any, M: Any, y: Any) -> Any:
                          f"got shape {tuple(w.shape)}")
     z, _, weights = _whitened(xp, w, M, y)
     J = M[None, :, :] + xp.zeros_like(z)[..., None]  # the Jacobian dz_n/dw = M, per n
-    return ggn_matrix(xp, LIKELIHOOD, J, z, weights)
+    return _lk.ggn_matrix(xp, LIKELIHOOD, J, z, weights)
 
 
 # --------------------------------------------------------------------------- descent

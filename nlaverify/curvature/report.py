@@ -77,7 +77,7 @@ def curvature_report(preset_name: str, *, block: int | None = None, seed: int = 
         row = BlockCurvature(b, problem.size)
         k = min(top, problem.size)
         for kind in REPORT_KINDS:
-            pairs = top_eigenvalues(linear_operator(problem, kind), problem.size, k, seed=seed)
+            pairs = top_eigenvalues(linear_operator(problem, "ggn"), problem.size, k, seed=seed)
             row.eigenvalues[kind] = [float(x) for x in pairs.values]
             row.residuals[kind] = [float(x) for x in pairs.residuals]
         row.kfac.extend(e.as_dict() for e in kfac_errors(problem))

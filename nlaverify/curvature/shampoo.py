@@ -27,7 +27,7 @@ import numpy as np
 
 from nlaverify.backends.base import Namespace
 from nlaverify.backends.host import dtype_name
-from nlaverify.curvature.kronecker import eye, symmetric_eigh
+from nlaverify.curvature import kronecker as _kr
 from nlaverify.errors import ArgumentError, ShapeError
 from nlaverify.ops._validate import check_args
 from nlaverify.tolerance import tolerance
@@ -50,7 +50,7 @@ def _default_rtol(xp: Namespace, M: Any, n: int) -> Any:
     return tolerance(dtype_name(M.dtype), size=n).rtol
 
 
-def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh = symmetric_eigh,
+def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh | None = None,
                  rtol: Any = None) -> Any:
     r"""The pseudo-inverse :math:`p`-th root :math:`M^{+1/p}` of a symmetric PSD matrix:
 
@@ -63,9 +63,10 @@ def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh = symmetric_eigh,
     Args:
         M: ``(n, n)`` symmetric positive semi-definite.
         p: the root, a positive integer (4 for Shampoo's matrix case, 2 for a vector).
-        eigh: the eigen-decomposition used, ``eigh(xp, M) -> (w, Q)`` (default
-            :func:`~nlaverify.curvature.kronecker.symmetric_eigh`: ``xp.linalg.eigh``, or
-            SymPy's exact diagonalization on the exact namespace).
+        eigh: the eigen-decomposition used, ``eigh(xp, M) -> (w, Q)``; ``None`` (default):
+            :func:`~nlaverify.curvature.kronecker.symmetric_eigh` as the module holds it at
+            call time (``xp.linalg.eigh``, or SymPy's exact diagonalization with
+            Gram–Schmidt inside each eigenspace on the exact namespace).
         rtol: relative threshold; default the tolerance model's :math:`C\sqrt n\,u` of the
             dtype (:func:`_default_rtol`), and exactly 0 on the exact namespace (which
             accepts no other value: there an eigenvalue is dropped only when it is exactly 0,
@@ -79,7 +80,7 @@ def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh = symmetric_eigh,
     elif xp.exact and rtol != 0:
         raise ArgumentError(f"inverse_root: argument 'rtol': expected 0 on the exact namespace "
                             f"(exact zeros only), got {rtol!r}")
-    w, Q = eigh(xp, M)
+    w, Q = (_kr.symmetric_eigh if eigh is None else eigh)(xp, M)
     check_args("inverse_root", xp, {"w": (w, (n,)), "Q": (Q, (n, n))})
     threshold = 0 if xp.exact else rtol * xp.max(w)
     keep = xp.greater(w, threshold)
@@ -103,7 +104,7 @@ def shampoo_init(xp: Namespace, G: Any, epsilon: Any = 0) -> tuple[Any, ...]:
     if isinstance(epsilon, int | float) and epsilon < 0:
         raise ArgumentError(f"shampoo_init: argument 'epsilon': expected >= 0, got {epsilon!r}")
     eps = xp.const(epsilon) if xp.object_arrays else epsilon
-    return tuple(eps * eye(xp, int(G.shape[i]), G) for i in range(k))
+    return tuple(eps * _kr.eye(xp, int(G.shape[i]), G) for i in range(k))
 
 
 def shampoo_statistics(xp: Namespace, G: Any, stats: tuple[Any, ...] | None = None, *,
@@ -136,7 +137,7 @@ def shampoo_statistics(xp: Namespace, G: Any, stats: tuple[Any, ...] | None = No
 
 
 def shampoo_direction(xp: Namespace, G: Any, stats: tuple[Any, ...], *,
-                      eigh: Eigh = symmetric_eigh, rtol: Any = None) -> Any:
+                      eigh: Eigh | None = None, rtol: Any = None) -> Any:
     r"""The preconditioned direction (eq. 5.4.3):
 
     .. math:: L^{-1/4}\, G\, R^{-1/4}\quad\text{(matrix)},\qquad L^{-1/2} g\quad\text{(vector:

@@ -12,239 +12,51 @@ probabilities :math:`e^{-\ell(z, y)}` of the running ``nll`` itself, Gaussian ex
 from the moments :math:`\int y^k e^{-\ell}\,dy / \int e^{-\ell}\,dy` integrated by SymPy.
 The stable sigmoid's two branches are proved separately (a positive and a non-positive
 log-odds symbol; lemma ``sigmoid_stable_branches``), the softmax shift is set to 0
-(lemma ``softmax_shift_invariance``).
+(lemma ``softmax_shift_invariance``). The shared machinery (exact comparisons,
+expectations, small models) is :mod:`nlaverify.identities._expectations`.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import sympy
-import sympy.polys.fields
 
-from nlaverify.backends import get_namespace
 from nlaverify.curvature import likelihoods as lk
-from nlaverify.identities.core import Identity, Proof, Step, qualname, register
-from nlaverify.symbolic.exact import symbol_array, zero_test
-
-SIGMA = sympy.Symbol("sigma", positive=True)
-_Y = "y"
-
-
-def _xp() -> Any:
-    xp = get_namespace("sympy")
-    xp.reset_shifts()
-    return xp
-
-
-def _obj(x: Any) -> np.ndarray:
-    return np.asarray(x, dtype=object)
-
-
-def _clean(x: Any) -> np.ndarray:
-    """Drop the opaque softmax shifts (lemma ``softmax_shift_invariance``)."""
-    return _obj(get_namespace("sympy").without_shifts(_obj(x)))
-
-
-def _scalar(x: Any) -> sympy.Expr:
-    return _clean(x)[()]
-
-
-def _hess(f: sympy.Expr, v: Any) -> np.ndarray:
-    return _obj(np.array(sympy.hessian(f, list(_obj(v).ravel())).tolist(), dtype=object))
-
-
-def _grad(f: sympy.Expr, v: Any) -> np.ndarray:
-    return _obj([sympy.diff(f, s) for s in _obj(v).ravel()])
-
-
-def _jac(f: Any, v: Any) -> np.ndarray:
-    return _obj(np.array(sympy.Matrix(list(_obj(f).ravel())).jacobian(list(_obj(v).ravel()))
-                         .tolist(), dtype=object))
-
-
-class _Checks:
-    """Exact comparisons of a derivation: counts entries, keeps the first failure."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.bad: str | None = None
-
-    def zero(self, diff: Any, what: str, subs: dict | None = None,
-             rational: bool = False) -> bool:
-        """Every entry of ``diff`` is exactly 0 (after the exact substitution ``subs``;
-        ``rational``: a rational function, tested by the numerator of its
-        :func:`sympy.together` form, the denominators being positive)."""
-        for idx, v in np.ndenumerate(_obj(diff)):
-            self.n += 1
-            if self.bad is None:
-                if subs and isinstance(v, sympy.Basic):
-                    v = v.xreplace(subs)
-                if rational and isinstance(v, sympy.Basic):
-                    v = _numerator(v)
-                t = zero_test(v)
-                if not t.proved:
-                    self.bad = f"{what}{list(idx) if idx else ''}: {t.reason} {t.detail}".strip()
-        return self.bad is None
-
-    def nonzero(self, value: Any, what: str) -> bool:
-        """``value`` (free of symbols, or refuted at a rational point) is exactly not 0."""
-        self.n += 1
-        v = sympy.nsimplify(value) if not isinstance(value, sympy.Basic) else value
-        ok = (sympy.simplify(v).is_zero is False) if not v.free_symbols else (
-            zero_test(v).verdict == "refuted")
-        if not ok and self.bad is None:
-            self.bad = f"{what}: expected a nonzero value, got {v}"
-        return self.bad is None
-
-    def proof(self, steps: list[Step]) -> Proof:
-        if self.bad:
-            return Proof("failed", tuple(steps), self.bad)
-        return Proof("proved", (*steps, Step(f"All {self.n} comparisons are exact.")),
-                     f"{self.n} entries")
-
-
-def _det(a: Any) -> sympy.Expr:
-    """The determinant by the Leibniz formula (small matrices; no simplification on the
-    way, which SymPy's ``det`` would attempt)."""
-    a = _obj(a)
-    n = a.shape[0]
-    total = sympy.Integer(0)
-    for perm in itertools.permutations(range(n)):
-        inversions = sum(perm[i] > perm[j] for i in range(n) for j in range(i + 1, n))
-        total += (-1) ** inversions * sympy.Mul(*(a[i, perm[i]] for i in range(n)))
-    return total
-
-
-def _numerator(v: sympy.Expr) -> sympy.Expr:
-    """The numerator of a rational function in canonical form (SymPy's field of rational
-    functions over QQ: exact, cancelled), or of its :func:`sympy.together` form when it
-    is not rational in its symbols. The denominators met here are positive."""
-    gens = sorted(v.free_symbols, key=str)
-    if not gens:
-        return v
-    try:
-        return sympy.polys.fields.field(gens, sympy.QQ)[0].from_expr(v).numer.as_expr()
-    except ValueError:
-        return sympy.numer(sympy.together(v))
-
-
-def _free(a: Any) -> set[sympy.Symbol]:
-    return set().union(*(e.free_symbols for e in _obj(a).ravel() if isinstance(e, sympy.Basic)))
-
-
-def _subs(a: Any, values: dict) -> np.ndarray:
-    vals = {k: sympy.sympify(v) for k, v in values.items()}
-    return np.vectorize(lambda e: sympy.sympify(e).xreplace(vals), otypes=[object])(_obj(a))
-
-
-def _latex(x: Any) -> str:
-    x = _obj(x)
-    return sympy.latex(sympy.Matrix(x.tolist()) if x.ndim else x[()])
-
-
-# --------------------------------------------------------------------------- expectations
-
-
-class _Case:
-    r"""A likelihood at symbolic outputs ``z`` and the expectation over
-    :math:`y \sim p(\cdot\mid z)`, :math:`p = e^{-\ell(z, y)}` (normalized)."""
-
-    def __init__(self, lik: lk.Likelihood, z: np.ndarray, label: str):
-        self.lik, self.z, self.label = lik, z, label
-        self.C = z.shape[-1]
-
-    def outcomes(self) -> list[Any]:
-        if self.lik.family == "categorical":
-            return [np.array(c) for c in range(self.C)]
-        return [_obj([sympy.Integer(b) for b in bits])
-                for bits in itertools.product((0, 1), repeat=self.C)]
-
-    def prob(self, y: Any) -> sympy.Expr:
-        return sympy.exp(-_scalar(self.lik.nll(_xp(), self.z, y)))
-
-    def expect(self, f: Callable[[Any], Any]) -> np.ndarray:
-        if self.lik.family == "gaussian":
-            y = symbol_array(_Y, (self.C,))
-            return _gaussian_expect(_clean(f(y)), y, self.z, self.lik)
-        return sum((self.prob(y) * _clean(f(y)) for y in self.outcomes()),
-                   start=_obj(sympy.Integer(0)))
-
-    def total(self) -> sympy.Expr:
-        """:math:`\\sum_y e^{-\\ell}` (1 for a normalized likelihood), or for the Gaussian
-        :math:`\\int e^{-\\ell}\\,dy / (2\\pi\\sigma^2)^{C/2}` (integrated by SymPy; the
-        constant is the one the Gaussian ``nll`` drops)."""
-        if self.lik.family != "gaussian":
-            return sum(self.prob(y) for y in self.outcomes())
-        y = symbol_array(_Y, (self.C,))
-        val = sympy.exp(-_scalar(self.lik.nll(_xp(), self.z, y)))
-        for v in y:
-            val = sympy.integrate(val, (v, -sympy.oo, sympy.oo))
-        return val / (2 * sympy.pi * self.lik.variance) ** sympy.Rational(self.C, 2)
-
-    def independent(self) -> sympy.Expr:
-        """For the Gaussian, :math:`\\ell(z, y) - \\sum_c \\ell(z_c, y_c)` (0: independent
-        coordinates, which :func:`_gaussian_expect` uses); 0 for the others."""
-        if self.lik.family != "gaussian":
-            return sympy.Integer(0)
-        y, xp = symbol_array(_Y, (self.C,)), _xp()
-        return _scalar(self.lik.nll(xp, self.z, y)) - sum(
-            _scalar(self.lik.nll(xp, self.z[c:c + 1], y[c:c + 1])) for c in range(self.C))
-
-
-def _moment(k: int, mean: sympy.Expr, lik: lk.Likelihood) -> sympy.Expr:
-    """:math:`E[y^k]` for :math:`y \\sim e^{-\\ell(m, y)}` (1-D), integrated by SymPy, the
-    density being the running ``nll``; then :math:`m` = ``mean``."""
-    return _moment_generic(k, lik.variance).xreplace({_M: mean})
-
-
-_M = sympy.Symbol("m", real=True)
-_MOMENTS: dict[tuple[int, Any], sympy.Expr] = {}
-
-
-def _moment_generic(k: int, variance: Any) -> sympy.Expr:
-    key = (k, variance)
-    if key not in _MOMENTS:
-        y = sympy.Symbol("u", real=True)
-        lik = lk.Likelihood("gaussian", variance)
-        dens = sympy.exp(-_scalar(lik.nll(_xp(), _obj([_M]), _obj([y]))))
-        num = sympy.integrate(y**k * dens, (y, -sympy.oo, sympy.oo))
-        _MOMENTS[key] = sympy.simplify(num / sympy.integrate(dens, (y, -sympy.oo, sympy.oo)))
-    return _MOMENTS[key]
-
-
-def _gaussian_expect(values: np.ndarray, y: np.ndarray, z: np.ndarray,
-                     lik: lk.Likelihood) -> np.ndarray:
-    """Expectation over independent coordinates :math:`y_c \\sim \\mathcal N(z_c,
-    \\sigma^2)` of polynomials in :math:`y`, monomial by monomial."""
-    ys, zs = list(y.ravel()), list(z.ravel())
-    out = np.empty(values.shape, dtype=object)
-    for idx, v in np.ndenumerate(values):
-        total = sympy.Integer(0)
-        for monom, coeff in sympy.Poly(sympy.expand(v), *ys).terms():
-            term = coeff
-            for k, m in zip(monom, zs, strict=True):
-                term *= _moment(k, m, lik) if k else 1
-            total += term
-        out[idx] = total
-    return out
-
-
-def _cases(sizes: tuple[int, ...] = (2, 3, 4)) -> list[_Case]:
-    pos = sympy.Symbol("z_{1}", positive=True)
-    nonpos = sympy.Symbol("z_{2}", nonpositive=True)
-    return ([_Case(lk.Likelihood("categorical"), symbol_array("z", (C,)), f"categorical, C = {C}")
-             for C in sizes]
-            + [_Case(lk.Likelihood("bernoulli"), _obj([pos]), "bernoulli, z > 0"),
-               _Case(lk.Likelihood("bernoulli"), _obj([nonpos]), "bernoulli, z <= 0"),
-               _Case(lk.Likelihood("bernoulli"), _obj([pos, nonpos]),
-                     "bernoulli, C = 2 (z_1 > 0 >= z_2)")]
-            + [_Case(lk.Likelihood("gaussian", SIGMA**2), symbol_array("z", (C,)),
-                     f"gaussian, C = {C}, variance sigma^2") for C in (1, 2)])
-
+from nlaverify.identities._expectations import (
+    _L,
+    _N,
+    _S51,
+    _S52,
+    _Y,
+    SIGMA,
+    _cases,
+    _cat_model,
+    _Checks,
+    _clean,
+    _det,
+    _free,
+    _gaussian_expect,
+    _ggn_fisher,
+    _ggn_fisher_steps,
+    _grad,
+    _hess,
+    _jac,
+    _jacobians,
+    _latex,
+    _logits,
+    _mean_weights,
+    _model,
+    _obj,
+    _q,
+    _scalar,
+    _subs,
+    _w,
+    _xp,
+)
+from nlaverify.identities.core import Identity, Proof, Step, register
+from nlaverify.symbolic.exact import symbol_array
 
 # --------------------------------------------------------------------------- 1, 2: score, Fisher
 
@@ -299,6 +111,31 @@ def derive_fisher_is_expected_hessian() -> Proof:
 # --------------------------------------------------------------------------- 3: Hessians
 
 
+def _categorical_null_space(chk: _Checks) -> None:
+    r"""Rank :math:`C - 1` of :math:`\operatorname{diag}(p) - pp^\top` for every :math:`C`,
+    in index form (symbolic :math:`C`, indices :math:`i, j`, :math:`p_i > 0`,
+    :math:`\sum_j p_j = 1`): :math:`(Hv)_i = p_i(v_i - s)` with :math:`s = p^\top v`
+    independent of :math:`i`, so :math:`Hv = 0` forces :math:`v = s\mathbf 1`, and
+    :math:`H\mathbf 1 = 0`: the null space is the line of :math:`\mathbf 1`."""
+    C = sympy.Symbol("C", integer=True, positive=True)
+    i, j = sympy.symbols("i j", integer=True, positive=True)
+    p, v = sympy.IndexedBase("p", positive=True), sympy.IndexedBase("v", real=True)
+    S = sympy.Symbol("s", real=True)
+    s = sympy.Sum(p[j] * v[j], (j, 1, C))
+
+    def row(vj: sympy.Expr) -> sympy.Expr:  # (H v)_i, 1 <= i <= C, from H_ij = d_ij p_i - p_i p_j
+        Hv = sympy.Sum((sympy.KroneckerDelta(i, j) * p[i] - p[i] * p[j]) * vj, (j, 1, C))
+        return sympy.refine(Hv.expand().doit(), sympy.Q.le(i, C))
+
+    diff = sympy.simplify(row(v[j]) - p[i] * (v[i] - s))
+    chk.holds(diff == 0, "general C: (Hv)_i - p_i (v_i - p^T v)", diff)
+    chk.holds(i not in s.free_symbols, "general C: p^T v independent of i", s)
+    sol = sympy.solve(p[i] * (v[i] - S), v[i])
+    chk.holds(sol == [S], "general C: p_i (v_i - s) = 0 has the one solution v_i = s", sol)
+    ones = sympy.simplify(row(S)).subs(sympy.Sum(p[j], (j, 1, C)), 1)
+    chk.holds(sympy.simplify(ones) == 0, "general C: H (s 1) with sum p = 1", ones)
+
+
 def derive_categorical_hessian() -> Proof:
     chk, lik = _Checks(), lk.Likelihood("categorical")
     for C in (2, 3, 4):
@@ -317,15 +154,25 @@ def derive_categorical_hessian() -> Proof:
         chk.zero(S.dot(S.T) - H, f"C={C}: S S^T - H")
         v = symbol_array("v", (C,))
         chk.zero(_clean(lik.hvp(xp, z, v)) - H.dot(v), f"C={C}: hvp - H v")
+    _categorical_null_space(chk)
     return chk.proof([
-        Step("C = 2, 3, 4 symbolic logits. `Likelihood.hessian` equals "
+        Step("The running code, C = 2, 3, 4 symbolic logits: `Likelihood.hessian` equals "
              "$\\operatorname{diag}(p) - pp^\\top$ with $p_i = e^{z_i}/\\sum_j e^{z_j}$ written "
-             "out, and `sympy.hessian` of the running `nll` for the first and last class."),
-        Step("Rank exactly C - 1: $H\\mathbf 1 = 0$ (rank < C), and the leading "
-             "$(C-1)\\times(C-1)$ minor is $\\prod_{i=1}^{C} p_i > 0$ (rank >= C - 1):",
+             "out, and `sympy.hessian` of the running `nll` for the first and last class; "
+             "$H\\mathbf 1 = 0$ and the leading $(C-1)\\times(C-1)$ minor (Leibniz formula) "
+             "is $\\prod_{i=1}^{C} p_i > 0$, so the running Hessian has rank C - 1:",
              r"\det\bigl(\operatorname{diag}(p) - pp^\top\bigr)_{[1:C-1]} = \prod_{i<C} p_i"
              r"\Bigl(1 - \sum_{i<C} p_i\Bigr) = \prod_{i=1}^C p_i"),
-        Step("`hessian_sqrt` $S$ has $SS^\\top = H$ and `hvp` is $Hv$ for symbolic $v$."),
+        Step("The closed form has rank C - 1 for every C (SymPy on index expressions: symbolic "
+             "$C$, `Sum` over $j$, `KroneckerDelta`; $p_i > 0$, $\\sum_j p_j = 1$): row $i$ of "
+             "$Hv$ is $p_i(v_i - s)$ with $s = p^\\top v$ the same for every row, and "
+             "$p_i(v_i - s) = 0$ has the one solution $v_i = s$; so $Hv = 0$ only for "
+             "$v = s\\mathbf 1$, and $H\\mathbf 1 = 0$: the null space is the line of "
+             "$\\mathbf 1$.",
+             r"(Hv)_i = \sum_{j=1}^C (\delta_{ij}p_i - p_ip_j)v_j = p_i\Bigl(v_i - "
+             r"\sum_{j=1}^C p_jv_j\Bigr),\qquad \ker H = \operatorname{span}\{\mathbf 1\}"),
+        Step("`hessian_sqrt` $S$ has $SS^\\top = H$ and `hvp` is $Hv$ for symbolic $v$ "
+             "(C = 2, 3, 4)."),
     ])
 
 
@@ -360,10 +207,6 @@ def derive_gaussian_bernoulli_hessian() -> Proof:
 
 
 # --------------------------------------------------------------------------- 4, 5: GN, GGN
-
-
-def _w(P: int = 2) -> np.ndarray:
-    return symbol_array("w", (P,))
 
 
 def derive_gauss_newton() -> Proof:
@@ -432,111 +275,40 @@ def derive_ggn_decomposition() -> Proof:
 # --------------------------------------------------------------------------- 6: GGN = Fisher
 
 
-def _model(f: Callable[[np.ndarray, np.ndarray], list], P: int, C: int
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A model ``f(w, x)`` at two symbolic inputs: its Jacobians ``(2, C, P)`` (``sympy``
-    differentiation), its outputs ``(2, C)`` and the ``"mean"`` weights."""
-    w = _w(P)
-    Z = _obj([f(w, symbol_array(f"x^{{({n})}}", (2,))) for n in (1, 2)])
-    J = _obj([_jac(Z[n], w) for n in range(2)])
-    weights = _obj(lk.Reduction("mean").weights(_xp(), _obj([sympy.Integer(1)] * 2)))
-    return J, Z, weights
-
-
-def _logits(positions: int, C: int) -> np.ndarray:
-    r"""Symbolic logits :math:`z_n = \log p^{(n)}` with :math:`p^{(n)} = (p_{n1}, \dots,
-    p_{n,C-1}, 1 - \sum_c p_{nc})` on the simplex: every logit vector up to the shift that
-    softmax ignores (lemma ``softmax_shift_invariance``), and softmax is then the
-    polynomial :math:`p`, which the zero test handles at once."""
-    out = np.empty((positions, C), dtype=object)
-    for n in range(positions):
-        p = [sympy.Symbol(f"p_{{{n + 1}{c + 1}}}", positive=True) for c in range(C - 1)]
-        out[n] = [sympy.log(v) for v in [*p, 1 - sum(p)]]
-    return out
-
-
-def _cat_model(w: np.ndarray, x: np.ndarray) -> list:
-    return [w[0] * x[0] + w[1] * x[1], w[1] * w[2] * x[0], w[2]**2 - w[0] * x[1]]
-
-
-def _ggn_fisher(lik: lk.Likelihood, Z: np.ndarray, J: np.ndarray, weights: np.ndarray,
-                chk: _Checks, label: str) -> None:
-    xp = _xp()
-    G = _clean(lk.ggn_matrix(xp, lik, J, Z, weights))
-    if lik.family == "gaussian":
-        Y = symbol_array(_Y, Z.shape)
-        EF = _clean(lk.empirical_fisher(xp, lik, J, Z, Y, weights))
-        F = _gaussian_expect(EF, Y, Z, lik)
-    else:
-        cases = [_Case(lik, Z[n], label) for n in range(Z.shape[0])]
-        F = _obj(sympy.Integer(0))
-        for ys in itertools.product(*(c.outcomes() for c in cases)):
-            prob = sympy.Mul(*(c.prob(y) for c, y in zip(cases, ys, strict=True)))
-            Y = np.stack(ys) if lik.family == "categorical" else _obj(np.stack(ys))
-            F = F + prob * _clean(lk.empirical_fisher(xp, lik, J, Z, Y, weights))
-    # log-odds z -> log(q/(1-q)), q in (0, 1): an exact change of variables that makes the
-    # sigmoids rational, sigma(z) = q (the identity holds on each branch's open set, hence
-    # as rational functions)
-    subs = None
-    if lik.family == "bernoulli":
-        q = [sympy.Dummy(positive=True) for _ in Z.ravel()]
-        subs = {v: sympy.log(qv / (1 - qv)) for v, qv in zip(Z.ravel(), q, strict=True)}
-    chk.zero(F - G, f"{label}: Fisher - GGN", subs, rational=lik.family != "gaussian")
-
-
-def _ggn_fisher_steps(model: str, how: str) -> list[Step]:
-    return [
-        Step(f"{model} Two positions (inputs $x^{{(1)}}, x^{{(2)}}$ symbolic), weights of "
-             "the `\"mean\"` reduction, Jacobians $J_n = \\partial f(w; x^{(n)})/\\partial w$ "
-             "by `sympy`."),
-        Step(f"The Fisher is the expectation of the running `empirical_fisher` over the "
-             f"targets drawn from the model, {how}; it equals the running `ggn_matrix`:",
-             r"\sum_n \omega_n J_n^\top\,\mathbb E_{y_n}\bigl[\nabla\ell\,\nabla\ell^\top"
-             r"\bigr] J_n = \sum_n \omega_n J_n^\top H(z_n) J_n"),
-    ]
-
-
 def derive_ggn_fisher_categorical() -> Proof:
     chk = _Checks()
-    J, f, weights = _model(_cat_model, 3, 3)
-    Z = _logits(2, 3)
-    _ggn_fisher(lk.Likelihood("categorical"), Z, J, weights, chk, "softmax cross-entropy")
+    _ggn_fisher(lk.Likelihood("categorical"), _logits(_N, 3), _jacobians(3, 3),
+                _mean_weights(), chk, "softmax cross-entropy")
     return chk.proof(_ggn_fisher_steps(
-        f"Softmax cross-entropy: the Jacobians of the logits $f(w; x) = {_latex(f[0])}$ "
-        "($x = x^{(1)}$, $w \\in \\mathbb R^3$), and the logits as independent symbols "
-        "$z_n = \\log p^{(n)}$, $p^{(n)}$ on the simplex (every logit vector up to the shift "
-        "softmax ignores; the identity holds for every $z$ and $J$, so for $z = f(w)$ of any "
-        "model).",
+        "softmax cross-entropy logits as independent symbols $z_n = \\log p^{(n)}$, "
+        "$p^{(n)}$ on the simplex (every logit vector, up to the shift softmax ignores)", 3, 3,
         "a sum over the $3^2$ pairs of classes weighted by $e^{-\\ell}$"))
 
 
 def derive_ggn_fisher_gaussian() -> Proof:
     chk = _Checks()
-    J, Z, weights = _model(
-        lambda w, x: [w[0] * sympy.exp(w[1] * x[0]), w[0] * w[1] + sympy.sin(x[1])], 2, 2)
-    _ggn_fisher(lk.Likelihood("gaussian", SIGMA**2), Z, J, weights, chk, "Gaussian MSE")
+    _ggn_fisher(lk.Likelihood("gaussian", SIGMA**2), symbol_array("z", (_N, 2)),
+                _jacobians(2, 3), _mean_weights(), chk, "Gaussian MSE")
     return chk.proof(_ggn_fisher_steps(
-        f"Gaussian squared error with symbolic variance $\\sigma^2$, means "
-        f"$f(w; x) = {_latex(Z[0])}$ ($x = x^{{(1)}}$).",
-        "with the Gaussian moments $E[y] = z$, $E[y^2] = z^2 + \\sigma^2$ integrated by "
-        "SymPy"))
+        "Gaussian squared error with symbolic variance $\\sigma^2$ and symbolic means $z_n$",
+        2, 3, "with the Gaussian moments $E[y] = z$, $E[y^2] = z^2 + \\sigma^2$ integrated "
+        "by SymPy"))
 
 
 def derive_ggn_fisher_bernoulli() -> Proof:
-    chk = _Checks()
-    J, f, weights = _model(lambda w, x: [w[0] * w[1] * x[0], w[1] ** 2 - w[0] * x[1]], 2, 2)
+    chk, J, weights = _Checks(), _jacobians(2, 2), _mean_weights()
     signs = {True: {"positive": True}, False: {"nonpositive": True}}
     for pattern in (True, False):  # every symbol on both branches of the stable sigmoid
         Z = _obj([[sympy.Symbol(f"z_{{{n}{c}}}", **signs[pattern ^ bool((n + c) % 2)])
-                   for c in range(2)] for n in range(2)])
+                   for c in range(2)] for n in range(_N)])
         _ggn_fisher(lk.Likelihood("bernoulli"), Z, J, weights, chk,
                     f"sigmoid BCE, sign pattern {int(pattern)}")
     return chk.proof(_ggn_fisher_steps(
-        "Sigmoid binary cross-entropy, C = 2 independent bits: the Jacobians of "
-        f"$f(w; x) = {_latex(f[0])}$, and the log-odds as independent symbols $z_{{nc}}$, "
-        "each taken positive in one pass and non-positive in the other (both branches of the "
-        "stable sigmoid).", "a sum over the $4^2$ target configurations weighted by "
-        "$e^{-\\ell}$"))
+        "sigmoid binary cross-entropy, C = 2 independent bits, the log-odds as independent "
+        "symbols $z_{nc}$ in two sign patterns, a checkerboard over $(n, c)$ and its "
+        "complement (every $z_{nc}$ on both branches of the stable sigmoid, each pass exact "
+        "on its open set after $z = \\log(q/(1-q))$)", 2, 2,
+        "a sum over the $4^2$ target configurations weighted by $e^{-\\ell}$"))
 
 
 def derive_ggn_not_fisher_noncanonical() -> Proof:
@@ -590,7 +362,7 @@ def derive_empirical_fisher() -> Proof:
     F = _clean(lk.ggn_matrix(xp, cat, eye[None], z[None]))
     EF = _clean(lk.empirical_fisher(xp, cat, eye[None], z[None], np.array([0])))
     chk.nonzero((EF - F)[0, 0], "EF - F at p = (1/4, 1/2, 1/4), y = 1")
-    J, _, _ = _model(_cat_model, 3, 3)
+    J, f, _ = _model(_cat_model, 3, 3)
     J_at = _subs(J, dict(zip(sorted(_free(J), key=str), itertools.cycle((1, 2, -1)))))
     Z = _logits(2, 3)
     EF2 = _clean(lk.empirical_fisher(xp, cat, J_at, Z, np.array([0, 2])))
@@ -613,8 +385,9 @@ def derive_empirical_fisher() -> Proof:
              "class 1: the running `empirical_fisher` $(p - e_y)(p - e_y)^\\top$ and the "
              "Fisher $\\operatorname{diag}(p) - pp^\\top$ (`ggn_matrix`, = Fisher) differ:",
              f"\\hat F = {_latex(EF)} \\ne F = {_latex(F)}"),
-        Step("N = 2 positions of the 3-parameter model of `ggn_equals_fisher_categorical` "
-             "(Jacobians at an integer point, targets 1 and 3, symbolic probabilities): the "
+        Step("N = 2 positions of the 3-parameter model of logits "
+             f"$f(w; x) = {_latex(f[0])}$ ($x = x^{{(1)}}$; Jacobians $\\partial f/\\partial w$ "
+             "at an integer point, targets 1 and 3, symbolic probabilities): the "
              "empirical Fisher is a sum of two outer products, its determinant is exactly 0 "
              "for every $p^{(1)}, p^{(2)}$ (rank <= N); at $p^{(1)} = (1/4, 1/2, 1/4)$, "
              "$p^{(2)} = (1/6, 1/3, 1/2)$ a 2x2 minor is nonzero (rank exactly 2) and the "
@@ -627,15 +400,6 @@ def derive_empirical_fisher() -> Proof:
 
 # --------------------------------------------------------------------------- the catalogue
 
-_L = lk.Likelihood
-
-
-def _q(*fs: Callable[..., Any]) -> tuple[str, ...]:
-    return tuple(qualname(f) for f in fs)
-
-
-_S51, _S52 = "Baggag & Saad §5.1", "Baggag & Saad §5.2"
-#: the family, in document order (registered below)
 IDENTITIES: tuple[Identity, ...] = (
     Identity("score_zero_mean", "curvature", "The score has zero mean",
              r"\mathbb E_{y\sim p(\cdot\mid z)}\bigl[\nabla_z \log p(y\mid z)\bigr] = 0",
@@ -649,7 +413,8 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("categorical_hessian", "curvature",
              "Softmax cross-entropy Hessian: diag(p) - pp^T, rank C - 1",
              r"\nabla_z^2\ell = \operatorname{diag}(p) - pp^\top,\quad "
-             r"\operatorname{rank} = C - 1,\quad SS^\top = H", _S52 + " ($H_L$ of the GGN)",
+             r"\operatorname{rank} = C - 1,\quad SS^\top = H\quad (\text{code: } C = 2, 3, 4;"
+             r"\ \text{rank of the closed form: every } C)", _S52 + " ($H_L$ of the GGN)",
              _q(_L.hessian, _L.hessian_sqrt, _L.hvp, _L.nll), derive_categorical_hessian),
     Identity("gaussian_bernoulli_hessian", "curvature",
              "Gaussian and Bernoulli Hessians: I/sigma^2 and sigma(z)(1 - sigma(z))",
@@ -670,17 +435,21 @@ IDENTITIES: tuple[Identity, ...] = (
     Identity("ggn_equals_fisher_categorical", "curvature",
              "GGN = Fisher for softmax cross-entropy",
              r"\mathbb E_y[J^\top\nabla\ell\,\nabla\ell^\top J] = J^\top(\operatorname{diag}(p)"
-             r" - pp^\top)J", _S52 + " (GGN = Fisher for exponential families)",
+             r" - pp^\top)J\quad (\text{every } J \in \mathbb R^{3\times 3},\ "
+             r"N = 2\ \text{positions})",
+             _S52 + " (GGN = Fisher for exponential families)",
              _q(lk.empirical_fisher, lk.ggn_matrix, _L.nll, _L.grad, _L.hessian,
                 lk.Reduction.weights), derive_ggn_fisher_categorical),
     Identity("ggn_equals_fisher_gaussian", "curvature", "GGN = Fisher for Gaussian MSE",
-             r"\mathbb E_y[J^\top\nabla\ell\,\nabla\ell^\top J] = J^\top J/\sigma^2",
+             r"\mathbb E_y[J^\top\nabla\ell\,\nabla\ell^\top J] = J^\top J/\sigma^2\quad "
+             r"(\text{every } J \in \mathbb R^{2\times 3},\ N = 2\ \text{positions})",
              _S52 + " (GGN = Fisher for exponential families)",
              _q(lk.empirical_fisher, lk.ggn_matrix, _L.nll, _L.grad, _L.hessian,
                 lk.Reduction.weights), derive_ggn_fisher_gaussian),
     Identity("ggn_equals_fisher_bernoulli", "curvature", "GGN = Fisher for sigmoid BCE",
              r"\mathbb E_y[J^\top\nabla\ell\,\nabla\ell^\top J] = J^\top "
-             r"\operatorname{diag}(\sigma(z)(1-\sigma(z)))J",
+             r"\operatorname{diag}(\sigma(z)(1-\sigma(z)))J\quad (\text{every } J \in "
+             r"\mathbb R^{2\times 2},\ N = 2\ \text{positions})",
              _S52 + " (GGN = Fisher for exponential families)",
              _q(lk.empirical_fisher, lk.ggn_matrix, _L.nll, _L.grad, _L.hessian,
                 lk.Reduction.weights), derive_ggn_fisher_bernoulli),

@@ -1,7 +1,9 @@
 r"""Curvature of likelihood losses, continued (Baggag & Saad §5.1–5.2): the loss-reduction
 conventions and the natural gradient (its affine invariance, and the 2-D Gaussian model of
-the seed's Figure 30). Same method as :mod:`nlaverify.identities.curvature`, whose helpers
-this module uses.
+the seed's Figure 30). Same method as :mod:`nlaverify.identities.curvature`, with the shared
+helpers of :mod:`nlaverify.identities._expectations`. The natural gradient's solve is
+certified through :mod:`nlaverify.curvature.kronecker` (which ``natural_gradient`` calls
+through the module, so the solve that runs is the one proved).
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ from typing import Any
 import numpy as np
 import sympy
 
+from nlaverify.curvature import kronecker as kr
 from nlaverify.curvature import likelihoods as lk
 from nlaverify.curvature import natural as nat
-from nlaverify.curvature.kronecker import solve
-from nlaverify.identities.core import Identity, Proof, Step, register
-from nlaverify.identities.curvature import (
+from nlaverify.identities._expectations import (
     _L,
     _S51,
     _S52,
@@ -33,6 +34,7 @@ from nlaverify.identities.curvature import (
     _w,
     _xp,
 )
+from nlaverify.identities.core import Identity, Proof, Step, register
 from nlaverify.ops import loss as loss_ops
 from nlaverify.symbolic.exact import symbol_array
 
@@ -153,18 +155,48 @@ def _generators(n: int) -> dict[str, np.ndarray]:
     return out
 
 
-def derive_natural_gradient_invariance() -> Proof:
-    chk, xp = _Checks(), _xp()
-    a = sympy.Matrix(2, 2, list(symbol_array("a", (2, 2)).ravel()))
-    b, th, w = (sympy.Matrix(list(symbol_array(n, (2,)))) for n in ("b", "theta", "w"))
+def _chain_rule(n: int) -> sympy.Matrix:
+    r""":math:`\nabla_\theta\ell(A\theta + b) - A^\top(\nabla_w\ell)(A\theta + b)` for an
+    undefined SymPy function :math:`\ell` and symbolic :math:`A`, :math:`b` (``sympy.diff``)."""
+    a = sympy.Matrix(n, n, list(symbol_array("a", (n, n)).ravel()))
+    b, th, w = (sympy.Matrix(list(symbol_array(k, (n,)))) for k in ("b", "theta", "w"))
     ell = sympy.Function("ell")
     g_theta = sympy.Matrix([sympy.diff(ell(*(a * th + b)), t) for t in th])
-    g_w = sympy.Matrix([sympy.diff(ell(*w), v) for v in w]).subs(dict(zip(w, a * th + b,
-                                                                            strict=True)))
-    chain = sympy.simplify(g_theta - a.T * g_w)
-    if chain != sympy.zeros(2, 1) and chk.bad is None:
-        chk.bad = f"chain rule: {chain}"
-    chk.n += 2
+    g_w = sympy.Matrix([sympy.diff(ell(*w), v) for v in w]).subs(
+        dict(zip(w, a * th + b, strict=True)))
+    return sympy.simplify(g_theta - a.T * g_w)
+
+
+def _matrix_algebra() -> tuple[Any, Any, Any]:
+    r"""Every :math:`n`: SymPy's matrix-expression algebra on square ``MatrixSymbol``\ s
+    :math:`A`, :math:`F` (invertible, :math:`n \times n`) and :math:`g` (:math:`n \times 1`):
+    :math:`(A^\top F A)^{-1} = A^{-1}F^{-1}A^{-\top}`, then
+    :math:`A (A^\top F A)^{-1} A^\top g - F^{-1} g` reduces to the zero matrix."""
+    n = sympy.Symbol("n", integer=True, positive=True)
+    A, F = sympy.MatrixSymbol("A", n, n), sympy.MatrixSymbol("F", n, n)
+    g = sympy.MatrixSymbol("g", n, 1)
+    inverse = sympy.Inverse(A.T * F * A)
+    lhs = sympy.MatMul(A, inverse, A.T, g)
+    return inverse.doit(), lhs.doit(), sympy.MatAdd(lhs, -sympy.MatMul(F.I, g)).doit()
+
+
+def derive_natural_gradient_invariance() -> Proof:
+    chk, xp = _Checks(), _xp()
+    for n in (2, 3):
+        chain = _chain_rule(n)
+        chk.holds(chain == sympy.zeros(n, 1), f"n={n}: chain rule", chain)
+    inverse, lhs, diff = _matrix_algebra()
+    chk.holds(diff.is_ZeroMatrix is True, "every n: A (A^T F A)^-1 A^T g - F^-1 g", diff)
+    lam = sympy.Symbol("lambda", positive=True)
+    # the running code against an independent oracle, the adjugate inverse: a general
+    # (nonsymmetric) 2 x 2 F, where solving with F^T would show, and a symmetric 3 x 3 F
+    for n, F in ((2, symbol_array("f", (2, 2))), (3, _spd(3))):
+        g = symbol_array("g", (n,))
+        oracle = (sympy.Matrix(F.tolist()) + lam * sympy.eye(n)).inv(method="ADJ")
+        d = _obj(nat.natural_gradient(xp, F, g, damping=lam))
+        chk.zero(d - _obj(list(oracle * sympy.Matrix(list(g)))),
+                 f"n={n}: natural_gradient(F, g, lambda) - adj(F + lambda I) g / det",
+                 rational=True)
     cases = [(2, "general A", symbol_array("a", (2, 2)))]
     cases += [(3, k, A) for k, A in _generators(3).items()]
     for n, label, A in cases:
@@ -182,21 +214,34 @@ def derive_natural_gradient_invariance() -> Proof:
     damped_t = A2.dot(_obj(nat.natural_gradient(xp, A2.T.dot(A2), A2.T.dot(g2), damping=1)))
     chk.nonzero((damped_t - damped_w)[0].subs(g2[0], 1), "damped natural gradient")
     return chk.proof([
-        Step("Chain rule, for an arbitrary loss $\\ell$ (an undefined SymPy function) and "
-             "$w = A\\theta + b$ with symbolic $A$, $b$: $\\nabla_\\theta \\ell = A^\\top "
-             "\\nabla_w\\ell$. Applied to the score $\\nabla\\log p$ it gives, by linearity "
-             "of the expectation, $F_\\theta = A^\\top F_w A$:",
+        Step("Chain rule (`sympy.diff`, n = 2, 3), for an arbitrary loss $\\ell$ (an undefined "
+             "SymPy function) and $w = A\\theta + b$ with symbolic $A$, $b$: "
+             "$\\nabla_\\theta \\ell = A^\\top\\nabla_w\\ell$. Applied to the score "
+             "$\\nabla\\log p$ it gives, by linearity of the expectation, "
+             "$F_\\theta = A^\\top F_w A$:",
              r"\nabla_\theta L = A^\top\nabla_w L,\qquad F_\theta = \mathbb E[A^\top"
              r"\nabla_w\log p\,\nabla_w\log p^\top A] = A^\top F_w A"),
-        Step("The running `natural_gradient` (an exact LU solve on the SymPy namespace) "
-             "solves $F d = g$ exactly for a symmetric symbolic $F$, and is invariant:",
+        Step("The invariance for every $n$, in SymPy's matrix-expression algebra on "
+             "$n\\times n$ `MatrixSymbol`s $A$, $F$ (invertible) and $g$: the inverse of the "
+             "product expands and the product reduces to $F^{-1}g$:",
+             f"(A^\\top F A)^{{-1}} = {sympy.latex(inverse)},\\qquad "
+             f"A (A^\\top F A)^{{-1}} A^\\top g = {sympy.latex(lhs)}"),
+        Step("The running `natural_gradient` (an exact LU solve through "
+             "`kronecker.solve` on the SymPy namespace), for a general symbolic $F$ "
+             "(n = 2; symmetric for n = 3) and a symbolic damping $\\lambda > 0$, equals "
+             "the independent oracle $(F + \\lambda I)^{-1} g$ computed from the adjugate and "
+             "the determinant "
+             "(`Matrix.inv(method=\"ADJ\")`); undamped it solves $Fd = g$ exactly:",
+             r"\mathtt{natural\_gradient}(F, g, \lambda) = \frac{\operatorname{adj}(F + "
+             r"\lambda I)}{\det(F + \lambda I)}\,g,\qquad F\,\mathtt{natural\_gradient}(F, g)"
+             r" = g"),
+        Step("The running code is invariant for a general symbolic $2\\times 2$ $A$, and for "
+             "$3 \\times 3$ on generators of $GL_3$ (a scaling and a shear by a symbol $s$, a "
+             "swap, a cycle; every invertible matrix is a product of these and their "
+             "conjugates by permutations, and the invariance composes: $w = A_1 u$, "
+             "$u = A_2\\theta$ pulls $F$ and $\\nabla L$ back twice):",
              r"A\,F_\theta^{-1}\nabla_\theta L = A (A^\top F_w A)^{-1} A^\top\nabla_w L = "
              r"F_w^{-1}\nabla_w L"),
-        Step("Proved for a general symbolic $2\\times 2$ $A$, and for $3 \\times 3$ on "
-             "generators of $GL_3$ (a scaling and a shear by a symbol $s$, a swap, a cycle; "
-             "every invertible matrix is a product of these and their conjugates by "
-             "permutations, and the invariance composes: $w = A_1 u$, $u = A_2\\theta$ "
-             "pulls $F$ and $\\nabla L$ back twice)."),
         Step("Gradient descent is not invariant: with $A = \\operatorname{diag}(2, 1)$, "
              "$A\\nabla_\\theta L = AA^\\top\\nabla_w L = (4 g_1, g_2) \\ne (g_1, g_2)$; nor "
              "is a damped natural gradient ($F = I$, $\\lambda = 1$: $4g_1/5$ against "
@@ -222,6 +267,11 @@ def derive_natural_gradient_model() -> Proof:
     chk.zero(w - eta * d - ybar - (1 - eta) * (w - ybar), "natural step eta: error x (1-eta)")
     chk.zero(w - eta * g - ybar - (np.eye(2, dtype=int) - eta * F).dot(w - ybar),
              "gradient step: error x (I - eta F)")
+    lam = sympy.Symbol("lambda", positive=True)
+    F_lam = F + lam * np.eye(2, dtype=int)
+    d_lam = _obj(nat.natural_gradient(xp, F, g, damping=lam))
+    chk.zero(F_lam.dot(w - d_lam - ybar) - lam * (w - ybar),
+             "damped step: (F + lambda I) (error after) - lambda (error before)", rational=True)
     lo, hi = sympy.symbols("lambda_min lambda_max", positive=True)
     kappa, best = hi / lo, 2 / (hi + lo)
     chk.zero(1 - best * lo - (kappa - 1) / (kappa + 1), "1 - eta lambda_min")
@@ -238,6 +288,11 @@ def derive_natural_gradient_model() -> Proof:
              "optimum $\\bar y$; with step $\\eta$ the error is multiplied by $1 - \\eta$; a "
              "gradient step multiplies it by $I - \\eta M^\\top M$:",
              r"w - F^{-1}\nabla L = \bar y,\qquad w - \eta\nabla L - \bar y = (I - \eta F)"
+             r"(w - \bar y)"),
+        Step("A damped natural step (the running `natural_gradient` with a symbolic damping "
+             "$\\lambda > 0$) multiplies the error by $\\lambda(F + \\lambda I)^{-1}$ (checked "
+             "exactly as: $F + \\lambda I$ times the new error is $\\lambda$ times the old):",
+             r"w - (F + \lambda I)^{-1}\nabla L - \bar y = \lambda (F + \lambda I)^{-1}"
              r"(w - \bar y)"),
         Step("With the best fixed step $\\eta = 2/(\\lambda_{\\max} + \\lambda_{\\min})$ both "
              "eigen-directions contract by $(\\kappa - 1)/(\\kappa + 1)$, "
@@ -257,14 +312,17 @@ IDENTITIES: tuple[Identity, ...] = (
                 _L.hessian, _L.squared_error), derive_reductions),
     Identity("natural_gradient_invariance", "curvature",
              "The natural gradient is invariant under affine reparametrisation",
-             r"w = A\theta + b:\quad A\,F_\theta^{-1}\nabla_\theta L = F_w^{-1}\nabla_w L,"
-             r"\qquad A\nabla_\theta L \ne \nabla_w L",
-             _S51 + ", eq. (5.1.3), (5.1.9)", _q(nat.natural_gradient, solve),
+             r"w = A\theta + b:\quad A\,F_\theta^{-1}\nabla_\theta L = F_w^{-1}\nabla_w L\ "
+             r"(\text{code: } n = 2, 3;\ \text{matrix algebra: every } n),\qquad "
+             r"A\nabla_\theta L \ne \nabla_w L;\qquad \text{damping } \lambda > 0\text{: } "
+             r"(F + \lambda I)^{-1} g",
+             _S51 + ", eq. (5.1.3), (5.1.9)", _q(nat.natural_gradient, kr.solve),
              derive_natural_gradient_invariance),
     Identity("natural_gradient_gaussian_model", "curvature",
              "Natural gradient vs gradient descent on the 2-D Gaussian model (Fig. 30)",
              r"w - F^{-1}\nabla L = \bar y,\qquad w - \eta\nabla L - \bar y = (I - \eta F)"
-             r"(w - \bar y)", _S51 + ", Figure 30",
+             r"(w - \bar y),\qquad w - (F + \lambda I)^{-1}\nabla L - \bar y = "
+             r"\lambda (F + \lambda I)^{-1}(w - \bar y)", _S51 + ", Figure 30",
              _q(nat.model_loss, nat.model_grad, nat.model_fisher, nat.natural_gradient),
              derive_natural_gradient_model),
 )

@@ -216,7 +216,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
           "Baggag & Saad §3.4.4",
           r"\text{as attention, with } P_{ij} = 0 = dS_{ij} \text{ for } j > i",
-          {"n": 3, "d_k": 1, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
+          {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
           static={"causal": True}),
     _spec("split_heads", sdpa.split_heads, sdpa.split_heads_vjp,
           [R("X", ("n", "hd"))], "Baggag & Saad §3.5.1",
@@ -307,7 +307,9 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.12.2",
           r"\bar Y_e = g_{\cdot e}\odot G,\ \bar g_{te} = \langle G_t, Y_{e,t}\rangle,\ "
           r"\bar s = \operatorname{softmax\_vjp}(\bar g)\ \text{(routing fixed)}",
-          {"n": 2, "d": 1, "E": 3, "m": 1}, {"n": _NUM, "d": _NUM, "E": (2, 4), "m": _NUM},
+          # m = 2 != d: a transposed expert weight (or its tangent) is a shape error, not
+          # a product of 1x1 matrices that commutes
+          {"n": 2, "d": 1, "E": 3, "m": 2}, {"n": _NUM, "d": _NUM, "E": (2, 4), "m": _NUM},
           static={"activation": "gelu"}),
     _spec("moe_swiglu", moe.moe, moe.moe_vjp,
           [R("X", ("n", "d")), R("scores", ("n", "E")), R("mask", ("n", "E"), "mask"),
