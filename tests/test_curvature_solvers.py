@@ -161,3 +161,19 @@ def test_natural_gradient_matches_dense_solve(model: str) -> None:
                                                    condition=kappa, depth=4).rtol
     with pytest.raises(ArgumentError, match="kind"):
         natural_gradient_cg(problem, damping, kind="hessian")
+
+
+def test_zero_operator_and_tiny_right_hand_sides() -> None:
+    zero = top_eigenvalues(lambda v: 0.0 * v, 5, 2)
+    assert np.all(zero.values == 0) and np.all(zero.residuals == 0)
+    M = jnp.eye(4)
+    b = jnp.asarray([1e-300, 0.0, 0.0, 0.0])
+    sol = damped_solve(lambda v: M @ v, b, 1.0)
+    assert sol.residual < 1e-12 and float(sol.x[0]) == pytest.approx(0.5e-300)
+    assert damped_solve(lambda v: M @ v, jnp.ones(4), jnp.float64(0.5)).residual < 1e-12
+    from nlaverify.errors import DTypeError, NonFiniteError
+
+    with pytest.raises(DTypeError, match="b: expected a real floating"):
+        damped_solve(lambda v: M @ v, jnp.ones(4, dtype=jnp.int32), 1.0)
+    with pytest.raises(NonFiniteError, match="b: expected finite"):
+        damped_solve(lambda v: M @ v, jnp.asarray([1.0, np.nan, 0.0, 0.0]), 1.0)

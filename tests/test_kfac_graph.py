@@ -215,3 +215,39 @@ def test_planted_missing_average_is_caught(monkeypatch) -> None:
     rng = np.random.default_rng(0)
     data = {"x": rng.standard_normal((3, 2)), "y": rng.standard_normal((3, 2))}
     assert not all(ok for _, ok, _, _ in _compare(g, init_params(g, 0), data))
+
+
+def test_shared_weight_is_refused() -> None:
+    g = nx.DiGraph(config=None)
+    add_input(g, "x", ("n", 2))
+    add_input(g, "y", ("n", 2))
+    g.add_node("W", kind="param", shape=(2, 2), component="mlp", init=("normal", 0.7),
+               block=None)
+    add_op(g, "l1", "linear", ["x", "W"])
+    add_op(g, "l2", "linear", ["l1", "W"])
+    add_op(g, "loss", "half_squared_error", ["l2", "y"])
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((3, 2)), "y": rng.standard_normal((3, 2))}
+    problem = curvature_problem(g, BACKEND, init_params(g, 0), data)
+    with pytest.raises(ArgumentError, match=r"'W' feeds 2 nodes \(l1, l2\)"):
+        layer_factors(problem)
+
+
+def test_padding_is_left_out_of_the_input_factor() -> None:
+    from nlaverify.curvature.kfac import kfac_factors
+    from nlaverify.ops.loss import IGNORE_INDEX
+
+    cfg = preset("tiny")
+    g = build_transformer(cfg)
+    data = sample_data(cfg.vocab_size, 4, 2, batch=3)  # right-padded: rows 1, 2 shorter
+    assert (data["targets"] == IGNORE_INDEX).any()
+    problem = curvature_problem(g, BACKEND, init_params(g, 2), data, block=0)
+    f = layer_factors(problem)["blocks.0.attn.q"]
+    a = to_float64(problem.values["blocks.0.norm1"])                    # (B, n, d)
+    keep = data["targets"] != IGNORE_INDEX
+    rows = np.concatenate([a[keep], np.ones((int(keep.sum()), 1))], axis=1)  # with bias
+    tol = tolerance("float64", size=int(keep.sum()))
+    assert tol.compare(to_float64(f.A), rows.T @ rows / keep.sum()).ok
+    unmasked, _ = kfac_factors(problem.xp, problem.values["blocks.0.norm1"],
+                               np.zeros((1, *a.shape[:-1], 1)), bias=True)
+    assert not tol.compare(to_float64(unmasked), to_float64(f.A)).ok

@@ -4,7 +4,7 @@ an MLP, and their error against the exact GGN block (Baggag & Saad §5.3).
 For each ``linear`` / ``affine`` node :math:`s = aW (+ b)` whose weight is among the
 problem's selected parameters, the layer inputs :math:`a` are read from the forward values
 and the output cotangents :math:`g` come from back-propagating *seeds* placed on the logits
-node :math:`z` (the ops' hand VJPs, one pass per seed; ``jax.vmap`` over the seeds on JAX):
+node :math:`z` (the ops' hand VJPs, one pass per seed; vectorised over the seeds on JAX):
 
 * exact (``samples=None``): one seed per position :math:`i` and class :math:`c`,
   :math:`\sqrt{w_i}\,S(z_i)_{:,c}` at position :math:`i` and 0 elsewhere, with
@@ -61,7 +61,13 @@ class LayerFactors:
 def linear_layers(problem: CurvatureProblem) -> tuple[LinearLayer, ...]:
     """The linear layers whose weight is selected, in topological order (the bias counts
     only when it is selected too). The tied unembedding and the MoE experts are not
-    ``linear``/``affine`` nodes and are not covered."""
+    ``linear``/``affine`` nodes and are not covered.
+
+    Raises:
+        ArgumentError: a selected weight (or bias) that feeds more than one node: its
+            curvature block sums every use, which a one-layer Kronecker factorisation (and
+            :func:`exact_blocks`, one use) does not describe.
+    """
     graph, selected = problem.graph, set(problem.params)
     out = []
     for node in needed_nodes(graph, [problem.loss]):
@@ -72,6 +78,14 @@ def linear_layers(problem: CurvatureProblem) -> tuple[LinearLayer, ...]:
         if args[1] not in selected or graph.nodes[args[1]]["kind"] != "param":
             continue
         bias = args[2] if attrs["op"] == "affine" and args[2] in selected else None
+        for p in (args[1], bias):
+            users = sorted(graph.successors(p)) if p is not None else []
+            if len(users) > 1:
+                raise ArgumentError(
+                    f"K-FAC: parameter {p!r} feeds {len(users)} nodes ({', '.join(users)}): "
+                    "a weight shared across layers has one curvature block summing every "
+                    "use, which per-layer K-FAC does not describe; leave it out of the "
+                    "selection")
         out.append(LinearLayer(node, attrs["op"], args[0], args[1], bias))
     return tuple(out)
 
@@ -117,9 +131,9 @@ def layer_cotangents(problem: CurvatureProblem, seeds: Any,
                      for layer in layers)
 
     if problem.backend == "jax":
-        import jax
+        from nlaverify.curvature.operators import chunked_map
 
-        stacked = jax.vmap(one)(seeds)
+        stacked = chunked_map(one, seeds)
     else:
         per_seed = [one(seeds[s]) for s in range(int(np.shape(seeds)[0]))]
         stacked = tuple(xp.stack([p[k] for p in per_seed]) for k in range(len(layers)))
@@ -158,10 +172,28 @@ def factors_from_seeds(problem: CurvatureProblem, values: dict[str, Any], seeds:
     pure function of its arguments (one ``jax.jit`` covers it on JAX)."""
     xp = problem.xp
     cots = layer_cotangents(problem, seeds, layers, values)
+    mask = position_mask(problem)
     return {layer.node: kfac_factors(xp, _sequences(xp, values[layer.input]),
                                      _cotangent_rows(xp, cots[layer.node]), mode=mode,
-                                     bias=layer.bias is not None)
+                                     bias=layer.bias is not None, mask=mask)
             for layer in layers}
+
+
+def position_mask(problem: CurvatureProblem) -> Any:
+    r"""The ``(N, R)`` 0/1 mask of positions that have a target (weight :math:`w_i \ne 0`),
+    or ``None`` when every position has one: padding positions are left out of the
+    :math:`A` factor's average, as their cotangents are 0 (their loss has weight 0 and,
+    under causal attention, nothing real depends on them)."""
+    w = problem.weights
+    if w is None:
+        return None
+    host = np.asarray(to_float64(w))
+    if np.all(host != 0):
+        return None
+    m = (host != 0).astype(np.float64)
+    m = m.reshape(1, *m.shape) if m.ndim == 1 else m
+    xp = problem.xp
+    return xp.asarray(m.astype(np.int64)) if xp.object_arrays else xp.asarray(m)
 
 
 @dataclass(frozen=True)
@@ -204,6 +236,7 @@ def kfac_errors(problem: CurvatureProblem, *, modes: tuple[Mode, ...] = ("expand
     xp = problem.xp
     layers = linear_layers(problem)
     cots = layer_cotangents(problem, output_seeds(problem), layers)
+    mask = position_mask(problem)
     rows = []
     for layer in layers:
         A = _sequences(xp, problem.values[layer.input])
@@ -212,7 +245,8 @@ def kfac_errors(problem: CurvatureProblem, *, modes: tuple[Mode, ...] = ("expand
         E = to_float64(exact_layer_block(xp, A, G, bias=bias))
         norm = max(float(np.linalg.norm(E)), np.finfo(float).tiny)
         for mode in modes:
-            K = to_float64(kfac_block(xp, *kfac_factors(xp, A, G, mode=mode, bias=bias)))
+            K = to_float64(kfac_block(xp, *kfac_factors(xp, A, G, mode=mode, bias=bias,
+                                                        mask=mask)))
             rows.append(KfacError(layer.node, layer.weight, int(E.shape[0]), mode,
                                   float(np.linalg.norm(K - E)) / norm))
     return rows

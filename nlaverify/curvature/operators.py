@@ -187,19 +187,34 @@ def _eye(problem: CurvatureProblem) -> Any:
     return problem.xp.asarray(eye, dtype=problem.values[problem.logits].dtype)
 
 
+#: rows mapped per vectorised chunk: XLA on the CPU (jax 0.10, float32) returns wrong values
+#: from a jitted ``jax.vmap`` over more than 512 rows (a reduction inside the mapped function
+#: goes astray past row 512; float64 is unaffected), so large maps go in chunks of this many
+MAP_CHUNK = 256
+
+
+def chunked_map(f: Callable[[Any], Any], xs: Any) -> Any:
+    """``jax.vmap(f)(xs)`` computed ``MAP_CHUNK`` rows at a time (``jax.lax.map`` with a
+    batch size): the same result, without the XLA float32 miscompilation above 512 rows."""
+    import jax
+
+    return jax.lax.map(f, xs, batch_size=MAP_CHUNK)
+
+
 def jacobian_matrix(problem: CurvatureProblem) -> Any:
     r"""The Jacobian of the logits in the selected parameters, shape ``(P, *z.shape)``: row
     :math:`k` is :math:`J e_k` by forward mode (on JAX one cached ``jax.jit`` of a
-    ``jax.vmap``; elsewhere a loop over the :math:`P` directions)."""
+    chunked ``jax.vmap``, :func:`chunked_map`; elsewhere a loop over the :math:`P`
+    directions)."""
     values = forward_values(problem)
 
     def row(e: Any) -> Any:
         return logits_tangent(problem, values, problem.unflatten(e))
 
     if problem.backend == "jax":
-        import jax
 
-        return cached_jit(problem, "jacobian", lambda: jax.vmap(row))(_eye(problem))
+        return cached_jit(problem, "jacobian", lambda: lambda e: chunked_map(row, e))(
+            _eye(problem))
     return problem.xp.stack([row(e) for e in _eye(problem)])
 
 
@@ -235,10 +250,9 @@ def dense(problem: CurvatureProblem, kind: Kind = "ggn", *, samples: int | None 
     noise = None if samples is None else draw_noise(problem, samples, seed)
     J = jacobian_matrix(problem)                          # (P, *pos, C): J e_k
     if kind == "ggn" and problem.likelihood is None:      # H_L by JAX (loss_hessian_vp)
-        import jax
 
         values = forward_values(problem)
-        HJ = jax.vmap(lambda t: loss_hessian_vp(problem, values, None, t))(J)
+        HJ = chunked_map(lambda t: loss_hessian_vp(problem, values, None, t), J)
         return _gram(np, to_host(J), to_host(HJ), P)
     on_host = problem.backend == "jax"
     xp = get_namespace("numpy") if on_host else problem.xp

@@ -69,6 +69,7 @@ def curvature_report(preset_name: str, *, block: int | None = None, seed: int = 
                               or not 0 <= block < cfg.n_blocks):
         raise ArgumentError(f"block: expected an integer in [0, {cfg.n_blocks - 1}] (the "
                             f"blocks of {cfg.name}), got {block!r}")
+    check_feasible(cfg, graph, n, batch, block)
     params = init_params(graph, seed)
     data = sample_data(cfg.vocab_size, n, seed, batch=batch, pad=cfg.causal)
     report = CurvatureReport(preset_name, n, batch, seed, top)
@@ -77,12 +78,42 @@ def curvature_report(preset_name: str, *, block: int | None = None, seed: int = 
         row = BlockCurvature(b, problem.size)
         k = min(top, problem.size)
         for kind in REPORT_KINDS:
-            pairs = top_eigenvalues(linear_operator(problem, "ggn"), problem.size, k, seed=seed)
+            pairs = top_eigenvalues(linear_operator(problem, kind), problem.size, k, seed=seed)
             row.eigenvalues[kind] = [float(x) for x in pairs.values]
             row.residuals[kind] = [float(x) for x in pairs.residuals]
         row.kfac.extend(e.as_dict() for e in kfac_errors(problem))
         report.blocks.append(row)
     return report
+
+
+#: the largest dense array the report may build (float64 entries): 2 GiB
+MAX_ENTRIES = 2**28
+
+
+def check_feasible(cfg: Any, graph: Any, n: int, batch: int | None, block: int | None) -> None:
+    r"""Refuse, before any allocation, a report whose dense arrays would exceed
+    :data:`MAX_ENTRIES`: the exact K-FAC seeds, :math:`(PC)^2` for :math:`P` positions and
+    :math:`C` classes, and each linear layer's exact GGN block, :math:`((d_{in}+1)
+    d_{out})^2`. The report is exact and dense by design: it is for small presets."""
+    positions = n * (batch or 1)
+    need = [(f"the exact K-FAC seeds ({positions} positions x {cfg.vocab_size} classes, "
+             "squared)", (positions * cfg.vocab_size) ** 2)]
+    for node, attrs in graph.nodes(data=True):
+        if attrs["kind"] == "param" and attrs.get("block") is not None and \
+                (block is None or attrs["block"] == block) and len(attrs["shape"]) == 2 \
+                and any(graph.nodes[u].get("op") in ("linear", "affine")
+                        for u in graph.successors(node)):
+            d_in, d_out = (int(x) for x in attrs["shape"])
+            need.append((f"the exact GGN block of {node} ({d_in}+1 x {d_out} weights, "
+                         "squared)", ((d_in + 1) * d_out) ** 2))
+    what, entries = max(need, key=lambda t: t[1])
+    if entries > MAX_ENTRIES:
+        raise ArgumentError(
+            f"curvature: preset {cfg.name!r} at {positions} positions needs {what}: "
+            f"{entries:.3g} float64 entries ({8 * entries / 2**30:.3g} GiB), above the "
+            f"report's limit of {MAX_ENTRIES:.3g}; the report is exact and dense, for small "
+            "presets such as 'tiny' (use nlaverify.curvature's matrix-free operators on "
+            "larger models)")
 
 
 def format_report(report: CurvatureReport) -> str:

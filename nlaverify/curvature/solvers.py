@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from nlaverify.errors import ArgumentError
+from nlaverify.errors import ArgumentError, DTypeError, NonFiniteError
 
 Matvec = Callable[[Any], Any]
 
@@ -72,8 +72,19 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
         raise ArgumentError(f"krylov: expected an integer in [k={k}, size={size}], got {m!r}")
     v0 = jax.random.normal(jax.random.key(seed), (size,), dtype=jnp.float64)
     v0 = v0 / jnp.linalg.norm(v0)
+    if not float(jnp.linalg.norm(matvec(v0))) > 0:
+        # the Krylov space of a random start is {0} only for the zero operator (with
+        # probability 1): every eigenvalue is 0; Lanczos would divide 0 by 0
+        Q = jnp.linalg.qr(jax.random.normal(jax.random.key(seed + 1), (size, k),
+                                            dtype=jnp.float64))[0].T
+        res = jnp.stack([jnp.linalg.norm(matvec(x)) for x in Q])
+        return RitzPairs(np.zeros(k), np.asarray(Q), np.asarray(res), 1 + k)
     eigh = eig.eigh_partial(decomp.tridiag_sym(m, reortho="full"))
     vals, vecs = eigh(matvec, v0)
+    if not bool(jnp.all(jnp.isfinite(vals))):
+        raise NonFiniteError(f"top_eigenvalues: Lanczos broke down ({m} Krylov vectors "
+                             f"for a dimension-{size} operator gave non-finite Ritz values); "
+                             "the operator returned non-finite values or is not symmetric")
     order = jnp.argsort(vals)[::-1][:k]
     vals, vecs = vals[order], vecs[order]
     vecs = vecs / jnp.linalg.norm(vecs, axis=1, keepdims=True)
@@ -159,7 +170,15 @@ def damped_solve(matvec: Matvec, b: Any, damping: float, *, rtol: float | None =
     b = jnp.asarray(b)
     if b.ndim != 1:
         raise ArgumentError(f"b: expected a flat vector, got shape {tuple(b.shape)}")
-    if not isinstance(damping, int | float) or not math.isfinite(damping) or damping <= 0:
+    if not jnp.issubdtype(b.dtype, jnp.floating):
+        raise DTypeError(f"b: expected a real floating dtype, got {b.dtype}")
+    if not bool(jnp.all(jnp.isfinite(b))):
+        raise NonFiniteError("b: expected finite entries, got nan or inf")
+    try:  # Python, NumPy and 0-d JAX scalars alike; a matrix is not a damping
+        damping = float(damping) if np.ndim(damping) == 0 else damping
+    except (TypeError, ValueError):
+        pass
+    if not isinstance(damping, float) or not math.isfinite(damping) or damping <= 0:
         raise ArgumentError(f"damping: expected a finite number > 0 (a scalar times the "
                             f"identity), got {damping!r}")
     n = int(b.shape[0])
@@ -170,14 +189,19 @@ def damped_solve(matvec: Matvec, b: Any, damping: float, *, rtol: float | None =
     # lineax scales its stopping test entrywise, |r_i| <= atol + rtol |b_i|: with atol = 0 an
     # exact zero in b (a parameter with zero gradient, e.g. the key bias, whose gradient
     # vanishes by softmax shift invariance) could never be met. atol = rtol max|b| makes the
-    # test normwise: max|r| <= rtol (max|b| + |b_i|).
-    atol = tol * float(jnp.max(jnp.abs(b)))
-    sol = lx.linear_solve(op, b, lx.CG(rtol=tol, atol=atol, max_steps=max_steps or 10 * n),
+    # test normwise: max|r| <= rtol (max|b| + |b_i|) (with b scaled to max|b| = 1 below).
+    # The system is solved for b / max|b| and the solution scaled back: CG's inner products
+    # of a tiny b (below about 1e-154) underflow to 0 and would stop it at x = 0.
+    scale = float(jnp.max(jnp.abs(b)))
+    if scale == 0.0:  # b = 0: x = 0 solves it exactly
+        return Solve(jnp.zeros_like(b), 0.0, 0)
+    bs = b / scale
+    sol = lx.linear_solve(op, bs, lx.CG(rtol=tol, atol=tol, max_steps=max_steps or 10 * n),
                           throw=False)
-    x = sol.value
-    r = b - (matvec(x) + damping * x)
-    rel = float(jnp.linalg.norm(r) / jnp.maximum(jnp.linalg.norm(b), jnp.finfo(b.dtype).tiny))
-    return Solve(x, rel, int(sol.stats.get("num_steps", -1)))
+    y = sol.value
+    r = bs - (matvec(y) + damping * y)
+    rel = float(jnp.linalg.norm(r) / jnp.linalg.norm(bs))
+    return Solve(y * scale, rel, int(sol.stats.get("num_steps", -1)))
 
 
 def jax_struct(x: Any) -> Any:
