@@ -365,3 +365,41 @@ def test_graph_jvp_names_the_bad_tangent_node() -> None:
                             outputs=["layer1"])
     with pytest.raises(UnknownNameError, match=r"'layer2\.W' has no value"):
         core.jvp(graph, xp, partial, {"layer2.W": np.ones((3, 1))})
+
+
+@pytest.mark.parametrize("op", [k for k, s in OPS.items() if s.differentiable])
+def test_op_jvps_reject_a_wrong_number_of_tangents_or_no_tangent(op: str) -> None:
+    spec = OPS[op]
+    case = make_case(spec, dict(spec.proof_sizes), seed=0)
+    xp = get_namespace("numpy")
+    args = [xp.asarray(a) if not isinstance(a, np.ndarray) else a for a in case.args]
+    real = [args[k] for k in case.real_indices()]
+    with pytest.raises(ArgumentError, match="argument 'T'"):
+        spec.jvp(xp, (*real, real[0]), *args, **case.static)
+    with pytest.raises(ArgumentError, match="not None"):
+        spec.jvp(xp, tuple(None for _ in real), *args, **case.static)
+
+
+def test_loss_jvps_reject_broadcastable_tangents() -> None:
+    from nlaverify.ops import loss
+
+    xp = get_namespace("numpy")
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((4, 4))
+    with pytest.raises(ShapeError, match="'dZ': expected shape \\(4, 4\\)"):
+        loss.cross_entropy_jvp(xp, (rng.standard_normal(4),), Z, np.arange(4))
+    with pytest.raises(ShapeError, match="'dYhat': expected shape \\(4, 4\\)"):
+        loss.half_squared_error_jvp(xp, (rng.standard_normal((4, 4, 1)),), Z, Z)
+
+
+def test_graph_jvp_refuses_a_tangent_on_token_ids() -> None:
+    from nlaverify.config import preset
+    from nlaverify.errors import DTypeError
+
+    cfg = preset("tiny")
+    g = build_transformer(cfg)
+    xp = get_namespace("numpy")
+    inputs = graph_inputs(g, xp, init_params(g, 0), sample_data(cfg.vocab_size, 3, 0))
+    values = core.evaluate(g, xp, inputs)
+    with pytest.raises(DTypeError, match="node 'tokens' holds integers"):
+        core.jvp(g, xp, values, {"tokens": np.ones(3)})

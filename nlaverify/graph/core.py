@@ -29,7 +29,7 @@ import networkx as nx
 import numpy as np
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import NlaverifyError, ShapeError, UnknownNameError
+from nlaverify.errors import DTypeError, NlaverifyError, ShapeError, UnknownNameError
 from nlaverify.ops.registry import get_op
 
 
@@ -269,7 +269,10 @@ def jvp(
         values: the result of :func:`evaluate` (every node that ``outputs`` needs).
         tangents: ``{node: tangent}``, the seeds (typically parameter directions
             :math:`v`); a node not seeded and not downstream of a seed has tangent 0 and is
-            left out of the result (its consumers' JVPs receive ``None``).
+            left out of the result (its consumers' JVPs receive ``None``). A seed on an op
+            node *replaces* that node's tangent (as an override in :func:`evaluate`
+            replaces its value): what flows into it from upstream seeds is not added.
+            Integer nodes (token ids) have no tangent: seeding one is an error.
         outputs: propagate only to these nodes and what they need (default: every node).
 
     Returns:
@@ -281,6 +284,10 @@ def jvp(
             raise UnknownNameError(f"jvp: unknown tangent node {node!r}")
         if node not in values:
             raise UnknownNameError(f"jvp: tangent node {node!r} has no value (evaluate it)")
+        kind = getattr(getattr(values[node], "dtype", None), "kind", None)
+        if kind in ("i", "u", "b"):
+            raise DTypeError(f"jvp: node {node!r} holds integers ({values[node].dtype}): token "
+                             "ids are not differentiated, so they take no tangent")
         if tuple(np.shape(t)) != tuple(np.shape(values[node])):
             raise ShapeError(f"jvp: tangent of node {node!r}: expected shape "
                              f"{tuple(np.shape(values[node]))}, got {tuple(np.shape(t))}")

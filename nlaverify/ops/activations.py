@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.ops._tangent import jvp_rule, lin, tsum
 from nlaverify.ops._validate import check_args
 
 #: the cubic coefficient of the tanh form of GELU, 0.044715, held exactly
@@ -32,6 +32,7 @@ def relu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     return (xp.where(xp.greater(x, 0), G, xp.zeros_like(G)),)
 
 
+@jvp_rule("dx",)
 def relu_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
     r"""JVP of :func:`relu` (Baggag & Saad §3.7.2):
     :math:`\dot y = \mathbb 1[x > 0] \odot \dot x` (the subgradient 0 at 0, as the VJP)."""
@@ -97,6 +98,7 @@ def silu_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     return (G * _silu_derivative(xp, x),)
 
 
+@jvp_rule("dx",)
 def silu_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
     r"""JVP of :func:`silu` (Baggag & Saad §3.7.3):
     :math:`\dot y = \sigma(x)\bigl(1 + x\,\sigma(-x)\bigr) \odot \dot x`, from the stable
@@ -126,6 +128,7 @@ def _gelu_erf_derivative(xp: Namespace, x: Any) -> Any:
     return Phi + x * phi
 
 
+@jvp_rule("dx",)
 def gelu_erf_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
     r"""JVP of :func:`gelu_erf` (Baggag & Saad §3.7.2):
     :math:`\dot y = \bigl(\Phi(x) + x\,\varphi(x)\bigr) \odot \dot x`."""
@@ -161,6 +164,7 @@ def _gelu_tanh_derivative(xp: Namespace, x: Any) -> Any:
     return half * (1 + t) + half * x * (1 - t * t) * k * (1 + 3 * a * x * x)
 
 
+@jvp_rule("dx",)
 def gelu_tanh_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
     r"""JVP of :func:`gelu_tanh` (Baggag & Saad §3.7.2):
     :math:`\dot y = \Bigl(\tfrac12(1+t) + \tfrac x2 (1-t^2)\sqrt{2/\pi}\,
@@ -183,6 +187,7 @@ def swiglu_vjp(xp: Namespace, G: Any, a: Any, b: Any) -> tuple[Any, Any]:
     return G * b * _silu_derivative(xp, a), G * silu(xp, a)
 
 
+@jvp_rule("da", "db")
 def swiglu_jvp(xp: Namespace, T: tuple[Any, Any], a: Any, b: Any) -> Any:
     r"""JVP of :func:`swiglu` (Baggag & Saad §3.7.3), the product rule:
 
@@ -210,6 +215,7 @@ def tanh_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
     return (G * (1 - t * t),)
 
 
+@jvp_rule("dx",)
 def tanh_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
     r"""JVP of :func:`tanh` (Baggag & Saad §2.1):
     :math:`\dot y = (1 - \tanh^2 x) \odot \dot x`."""

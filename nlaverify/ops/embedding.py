@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.ops._tangent import jvp_rule, lin, tsum
 from nlaverify.ops._validate import check_args, check_length, check_tokens
 
 
@@ -50,6 +50,7 @@ def embed_vjp(xp: Namespace, G: Any, tokens: Any, W_E: Any) -> tuple[Any]:
     return (xp.matmul(xp.matrix_transpose(U), xp.reshape(G, (-1, dims["d"]))),)
 
 
+@jvp_rule("dW_E",)
 def embed_jvp(xp: Namespace, T: tuple[Any], tokens: Any, W_E: Any) -> Any:
     r"""JVP of :func:`embed` (Baggag & Saad §3.2): the map is linear in :math:`W_E`, so
     :math:`\dot X = U \dot W_E`, the same rows gathered from the tangent."""
@@ -91,6 +92,7 @@ def add_positions_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple
     return (G,)
 
 
+@jvp_rule("dX",)
 def add_positions_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -> Any:
     r"""JVP of :func:`add_positions` (Baggag & Saad §3.2, §3.6.2): :math:`P` is constant,
     so :math:`\dot Y = \dot X`."""
@@ -133,6 +135,7 @@ def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[
     return G, xp.concat([G_seq, pad], axis=0)
 
 
+@jvp_rule("dX", "dW_P")
 def add_learned_positions_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_P: Any) -> Any:
     r"""JVP of :func:`add_learned_positions` (Baggag & Saad §3.2):
     :math:`\dot Y = \dot X + \dot W_P[0{:}n]` (the same rows for every sequence).

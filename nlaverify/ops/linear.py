@@ -9,7 +9,7 @@ from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.ops._tangent import jvp_rule, lin, tangents, tsum
 from nlaverify.ops._validate import check_args
 
 
@@ -58,9 +58,11 @@ def affine_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, W: Any, b: Any | None 
 
     .. math:: \dot Y = \dot X W + X \dot W + \mathbf 1 \dot b^\top.
 
-    ``T = (dX, dW[, db])``, an entry ``None`` meaning a zero tangent.
+    ``T = (dX, dW[, db])`` (``db`` exactly when ``b`` is given), an entry ``None`` meaning
+    a zero tangent.
     """
-    dX, dW, db = (*T, None)[:3]
+    names = ("dX", "dW") if b is None else ("dX", "dW", "db")
+    dX, dW, db = (*tangents("affine_jvp", T, names), None)[:3]
     dims = check_args("affine_jvp", xp, {
         "X": (X, ("*", "d_in")), "W": (W, ("d_in", "d_out")), "b": (b, ("d_out",)),
         "dX": (dX, ("*", "d_in")), "dW": (dW, ("d_in", "d_out")), "db": (db, ("d_out",))})
@@ -83,6 +85,7 @@ def add_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
     return G, G
 
 
+@jvp_rule("dx", "dy")
 def add_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, y: Any) -> Any:
     r"""JVP of :func:`add` (Baggag & Saad §3.8, §3.9): :math:`\dot z = \dot x + \dot y`.
 
@@ -105,6 +108,7 @@ def mul_vjp(xp: Namespace, G: Any, x: Any, y: Any) -> tuple[Any, Any]:
     return G * y, G * x
 
 
+@jvp_rule("dx", "dy")
 def mul_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, y: Any) -> Any:
     r"""JVP of :func:`mul` (Baggag & Saad §2.6), the product rule:
     :math:`\dot z = \dot x \odot y + x \odot \dot y`.
@@ -127,6 +131,7 @@ def scale_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
     return (xp.const(c) * G,)
 
 
+@jvp_rule("dx",)
 def scale_jvp(xp: Namespace, T: tuple[Any], x: Any, c: Any) -> Any:
     r"""JVP of :func:`scale` (Baggag & Saad §2.6): :math:`\dot y = c\,\dot x`."""
     check_args("scale_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
@@ -144,6 +149,7 @@ def shift_vjp(xp: Namespace, G: Any, x: Any, c: Any) -> tuple[Any]:
     return (G,)
 
 
+@jvp_rule("dx",)
 def shift_jvp(xp: Namespace, T: tuple[Any], x: Any, c: Any) -> Any:
     r"""JVP of :func:`shift` (Baggag & Saad §2.6): :math:`\dot y = \dot x`."""
     check_args("shift_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
@@ -193,6 +199,7 @@ def unembed_tied_vjp(xp: Namespace, G: Any, X: Any, W_E: Any) -> tuple[Any, Any]
                                         xp.reshape(X, (-1, dims["d"])))
 
 
+@jvp_rule("dX", "dW_E")
 def unembed_tied_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_E: Any) -> Any:
     r"""JVP of :func:`unembed_tied` (Baggag & Saad §3.3.3), the map being bilinear:
     :math:`\dot Z = \dot X W_E^\top + X \dot W_E^\top`.

@@ -11,6 +11,7 @@ from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
+from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args, check_length, check_tokens
 from nlaverify.ops.softmaxes import log_softmax, softmax
 
@@ -80,6 +81,7 @@ def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any,
     return ((softmax(xp, Z) - Y) * w * (G / count),)
 
 
+@jvp_rule("dZ",)
 def cross_entropy_jvp(xp: Namespace, T: tuple[Any], Z: Any, targets: Any,
                       ignore_index: int = IGNORE_INDEX) -> Any:
     r"""JVP of :func:`cross_entropy`, a scalar:
@@ -87,7 +89,16 @@ def cross_entropy_jvp(xp: Namespace, T: tuple[Any], Z: Any, targets: Any,
     .. math:: \dot L = \frac1N \sum_i w_i\,\langle p_i - y_i, \dot z_i\rangle.
     """
     Y, w, count = _targets("cross_entropy_jvp", xp, Z, targets, ignore_index)
+    _tangent_like("cross_entropy_jvp", "dZ", T[0], "Z", Z)
     return xp.sum((softmax(xp, Z) - Y) * w * T[0]) / count
+
+
+def _tangent_like(op: str, name: str, t: Any, of: str, x: Any) -> None:
+    """A tangent has exactly the shape of its argument (no broadcasting)."""
+    got, want = tuple(getattr(t, "shape", ())), tuple(getattr(x, "shape", ()))
+    if got != want:
+        raise ShapeError(f"{op}: argument {name!r}: expected shape {want} (the shape of "
+                         f"{of!r}), got {got}")
 
 
 def half_squared_error(xp: Namespace, Yhat: Any, Y: Any) -> Any:
@@ -104,9 +115,11 @@ def half_squared_error_vjp(xp: Namespace, G: Any, Yhat: Any, Y: Any) -> tuple[An
     return ((Yhat - Y) * G,)
 
 
+@jvp_rule("dYhat",)
 def half_squared_error_jvp(xp: Namespace, T: tuple[Any], Yhat: Any, Y: Any) -> Any:
     r"""JVP of :func:`half_squared_error`: :math:`\dot\eta = \langle \hat Y - Y,
     \dot{\hat Y}\rangle_F`."""
     check_args("half_squared_error_jvp", xp, {"Yhat": (Yhat, ("*", "m")),
                                               "Y": (Y, ("*", "m"))})
+    _tangent_like("half_squared_error_jvp", "dYhat", T[0], "Yhat", Yhat)
     return xp.sum((Yhat - Y) * T[0])

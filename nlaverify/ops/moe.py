@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ArgumentError, ShapeError
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.errors import ShapeError
+from nlaverify.ops._tangent import lin, tangents, tsum
 from nlaverify.ops._validate import check_args
 from nlaverify.ops.activations import (
     gelu_tanh,
@@ -167,11 +167,8 @@ def moe_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, scores: Any, mask: Any, *
     ``None`` meaning a zero tangent.
     """
     _check_moe(xp, X, scores, mask, weights, activation)
-    if not isinstance(T, tuple | list) or len(T) != 2 + len(weights):
-        got = f"{len(T)}" if isinstance(T, tuple | list) else f"a {type(T).__name__}"
-        raise ArgumentError(f"moe_jvp: argument 'T': expected a tuple of {2 + len(weights)} "
-                            f"tangents (dX, dscores and one per weight), got {got}")
-    dX, ds, *dW = T
+    dX, ds, *dW = tangents("moe_jvp", T, ("dX", "dscores",
+                                         *(f"dW{k + 1}" for k in range(len(weights)))))
     specs = {"X": (X, ("*", "n", "d")), "dX": (dX, ("*", "n", "d")),
              "scores": (scores, ("*", "n", "E")), "dscores": (ds, ("*", "n", "E"))}
     for (name, dims), W, dw in zip(_weight_dims(activation), weights, dW, strict=True):

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.ops._tangent import jvp_rule, lin, tsum
 from nlaverify.ops._validate import check_args, check_positive
 
 
@@ -139,6 +139,7 @@ def layernorm_vjp(
     return dx, xp.sum(rows_G * rows_xhat, axis=0), xp.sum(rows_G, axis=0)
 
 
+@jvp_rule("dx", "dgamma", "dbeta")
 def layernorm_jvp(xp: Namespace, T: tuple[Any, Any, Any], x: Any, gamma: Any, beta: Any,
                   eps: Any) -> Any:
     r"""JVP of :func:`layernorm` (Baggag & Saad §3.8). The centering is linear, so its
@@ -208,6 +209,7 @@ def rmsnorm_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[An
     return dx, xp.sum(xp.reshape(G, (-1, d)) * xp.reshape(xhat, (-1, d)), axis=0)
 
 
+@jvp_rule("dx", "dgamma")
 def rmsnorm_jvp(xp: Namespace, T: tuple[Any, Any], x: Any, gamma: Any, eps: Any) -> Any:
     r"""JVP of :func:`rmsnorm` (Baggag & Saad §3.8.1):
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 
 
@@ -65,6 +66,7 @@ def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple[Any]:
     return (G * C - rotate_half(xp, G * S),)
 
 
+@jvp_rule("dX",)
 def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -> Any:
     r"""JVP of :func:`rope` (Baggag & Saad §3.6.2): RoPE is linear in :math:`X`, so the
     tangent is rotated alike, :math:`\dot Y = \dot X \odot C + R(\dot X) \odot S`."""

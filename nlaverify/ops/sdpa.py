@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ArgumentError
-from nlaverify.ops._tangent import lin, tsum
+from nlaverify.ops._tangent import lin, tangents, tsum
 from nlaverify.ops._validate import check_args, check_positive
 from nlaverify.ops.linear import affine, affine_jvp, affine_vjp
 from nlaverify.ops.softmaxes import (
@@ -81,15 +80,6 @@ def _tsum_or_none(*terms: Any) -> Any:
     return None if all(t is None for t in terms) else tsum(*terms)
 
 
-def _tangents(op: str, T: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
-    """``T`` as a tuple of one tangent per real argument, else an :class:`ArgumentError`."""
-    if not isinstance(T, tuple | list) or len(T) != len(names):
-        got = f"{len(T)}" if isinstance(T, tuple | list) else f"a {type(T).__name__}"
-        raise ArgumentError(f"{op}: argument 'T': expected a tuple of {len(names)} tangents "
-                            f"({', '.join(names)}), got {got}")
-    return tuple(T)
-
-
 def attention_jvp(
     xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False
 ) -> Any:
@@ -109,7 +99,7 @@ def attention_jvp(
     :math:`\dot P_{ij} = 0` and no part in the row sums: the mask gets no tangent.
     ``T = (dQ, dK, dV)``, an entry ``None`` meaning a zero tangent.
     """
-    dQ, dK, dV = _tangents("attention_jvp", T, ("dQ", "dK", "dV"))
+    dQ, dK, dV = tangents("attention_jvp", T, ("dQ", "dK", "dV"))
     dims = check_args("attention_jvp", xp, {"Q": (Q, ("*", "n", "d_k")),
                                             "K": (K, ("*", "n", "d_k")),
                                             "V": (V, ("*", "n", "d_v")),
@@ -167,7 +157,7 @@ def merge_heads_vjp(xp: Namespace, G: Any, X: Any) -> tuple[Any]:
 def split_heads_jvp(xp: Namespace, T: tuple[Any], X: Any, n_heads: int) -> Any:
     r"""JVP of :func:`split_heads` (Baggag & Saad §3.5.1): a linear map (a reshape and a
     permutation), so :math:`\dot Y = \operatorname{split}(\dot X)`."""
-    (dX,) = _tangents("split_heads_jvp", T, ("dX",))
+    (dX,) = tangents("split_heads_jvp", T, ("dX",))
     check_args("split_heads_jvp", xp, {"X": (X, ("*", "n", "hd")), "dX": (dX, ("*", "n", "hd"))})
     return split_heads(xp, dX, n_heads)
 
@@ -175,7 +165,7 @@ def split_heads_jvp(xp: Namespace, T: tuple[Any], X: Any, n_heads: int) -> Any:
 def merge_heads_jvp(xp: Namespace, T: tuple[Any], X: Any) -> Any:
     r"""JVP of :func:`merge_heads` (Baggag & Saad §3.5.2): linear, so
     :math:`\dot Y = \operatorname{merge}(\dot X)`."""
-    (dX,) = _tangents("merge_heads_jvp", T, ("dX",))
+    (dX,) = tangents("merge_heads_jvp", T, ("dX",))
     check_args("merge_heads_jvp", xp, {"X": (X, ("*", "h", "n", "d_h")),
                                        "dX": (dX, ("*", "h", "n", "d_h"))})
     return merge_heads(xp, dX)
@@ -239,7 +229,7 @@ def multihead_attention_jvp(
     :func:`attention_jvp` and :func:`merge_heads_jvp`. ``T = (dX, dW_Q, dW_K, dW_V, dW_O)``,
     an entry ``None`` meaning a zero tangent (a head input with no tangent stays ``None``).
     """
-    dX, dW_Q, dW_K, dW_V, dW_O = _tangents("multihead_attention_jvp", T,
+    dX, dW_Q, dW_K, dW_V, dW_O = tangents("multihead_attention_jvp", T,
                                            ("dX", "dW_Q", "dW_K", "dW_V", "dW_O"))
     check_args("multihead_attention_jvp", xp, {
         "X": (X, ("*", "n", "d")), "W_Q": (W_Q, ("d", "hd")), "W_K": (W_K, ("d", "hd")),
@@ -292,7 +282,7 @@ def repeat_kv_jvp(xp: Namespace, T: tuple[Any], X: Any, n_rep: int) -> Any:
     r"""JVP of :func:`repeat_kv` (Baggag & Saad §3.11.2): a linear map (each key/value head
     copied :math:`n_{\text{rep}}` times), so :math:`\dot Y_k = \dot X_{\lfloor k /
     n_{\text{rep}}\rfloor}`."""
-    (dX,) = _tangents("repeat_kv_jvp", T, ("dX",))
+    (dX,) = tangents("repeat_kv_jvp", T, ("dX",))
     check_args("repeat_kv_jvp", xp, {"X": (X, ("*", "h_kv", "n", "d")),
                                      "dX": (dX, ("*", "h_kv", "n", "d"))})
     return repeat_kv(xp, dX, n_rep)

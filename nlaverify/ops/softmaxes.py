@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 
 
@@ -89,6 +90,7 @@ def softmax_jvp_from_output(xp: Namespace, T: Any, P: Any, axis: int = -1) -> An
     return softmax_vjp_from_output(xp, T, P, axis)
 
 
+@jvp_rule("dZ",)
 def softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1) -> Any:
     r"""JVP of :func:`softmax` (Baggag & Saad §3.4.2), from the stable forward:
     :math:`\dot p = p \odot (\dot z - \langle p, \dot z\rangle)`."""
@@ -135,6 +137,7 @@ def log_softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]
     return (G - softmax(xp, Z, axis) * xp.sum(G, axis=axis, keepdims=True),)
 
 
+@jvp_rule("dZ",)
 def log_softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1) -> Any:
     r"""JVP of :func:`log_softmax` (Baggag & Saad §3.1, §3.13.1): the Jacobian is
     :math:`I - \mathbf 1 p^\top`, so :math:`\dot y = \dot z - \langle p, \dot z\rangle
