@@ -10,7 +10,7 @@ an error in a library function and see the proof fail.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import sympy
@@ -74,9 +74,10 @@ def derive_gradient_vec_order() -> Proof:
 
 def _ggn_case(A: np.ndarray, W1: np.ndarray, downstream: Callable[[np.ndarray], list],
               roots: Callable[[int], sympy.Matrix]) -> tuple[np.ndarray, np.ndarray]:
-    r"""``(G, GGN)`` of the first layer :math:`H = AW_1` of a small network, both from SymPy
-    alone: ``G[s, n, r]`` is :math:`\partial (c_s^\top z_n)/\partial h_{nr}` (``c_s`` the
-    columns of ``roots(n)``, a square root of sequence ``n``'s loss Hessian) and the GGN of
+    r"""``(G, GGN)`` of a layer :math:`H = AW_1` (``A`` its inputs, with a column of ones
+    for a bias) of a small network, both from SymPy alone: ``G[s, n, r]`` is
+    :math:`\partial (c_s^\top z_n)/\partial h_{nr}` (``c_s`` the columns of ``roots(n)``, a
+    square root of sequence ``n``'s loss Hessian) and the GGN of
     :math:`\operatorname{vec}_r(W_1)` is :math:`\sum_n J_n^\top C_nC_n^\top J_n`,
     :math:`J_n` the ``Matrix.jacobian`` of :math:`z_n` in :math:`\operatorname{vec}_r(W_1)`."""
     N, R, _ = A.shape
@@ -99,31 +100,6 @@ def _ggn_case(A: np.ndarray, W1: np.ndarray, downstream: Callable[[np.ndarray], 
     return G, np.array(ggn.tolist(), dtype=object)
 
 
-def _deep_linear(*Ws: np.ndarray, pool: bool = False) -> Callable[[np.ndarray], list]:
-    def downstream(H: np.ndarray) -> list:
-        out = []
-        for n in range(H.shape[0]):
-            X = H[n].mean(axis=0, keepdims=True) if pool else H[n]
-            for W in Ws:
-                X = X @ W
-            out.append(list(X.flat))  # per-position outputs, concatenated over positions
-        return out
-    return downstream
-
-
-def _kfac_vs_ggn(mode: str, N: int, R: int, d_in: int, downstream_of, roots,
-                 bias: bool = False) -> tuple[bool, bool, np.ndarray, tuple[Any, Any]]:
-    """``(exact_layer_block == GGN, kfac_block == GGN, kfac - GGN, (A_f, G_f))`` for one case
-    (first-layer width 2; ``downstream_of()`` maps its output to the network's outputs)."""
-    A, W1 = _sym("a", (N, R, d_in)), _sym("w", (d_in + bias, 2))
-    A_in = np.concatenate([A, np.ones((N, R, 1), dtype=int)], axis=-1) if bias else A
-    G, ggn = _ggn_case(A_in, W1, downstream_of(), roots)
-    exact = _kf.exact_layer_block(XP, A, G, bias=bias)
-    Af, Gf = _kf.kfac_factors(XP, A, G, mode=mode, bias=bias)
-    block = _kf.kfac_block(XP, Af, Gf)
-    return _equal(exact, ggn), _equal(block, ggn), block - ggn, (Af, Gf)
-
-
 def _root(weight: sympy.Rational, size: int) -> Callable[[int], sympy.Matrix]:
     return lambda n: sympy.sqrt(weight) * sympy.eye(size)
 
@@ -131,20 +107,119 @@ def _root(weight: sympy.Rational, size: int) -> Callable[[int], sympy.Matrix]:
 _W = {"u": _sym("u", (2, 2)), "x": _sym("x", (2, 1))}
 
 
-def _kfac_proof(text: str, cases: list[tuple]) -> Proof:
+def _augment(X: np.ndarray, bias: bool) -> np.ndarray:
+    """Homogeneous coordinates: a column of ones appended when the layer has a bias."""
+    return np.concatenate([X, np.ones((*X.shape[:-1], 1), dtype=int)], axis=-1) if bias else X
+
+
+def _deep_linear(*layers: tuple[np.ndarray, bool], pool: bool = False,
+                 mask: np.ndarray | None = None) -> Callable[[np.ndarray], list]:
+    r"""The linear layers ``(W, bias)`` applied position-wise after the layer under test,
+    after a mean over the positions (over the kept ones, with a ``mask``) when ``pool``."""
+    def downstream(H: np.ndarray) -> list:
+        out = []
+        for n in range(H.shape[0]):
+            if not pool:
+                X = H[n]
+            elif mask is None:
+                X = H[n].mean(axis=0, keepdims=True)
+            else:
+                X = (mask[n] @ H[n]).reshape(1, -1) * sympy.Rational(1, int(mask[n].sum()))
+            for W, bias in layers:
+                X = _augment(X, bias) @ W
+            out.append(list(X.flat))  # per-position outputs, concatenated over positions
+        return out
+    return downstream
+
+
+def _stated_factors(mode: str, A: np.ndarray, G: np.ndarray,
+                    mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    r"""The two factors as the statement writes them, by explicit sums (not the library):
+    expand :math:`A_f = \frac1K\sum_{n,r} m_{nr}a_{nr}a_{nr}^\top` (:math:`K = \sum m_{nr}`),
+    :math:`G_f = \sum_{s,n,r} g_{snr}g_{snr}^\top`; reduce :math:`A_f = \frac1N\sum_n\bar a_n
+    \bar a_n^\top` (:math:`\bar a_n = \sum_r m_{nr}a_{nr}/\sum_r m_{nr}`), :math:`G_f =
+    \sum_{s,n}(\sum_r g_{snr})(\sum_r g_{snr})^\top`; :math:`m = 1` without a mask."""
+    S, N, R, _ = G.shape
+    m = np.ones((N, R), dtype=int) if mask is None else mask
+
+    def outer(x: np.ndarray) -> np.ndarray:
+        return _col(x) @ _col(x).T
+
+    if mode == "expand":
+        kept = int(m.sum())
+        A_f = sum((m[n, r] * outer(A[n, r]) for n in range(N) for r in range(R)),
+                  np.zeros((A.shape[-1],) * 2, dtype=object)) * sympy.Rational(1, kept)
+        G_f = sum((outer(G[s, n, r]) for s in range(S) for n in range(N) for r in range(R)),
+                  np.zeros((G.shape[-1],) * 2, dtype=object))
+        return A_f, G_f
+    means = [sum(m[n, r] * A[n, r] for r in range(R)) * sympy.Rational(1, int(m[n].sum()))
+             for n in range(N)]
+    A_f = sum(outer(a) for a in means) * sympy.Rational(1, N)
+    G_f = sum(outer(sum(G[s, n, r] for r in range(R))) for s in range(S) for n in range(N))
+    return A_f, G_f
+
+
+class _Case(NamedTuple):
+    """One K-FAC case: the layer's inputs ``(N, R, d)``, its weight ``(d [+1], w)``, the
+    network after it, the square roots of the per-sequence loss Hessians."""
+
+    label: str
+    mode: str
+    inputs: np.ndarray
+    weight: np.ndarray
+    downstream: Callable[[np.ndarray], list]
+    roots: Callable[[int], sympy.Matrix]
+    bias: bool = False
+    mask: np.ndarray | None = None
+
+
+class _Outcome(NamedTuple):
+    exact_ok: bool  # exact_layer_block == GGN
+    kfac_ok: bool  # kfac_block(kfac_factors) == GGN
+    factors_ok: tuple[bool, bool]  # A_f, G_f == their stated formulas
+    diff: np.ndarray  # kfac_block - GGN
+    factors: tuple[Any, Any]
+
+
+def _run(case: _Case) -> _Outcome:
+    G, ggn = _ggn_case(_augment(case.inputs, case.bias), case.weight, case.downstream,
+                       case.roots)
+    exact = _kf.exact_layer_block(XP, case.inputs, G, bias=case.bias)
+    Af, Gf = _kf.kfac_factors(XP, case.inputs, G, mode=case.mode, bias=case.bias,
+                              mask=case.mask)
+    block = _kf.kfac_block(XP, Af, Gf)
+    want_A, want_G = _stated_factors(case.mode, _augment(case.inputs, case.bias), G, case.mask)
+    return _Outcome(_equal(exact, ggn), _equal(block, ggn),
+                    (_equal(Af, want_A), _equal(Gf, want_G)), block - ggn, (Af, Gf))
+
+
+def _sizes(case: _Case) -> str:
+    N, R, d = case.inputs.shape
+    extra = (", bias" if case.bias else "") + (
+        f", mask ${sympy.latex(sympy.Matrix(case.mask))}$" if case.mask is not None else "")
+    return f"$N = {N}$, $R = {R}$, $d_{{in}} = {d}$, mode `{case.mode}`{extra}"
+
+
+def _kfac_proof(text: str, cases: list[_Case], argument: str | None = None) -> Proof:
     parts: list[Part] = []
-    for k, (label, mode, N, R, d_in, downstream_of, roots, bias) in enumerate(cases):
-        ok_exact, ok_kfac, _, (Af, Gf) = _kfac_vs_ggn(mode, N, R, d_in, downstream_of, roots,
-                                                      bias)
+    for k, case in enumerate(cases):
+        out = _run(case)
+        Af, Gf = out.factors
         shown = None if k else (r"(A_f)_{11} = " + sympy.latex(sympy.factor(Af[0, 0]))
                                 + r",\qquad (G_f)_{11} = " + sympy.latex(sympy.factor(Gf[0, 0])))
-        parts.append((ok_exact and ok_kfac, Step(
-            f"{label} ($N = {N}$, $R = {R}$, $d_{{in}} = {d_in}$, mode `{mode}`"
-            f"{', bias' if bias else ''}): the running `exact_layer_block` "
-            f"{'equals' if ok_exact else 'DIFFERS from'} the GGN of SymPy's Jacobians, and "
-            f"`kfac_block(*kfac_factors(...))` {'equals' if ok_kfac else 'DIFFERS from'} it, "
-            "entry by entry." + (" One entry of each factor:" if shown else ""), shown)))
-    return _verdict((True, Step(text)), *parts)
+        verb = {True: "equals", False: "DIFFERS from"}
+        (ok_A, ok_G), alone = out.factors_ok, {True: "equal to", False: "DIFFERENT from"}
+        parts.append((out.exact_ok and out.kfac_ok and ok_A and ok_G, Step(
+            f"{case.label} ({_sizes(case)}): the running `exact_layer_block` "
+            f"{verb[out.exact_ok]} the GGN of SymPy's Jacobians; "
+            f"`kfac_block(*kfac_factors(...))` {verb[out.kfac_ok]} it, entry by entry; and "
+            "each factor alone against its stated formula (explicit sums over $n, r, s$ "
+            f"written in the proof): $A_f$ {alone[ok_A]} it, $G_f$ {alone[ok_G]} it."
+            + (" One entry of each factor:" if shown else ""), shown)))
+    steps = [(True, Step(text)), *parts]
+    if argument is not None:
+        steps.append((True, Step("Argument (by hand, not machine-checked): " + argument)))
+    return _verdict(*steps)
 
 
 def _tanh_net() -> Callable[[np.ndarray], list]:
@@ -152,6 +227,13 @@ def _tanh_net() -> Callable[[np.ndarray], list]:
         tanh = np.vectorize(sympy.tanh, otypes=[object])
         return [list((tanh(H[n]) @ _W["u"]).flat) for n in range(H.shape[0])]
     return downstream
+
+
+def _first(label: str, mode: str, N: int, R: int, d_in: int, downstream, roots,
+           bias: bool = False, mask: np.ndarray | None = None) -> _Case:
+    """A case for the first layer: symbolic inputs ``a`` and weight ``w`` (width 2)."""
+    return _Case(label, mode, _sym("a", (N, R, d_in)), _sym("w", (d_in + bias, 2)), downstream,
+                 roots, bias, mask)
 
 
 def derive_kfac_one_sample() -> Proof:
@@ -163,54 +245,107 @@ def derive_kfac_one_sample() -> Proof:
         r"any network. Checked on $z = \tanh(aW_1)W_2$ with a square root $C$ of the loss "
         r"Hessian (rational, then fully symbolic), cotangents "
         r"$g_s = \partial(c_s^\top z)/\partial h$.",
-        [("tanh network, rational $C$", "expand", 1, 1, 2, _tanh_net, lambda n: C_num, False),
-         ("tanh network, symbolic $C$", "reduce", 1, 1, 1, _tanh_net, lambda n: C, True)])
+        [_first("tanh network, rational $C$", "expand", 1, 1, 2, _tanh_net(), lambda n: C_num),
+         _first("tanh network, symbolic $C$", "reduce", 1, 1, 1, _tanh_net(), lambda n: C,
+                True)])
+
+
+#: the deep linear networks: ``(weight, bias)`` per layer, inputs of width 2
+_NETS: dict[str, list[tuple[np.ndarray, bool]]] = {
+    "two linear layers": [(_sym("w", (3, 2)), True), (_W["u"], False)],
+    "three linear layers": [(_sym("w", (2, 2)), False), (_W["u"], False), (_W["x"], False)],
+}
+
+
+def _layer_cases(net: str, N: int) -> list[_Case]:
+    """Every layer of a deep linear network, batch ``N`` (one position), loss
+    :math:`\\frac1{2N}\\sum_n\\lVert z_n - y_n\\rVert^2` (Hessian :math:`\\frac1N I`)."""
+    layers = _NETS[net]
+    X = _sym("a", (N, 1, 2))
+    out_dim = layers[-1][0].shape[1]
+    cases = []
+    for k, (W, bias) in enumerate(layers):
+        cases.append(_Case(f"{net}, layer {k + 1}", "expand", X, W,
+                           _deep_linear(*layers[k + 1:]), _root(sympy.Rational(1, N), out_dim),
+                           bias))
+        X = _augment(X, bias) @ W  # the next layer's inputs
+    return cases
 
 
 def derive_kfac_deep_linear() -> Proof:
     return _kfac_proof(
-        r"Deep linear network $z_n = a_nW_1W_2W_3$, squared error averaged over the batch "
-        r"(Hessian $\frac1N I$ per input): the cotangents $g_n = W_2W_3 c$ do not depend on "
-        r"$n$, so $\sum_n a_na_n^\top\otimes M = (\sum_n a_na_n^\top)\otimes M$ and K-FAC is "
-        r"exact for any batch of distinct symbolic inputs.",
-        [("three linear layers", "expand", 3, 1, 2, lambda: _deep_linear(_W["u"], _W["x"]),
-          _root(sympy.Rational(1, 3), 1), False),
-         ("two linear layers", "expand", 2, 1, 2, lambda: _deep_linear(_W["u"]),
-          _root(sympy.Rational(1, 2), 2), True)])
+        r"Deep linear network $z_n = a_nW_1\cdots W_L$ ($L = 2$ with a bias in the first "
+        r"layer, and $L = 3$), squared error averaged over the batch (Hessian $\frac1N I$ per "
+        r"input); for each layer $k$ its inputs $x_n = a_nW_1\cdots W_{k-1}$ (with a column "
+        r"of ones where a layer has a bias) are polynomials in the symbols. Checked by machine "
+        r"for every layer of both networks and $N = 1, 2, 3$ distinct symbolic inputs:",
+        [case for net in _NETS for N in (1, 2, 3) for case in _layer_cases(net, N)],
+        argument=r"for any depth $L$, layer $k$ and batch $N$: with the columns "
+        r"$c_s = N^{-1/2}e_s$ of the Hessian's square root, the cotangents of layer $k$ are "
+        r"$g_{sn} = g_s := N^{-1/2}\,W_{k+1}\cdots W_Le_s$ ($N^{-1/2}e_s$ for the last layer), "
+        r"the same for every input $n$ (a linear network's Jacobian does not depend on its "
+        r"input); so $F = \sum_{s,n}(x_n\otimes g_s)(x_n\otimes g_s)^\top = \sum_n "
+        r"x_nx_n^\top\otimes\sum_s g_sg_s^\top$ (mixed product) $= \bigl(\frac1N\sum_n "
+        r"x_nx_n^\top\bigr)\otimes\bigl(\sum_{s,n} g_{sn}g_{sn}^\top\bigr) = A_f\otimes G_f$ "
+        r"(K-FAC-expand with $R = 1$). The machine checks above cover $L = 2, 3$ and "
+        r"$N \le 3$ only.")
+
+
+def _position_roots(mask: np.ndarray, d_out: int) -> Callable[[int], sympy.Matrix]:
+    """Square roots of the per-sequence Hessians of a per-position squared error averaged over
+    the :math:`K` kept positions: :math:`\\operatorname{diag}(m_{nr}/K)` per output, so a
+    padded position has weight 0 (and cotangents 0)."""
+    kept = int(mask.sum())
+    return lambda n: sympy.diag(*[sympy.sqrt(sympy.Rational(int(mask[n, r]), kept))
+                                  for r in range(mask.shape[1]) for _ in range(d_out)])
+
+
+_PAD = np.array([[1, 1, 1], [1, 0, 0]])  # two sequences, the second padded after one position
 
 
 def derive_kfac_expand() -> Proof:
+    u = [(_W["u"], False)]
     return _kfac_proof(
         r"Weight shared over $R$ positions, per-position squared error (mean over the $NR$ "
         r"positions), position-wise deep linear $z_{nr} = a_{nr}W_1W_2$: the samples of "
         r"sequence $n$ are the $R\,d_{out}$ columns of $\frac{1}{\sqrt{NR}}I$, each touching one "
         r"position, so $F = \sum_{n,r}a_{nr}a_{nr}^\top\otimes\frac{1}{NR}W_2W_2^\top$ = "
-        r"K-FAC-expand, with its $\frac1{NR}$.",
-        [("positions", "expand", 2, 2, 2, lambda: _deep_linear(_W["u"]),
-          _root(sympy.Rational(1, 4), 4), False),
-         ("positions", "expand", 1, 3, 2, lambda: _deep_linear(_W["u"]),
-          _root(sympy.Rational(1, 3), 6), True)])
+        r"K-FAC-expand, with its $\frac1{NR}$. With padding (a 0/1 mask $m$, $K = \sum m_{nr}$ "
+        r"kept positions, the loss the mean over the kept ones) a padded position has loss "
+        r"weight 0 and cotangents 0, and K-FAC-expand with the mask (its $A_f$ averaging over "
+        r"the kept positions only) is exact.",
+        [_first("positions", "expand", 2, 2, 2, _deep_linear(*u), _root(sympy.Rational(1, 4), 4)),
+         _first("positions", "expand", 1, 3, 2, _deep_linear(*u), _root(sympy.Rational(1, 3), 6),
+                True),
+         _first("padded positions", "expand", 2, 3, 2, _deep_linear(*u),
+                _position_roots(_PAD, 2), mask=_PAD)])
 
 
 def derive_kfac_reduce() -> Proof:
+    u, ux = [(_W["u"], False)], [(_W["u"], False), (_W["x"], False)]
     return _kfac_proof(
         r"Mean-pooled output $z_n = (\frac1R\sum_r a_{nr}W_1)W_2W_3$, squared error (mean "
         r"over $N$): $g_{snr} = \frac1R W_2W_3c_s$ for every $r$, so $\sum_r a_{nr}\otimes "
-        r"g_{snr} = \bar a_n\otimes\sum_r g_{snr}$ and K-FAC-reduce is exact.",
-        [("mean pooling, two layers", "reduce", 2, 3, 2,
-          lambda: _deep_linear(_W["u"], pool=True), _root(sympy.Rational(1, 2), 2), False),
-         ("mean pooling, three layers", "reduce", 2, 2, 1,
-          lambda: _deep_linear(_W["u"], _W["x"], pool=True), _root(sympy.Rational(1, 2), 1),
-          True)])
+        r"g_{snr} = \bar a_n\otimes\sum_r g_{snr}$ and K-FAC-reduce is exact. With padding "
+        r"(the mean over the kept positions of each sequence) a padded position has "
+        r"cotangent 0 and K-FAC-reduce with the mask ($\bar a_n$ the mean over the kept "
+        r"positions) is exact.",
+        [_first("mean pooling, two layers", "reduce", 2, 3, 2, _deep_linear(*u, pool=True),
+                _root(sympy.Rational(1, 2), 2)),
+         _first("mean pooling, three layers", "reduce", 2, 2, 1, _deep_linear(*ux, pool=True),
+                _root(sympy.Rational(1, 2), 1), True),
+         _first("mean pooling over the kept positions", "reduce", 2, 3, 2,
+                _deep_linear(*u, pool=True, mask=_PAD), _root(sympy.Rational(1, 2), 2),
+                mask=_PAD)])
 
 
 def derive_kfac_not_exact() -> Proof:
     parts: list[Part] = []
-    for label, N, R, down in (("tanh hidden layer $z_n = \\tanh(a_nW_1)W_2$", 2, 1, _tanh_net),
+    for label, N, R, down in (("tanh hidden layer $z_n = \\tanh(a_nW_1)W_2$", 2, 1, _tanh_net()),
                               ("mean pooling (deep linear) with K-FAC-expand", 2, 2,
-                               lambda: _deep_linear(_W["u"], pool=True))):
-        ok_exact, _, diff, _ = _kfac_vs_ggn("expand", N, R, 2, down,
-                                            _root(sympy.Rational(1, 2), 2))
+                               _deep_linear((_W["u"], False), pool=True))):
+        out = _run(_first(label, "expand", N, R, 2, down, _root(sympy.Rational(1, 2), 2)))
+        ok_exact, diff = out.exact_ok, out.diff
         tests = ((v, zero_test(v)) for v in diff.flat)
         hit = next(((v, t) for v, t in tests if t.verdict == "refuted"), None)
         if hit is None:
@@ -235,39 +370,88 @@ def derive_kfac_not_exact() -> Proof:
 # --------------------------------------------------------------------------- Shampoo
 
 
-def _svd_matrix(m: int, n: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+def _svd_matrix(m: int, n: int, r: int, equal: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(G, U_r V_r^T)`` with :math:`G = U_r\\operatorname{diag}(\\sigma)V_r^\\top`, Cayley
-    orthogonal :math:`U`, :math:`V` and positive symbols :math:`\\sigma_1..\\sigma_r`."""
+    orthogonal :math:`U`, :math:`V` and positive symbols :math:`\\sigma_1..\\sigma_r` (all
+    the same symbol :math:`\\sigma` when ``equal``: a repeated singular value)."""
     U, V = _cayley(m)[:, :r], _cayley(n, 1)[:, :r]
-    sigma = np.array([sympy.Symbol(f"sigma_{k + 1}", positive=True) for k in range(r)])
+    sigma = np.array([sympy.Symbol("sigma" if equal else f"sigma_{k + 1}", positive=True)
+                      for k in range(r)])
     return U @ np.diag(sigma) @ V.T, U @ V.T
 
 
+def _sylvester(M: np.ndarray, values: list, f: Callable[[Any], Any]) -> np.ndarray:
+    r""":math:`f(M) = \sum_i f(\lambda_i)\prod_{j\ne i}\frac{M - \lambda_jI}{\lambda_i -
+    \lambda_j}` (Sylvester's formula) for a diagonalizable :math:`M` with the distinct
+    eigenvalues ``values``: the spectral projectors as polynomials in :math:`M`, so no
+    eigenvector (and no basis of an eigenspace) is involved."""
+    n = M.shape[0]
+    Mm, out = sympy.Matrix(M.tolist()), sympy.zeros(n, n)
+    for i, li in enumerate(values):
+        P = sympy.eye(n)
+        for j, lj in enumerate(values):
+            if j != i:
+                P = P * (Mm - lj * sympy.eye(n)) / (li - lj)
+        out += f(li) * P
+    return np.array(out.tolist(), dtype=object)
+
+
+_s, _t = sympy.symbols("s t", positive=True)
+#: PSD matrices with a repeated eigenvalue, and their distinct eigenvalues (by construction)
+_REPEATED: dict[str, Callable[[], tuple[np.ndarray, list]]] = {
+    r"$I_3 + \mathbb 1\mathbb 1^\top$": lambda: (np.eye(3, dtype=int).astype(object) + 1, [1, 4]),
+    r"$Q\operatorname{diag}(s, s, t)Q^\top$": lambda: (
+        _cayley(3) @ np.diag([_s, _s, _t]) @ _cayley(3).T, [_s, _t]),
+    r"$Q\operatorname{diag}(s, s, 0)Q^\top$": lambda: (
+        _cayley(3) @ np.diag([_s, _s, 0]) @ _cayley(3).T, [_s, 0]),
+}
+
+
 def derive_shampoo_polar() -> Proof:
-    def check(size: tuple[int, int, int]) -> bool:
-        G, polar = _svd_matrix(*size)
+    def check(case: tuple[int, int, int, str]) -> bool:
+        m, n, r, kind = case
+        G, polar = _svd_matrix(m, n, r, equal=kind == "equal")
         stats = _sh.shampoo_statistics(XP, G, _sh.shampoo_init(XP, G))
         return _equal(_sh.shampoo_direction(XP, G, stats), polar)
+
+    def roots(name: str) -> bool:
+        M, values = _REPEATED[name]()
+        return all(_equal(_sh.inverse_root(XP, M, p), _sylvester(
+            M, values, lambda w, p=p: 0 if w == 0 else w ** sympy.Rational(-1, p)))
+            for p in (1, 2, 4))
 
     m, n, r = 3, 2, 2
     G, _ = _svd_matrix(m, n, r)
     return _verdict(_concrete(
         r"Build $G = U_r\operatorname{diag}(\sigma)V_r^\top$ from exact rational orthogonal "
         r"$U$, $V$ (Cayley transforms of rational skew matrices) and positive symbols "
-        r"$\sigma_k$; run the running `shampoo_init` ($\epsilon = 0$), `shampoo_statistics` "
-        r"and `shampoo_direction`, whose `inverse_root` diagonalizes $GG^\top$ and $G^\top G$ "
-        r"with SymPy's exact `eigenvects` (not knowing $U$, $V$) and drops the exactly-zero "
-        r"eigenvalues. The result minus $U_rV_r^\top$, cases $(m, n, r)$ (the last two "
-        "rank-deficient)", [(2, 2, 2), (3, 2, 2), (2, 3, 2), (3, 3, 2), (3, 2, 1)], check),
+        r"$\sigma_k$ (distinct, or all equal to one $\sigma$: a repeated singular value, so "
+        r"$GG^\top$ and $G^\top G$ have a repeated eigenvalue whose eigenspace SymPy returns in "
+        r"a non-orthogonal basis); run the running `shampoo_init` ($\epsilon = 0$), "
+        r"`shampoo_statistics` and `shampoo_direction`, whose `inverse_root` diagonalizes "
+        r"$GG^\top$ and $G^\top G$ with the exact `symmetric_eigh` (SymPy's `eigenvects`, "
+        r"Gram–Schmidt inside each eigenspace; not knowing $U$, $V$) and drops the exactly-zero "
+        r"eigenvalues. The result minus $U_rV_r^\top$, cases $(m, n, r, \sigma)$",
+        [(2, 2, 2, "distinct"), (3, 2, 2, "distinct"), (2, 3, 2, "distinct"),
+         (3, 3, 2, "distinct"), (3, 2, 1, "distinct"), (3, 2, 2, "equal"),
+         (3, 3, 2, "equal")], check),
+        _concrete(
+            r"The running `inverse_root(M, p)`, $p = 1, 2, 4$, on PSD matrices with a repeated "
+            r"eigenvalue ($s$, $t$ positive symbols, $Q$ a Cayley orthogonal matrix), against "
+            r"Sylvester's formula $M^{+1/p} = \sum_{\lambda_i \ne 0}\lambda_i^{-1/p}"
+            r"\prod_{j\ne i}(M - \lambda_jI)/(\lambda_i - \lambda_j)$ over the distinct "
+            r"eigenvalues known by construction (no eigenvectors), cases $M$",
+            list(_REPEATED), roots),
         (True, Step("One such input, $(m, n, r) = (3, 2, 2)$:",
                     "G = " + sympy.latex(sympy.Matrix(G.tolist())))))
 
 
 def derive_shampoo_adagrad() -> Proof:
-    def check(size: tuple[int, int]) -> bool:
-        n, r = size
+    def check(case: tuple[int, int, str]) -> bool:
+        n, r, kind = case
         U = _cayley(n)
-        sigma = [sympy.Symbol(f"sigma_{k + 1}", positive=True) for k in range(r)]
+        sigma = [sympy.Symbol("sigma" if kind == "equal" else f"sigma_{k + 1}", positive=True)
+                 for k in range(r)]
         gs = [U[:, k] * sigma[k] for k in range(r)]
         stats = _sh.shampoo_init(XP, gs[0])
         for g in gs:
@@ -279,13 +463,57 @@ def derive_shampoo_adagrad() -> Proof:
         return (_equal(_sh.shampoo_direction(XP, v, stats), inv_sqrt @ v)
                 and _equal(_sh.shampoo_direction(XP, gs[-1], stats), U[:, r - 1]))
 
+    beta, eps = sympy.Symbol("beta", positive=True), sympy.Symbol("epsilon", positive=True)
+
+    def decay(shape: tuple[int, ...]) -> bool:
+        Gs = [_sym(f"g{k + 1}", shape) for k in range(3)]
+        stats = _sh.shampoo_init(XP, Gs[0], eps)
+        for G in Gs:
+            stats = _sh.shampoo_statistics(XP, G, stats, beta=beta)
+        mats = [sympy.Matrix(G.reshape(shape[0], -1).tolist()) for G in Gs]
+        t = len(Gs)
+        # the discounted sums, written out: L_t = beta^t eps I + sum_k beta^(t-k) G_k G_k^T
+        L = beta**t * eps * sympy.eye(shape[0]) + sum(
+            (beta ** (t - k) * M * M.T for k, M in enumerate(mats, 1)), sympy.zeros(shape[0]))
+        want = [L]
+        if len(shape) == 2:
+            want.append(beta**t * eps * sympy.eye(shape[1]) + sum(
+                (beta ** (t - k) * M.T * M for k, M in enumerate(mats, 1)),
+                sympy.zeros(shape[1])))
+        return len(stats) == len(want) and all(
+            _equal(S, np.array(W.tolist(), dtype=object)) for S, W in zip(stats, want,
+                                                                           strict=True))
+
+    def decayed_direction(n: int) -> bool:
+        U = _cayley(n)
+        sigma = [sympy.Symbol(f"sigma_{k + 1}", positive=True) for k in range(n)]
+        stats = None
+        for k in range(n):
+            stats = _sh.shampoo_statistics(XP, U[:, k] * sigma[k], stats, beta=beta)
+        v = _sym("v", (n,))
+        # L = sum_k beta^(n-k) sigma_k^2 u_k u_k^T, so L^{-1/2} = U diag(...^{-1/2}) U^T
+        scale = [1 / (sympy.sqrt(beta) ** (n - 1 - k) * sigma[k]) for k in range(n)]
+        return _equal(_sh.shampoo_direction(XP, v, stats), U @ np.diag(scale) @ U.T @ v)
+
     return _verdict(_concrete(
         r"Order 1 (a vector parameter): the running `shampoo_statistics` accumulates "
         r"$L = \sum_k g_kg_k^\top$ over $g_k = \sigma_k u_k$ ($u_k$ the columns of a Cayley "
         r"orthogonal $U$), and `shampoo_direction` returns $L^{+1/2}v$ for a symbolic $v$: "
         r"minus full-matrix Adagrad's $H^{+1/2}v = U\operatorname{diag}(\sigma^{-1}, 0)U^\top v$"
-        r" (and the last gradient maps to $u_r$), cases $(n, r)$ (rank-deficient when $r < n$)",
-        [(2, 2), (3, 2), (3, 3)], check))
+        r" (and the last gradient maps to $u_r$), cases $(n, r, \sigma)$ (rank-deficient when "
+        r"$r < n$; with equal $\sigma_k$, $L$ has a repeated nonzero eigenvalue)",
+        [(2, 2, "distinct"), (3, 2, "distinct"), (3, 3, "distinct"), (3, 2, "equal")], check),
+        _concrete(
+        r"The moving-average path (`beta`): three symbolic gradients accumulated by the "
+        r"running `shampoo_statistics(..., beta=beta)` from `shampoo_init(G, epsilon)` "
+        r"(symbolic $\beta$, $\epsilon > 0$) minus the discounted sums written out, "
+        r"$L_3 = \beta^3\epsilon I + \sum_{k=1}^3\beta^{3-k}G_kG_k^\top$ (and $R_3$ alike "
+        r"with $G_k^\top G_k$ for a matrix), cases: the gradients' shape", [(3,), (2, 3)],
+        decay), _concrete(
+        r"With $\beta$, the direction: $g_k = \sigma_ku_k$ accumulated with `beta` give "
+        r"$L = \sum_k\beta^{n-k}\sigma_k^2u_ku_k^\top$, and `shampoo_direction` returns "
+        r"$L^{-1/2}v = U\operatorname{diag}(\beta^{-(n-k)/2}\sigma_k^{-1})U^\top v$, cases $n$",
+        [2], decayed_direction))
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -299,16 +527,23 @@ _KFAC = (_kf.kfac_factors, _kf.kfac_block, _kf.exact_layer_block, _kf.per_sample
 _reg("kfac_exact_one_sample", "K-FAC is exact for one sample",
      r"N = R = 1:\quad \sum_s (aa^\top)\otimes(g_sg_s^\top) = aa^\top\otimes\sum_s g_sg_s^\top",
      SEED_KRON, _KFAC, derive_kfac_one_sample)
-_reg("kfac_exact_deep_linear", "K-FAC is exact for a deep linear network, any batch",
+_reg("kfac_exact_deep_linear", "K-FAC is exact for every layer of a deep linear network",
      r"\mathbb E[\bar a\bar a^\top\otimes gg^\top] = \mathbb E[\bar a\bar a^\top]\otimes"
-     r"\mathbb E[gg^\top]\ \text{(deep linear, squared error)}", SEED_KRON, _KFAC,
+     r"\mathbb E[gg^\top]\ \text{(deep linear, squared error, every layer; by machine for }"
+     r"L = 2, 3\text{ layers and } N \le 3\text{, any } L, N \text{ by the argument given)}",
+     SEED_KRON, _KFAC,
      derive_kfac_deep_linear)
-_reg("kfac_expand_exact_shared_positions", "K-FAC-expand is exact for per-position losses",
-     r"F = \frac{1}{NR}\sum_{n,r}a_{nr}a_{nr}^\top\otimes\sum_{s,n,r}g_{snr}g_{snr}^\top",
+_reg("kfac_expand_exact_shared_positions",
+     "K-FAC-expand is exact for per-position losses (deep linear)",
+     r"F = \frac{1}{NR}\sum_{n,r}a_{nr}a_{nr}^\top\otimes\sum_{s,n,r}g_{snr}g_{snr}^\top"
+     r"\ \bigl(\text{padding mask } m\text{: } \tfrac1K\sum_{n,r}m_{nr}a_{nr}a_{nr}^\top,\ "
+     r"K = \textstyle\sum m_{nr}\bigr)",
      SEED_KRON, _KFAC, derive_kfac_expand)
-_reg("kfac_reduce_exact_mean_pooled", "K-FAC-reduce is exact for a mean-pooled output",
+_reg("kfac_reduce_exact_mean_pooled",
+     "K-FAC-reduce is exact for a mean-pooled output (deep linear)",
      r"F = \frac1N\sum_n\bar a_n\bar a_n^\top\otimes\sum_{s,n}\Bigl(\sum_r g_{snr}\Bigr)"
-     r"\Bigl(\sum_r g_{snr}\Bigr)^\top", SEED_KRON, _KFAC, derive_kfac_reduce)
+     r"\Bigl(\sum_r g_{snr}\Bigr)^\top\ (\bar a_n\text{: the mean over the kept positions})",
+     SEED_KRON, _KFAC, derive_kfac_reduce)
 _reg("kfac_not_exact", "K-FAC is not exact with a nonlinearity or the wrong variant",
      r"F \ne A_f\otimes G_f\ \text{(tanh layer; expand on a pooled output)}", SEED_KRON, _KFAC,
      derive_kfac_not_exact)
@@ -317,5 +552,7 @@ _reg("shampoo_one_gradient_is_polar_factor", "Shampoo with one gradient is the p
      SEED_SHAMPOO, (_sh.shampoo_direction, _sh.shampoo_statistics, _sh.inverse_root,
                     _kr.symmetric_eigh), derive_shampoo_polar)
 _reg("shampoo_order_one_is_full_matrix_adagrad", "Shampoo of order one is full-matrix Adagrad",
-     r"L_t = \sum_{k\le t} g_kg_k^\top,\quad \Delta = L_t^{+1/2}g_t", SEED_SHAMPOO,
-     (_sh.shampoo_direction, _sh.shampoo_statistics, _sh.inverse_root), derive_shampoo_adagrad)
+     r"L_t = \sum_{k\le t} g_kg_k^\top,\quad \Delta = L_t^{+1/2}g_t;\quad \text{with }"
+     r"\beta:\ L_t = \beta^t\epsilon I + \sum_{k\le t}\beta^{t-k}g_kg_k^\top", SEED_SHAMPOO,
+     (_sh.shampoo_direction, _sh.shampoo_statistics, _sh.shampoo_init, _sh.inverse_root),
+     derive_shampoo_adagrad)

@@ -4,17 +4,21 @@ in :mod:`nlaverify.identities.kfac`.
 
 Each identity has (where feasible) two parts:
 
-1. **general sizes, index form**: an entry of either side written with SymPy ``Indexed``
+1. **general sizes**: either an entry of either side written with SymPy ``Indexed``
    symbols and finite ``Sum``\ s over symbolic sizes, brought to one normal form
    (:func:`_normal`: products of sums distributed into one iterated sum, the summation
-   order sorted, which is Fubini for finite sums) and compared; hypotheses such as
-   :math:`\sum_s A_{is}A^{-1}_{sj} = \delta_{ij}` are substituted explicitly. The
-   entry of a Kronecker product is indexed by pairs, :math:`(A\otimes B)_{(i,k),(j,l)} =
-   A_{ij}B_{kl}`, the pair :math:`(i,k)` standing for the flat index :math:`(i-1)p+k`;
-2. **the running functions on the exact namespace**, on symbolic matrices of several sizes,
-   compared with an independent oracle (``sympy.kronecker_product``, ``Matrix.vec``,
-   ``Matrix.det`` through ``DomainMatrix``, ``Matrix.jacobian`` of a small network, a
-   matrix built from a known SVD or eigenbasis), entry by entry with the exact zero test.
+   order sorted, which is Fubini for finite sums) and compared, hypotheses such as
+   :math:`\sum_s A_{is}A^{-1}_{sj} = \delta_{ij}` substituted explicitly, the entry of a
+   Kronecker product indexed by pairs, :math:`(A\otimes B)_{(i,k),(j,l)} = A_{ij}B_{kl}`;
+   or (``kron_vec_outer``, ``kron_transpose``) an entry at symbolic **flat** indices, read
+   through the index maps of ``vec``, ``vec_r`` and :math:`\otimes` with ``floor`` and
+   ``Mod`` (:func:`_kron_entry`, :func:`_vec_entry`), on each side separately. A step argued
+   by hand rather than checked says so ("Argument ... not machine-checked");
+2. **the running functions on the exact namespace**, on symbolic matrices of the sizes
+   listed, compared with an independent oracle (``sympy.kronecker_product``, ``Matrix.vec``,
+   ``Matrix.inv``, ``Matrix.det`` through ``DomainMatrix``, ``Matrix.jacobian`` of a small
+   network, a matrix built from a known SVD or eigenbasis, Sylvester's formula), entry by
+   entry with the exact zero test.
 
 The library is called through its modules (``_kr.kron``, ``_kf.kfac_factors``, ...), so a
 test can plant an error in a library function and see the proof fail.
@@ -29,6 +33,7 @@ import numpy as np
 import sympy
 
 from nlaverify.backends import get_namespace
+from nlaverify.curvature import kfac as _kf
 from nlaverify.curvature import kronecker as _kr
 from nlaverify.errors import NlaverifyError
 from nlaverify.identities.core import Identity, Proof, Step, qualname, register
@@ -88,6 +93,43 @@ def _general(lhs: sympy.Expr, rhs: sympy.Expr, text: str) -> Part:
         if ok else "The normal forms differ."), f"{sympy.latex(lhs)} = {sympy.latex(rhs)}")
 
 
+def _entry(M: sympy.IndexedBase, transposed: bool = False) -> Callable[..., sympy.Expr]:
+    """The entry function :math:`(i, j) \\mapsto M_{ij}` (of :math:`M^\\top` if
+    ``transposed``)."""
+    return (lambda i, j: M[j, i]) if transposed else (lambda i, j: M[i, j])
+
+
+def _kron_entry(A: Callable[..., sympy.Expr], B: Callable[..., sympy.Expr], p: sympy.Expr,
+                q: sympy.Expr, u: sympy.Expr, v: sympy.Expr) -> sympy.Expr:
+    r"""Entry :math:`(u, v)` (1-based flat indices) of :math:`A\otimes B`, :math:`B` of size
+    :math:`p\times q`, from the index map :math:`(A\otimes B)_{(i-1)p+k,(j-1)q+l} =
+    A_{ij}B_{kl}` read backwards: :math:`i = \lfloor (u-1)/p\rfloor + 1`,
+    :math:`k = ((u-1) \bmod p) + 1` (and :math:`j`, :math:`l` from :math:`v` and :math:`q`)."""
+    return (A(sympy.floor((u - 1) / p) + 1, sympy.floor((v - 1) / q) + 1)
+            * B(sympy.Mod(u - 1, p) + 1, sympy.Mod(v - 1, q) + 1))
+
+
+def _vec_entry(X: Callable[..., sympy.Expr], m: sympy.Expr, t: sympy.Expr) -> sympy.Expr:
+    r"""Entry :math:`t` of :math:`\operatorname{vec}(X)`, :math:`X` with :math:`m` rows:
+    :math:`X_{((t-1) \bmod m)+1,\ \lfloor (t-1)/m\rfloor+1}` (columns stacked)."""
+    return X(sympy.Mod(t - 1, m) + 1, sympy.floor((t - 1) / m) + 1)
+
+
+def _vec_rows_entry(X: Callable[..., sympy.Expr], n: sympy.Expr, t: sympy.Expr) -> sympy.Expr:
+    r"""Entry :math:`t` of :math:`\operatorname{vec}_r(X)`, :math:`X` with :math:`n` columns:
+    :math:`X_{\lfloor (t-1)/n\rfloor+1,\ ((t-1) \bmod n)+1}` (rows stacked)."""
+    return X(sympy.floor((t - 1) / n) + 1, sympy.Mod(t - 1, n) + 1)
+
+
+def _index_map(lhs: sympy.Expr, rhs: sympy.Expr, text: str, shown: str) -> Part:
+    ok = sympy.expand(lhs - rhs) == 0
+    return ok, Step(f"General sizes, flat indices: {text} " + (
+        "The two entries, each obtained from the index maps, are the same expression:"
+        if ok else "The two entries differ:"),
+        f"{shown} = {sympy.latex(lhs)}" if ok else
+        f"{sympy.latex(lhs)} \\ne {sympy.latex(rhs)}")
+
+
 def _sym(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return symbol_array(name, shape)
 
@@ -144,18 +186,30 @@ def _cayley(n: int, shift: int = 0) -> np.ndarray:
 
 
 def derive_vec_outer() -> Proof:
-    u, v = sympy.IndexedBase("u"), sympy.IndexedBase("v")
-    general = _general(u[_I] * v[_J], v[_J] * u[_I],
-                       r"$\operatorname{vec}(uv^\top)_{(j,i)} = (uv^\top)_{ij} = u_i v_j$ and "
-                       r"$(v\otimes u)_{(j,i)} = v_j u_i$.")
+    u, v = sympy.IndexedBase("u"), sympy.IndexedBase("v")  # m x 1 and n x 1 matrices
+    t, one = sympy.Symbol("t", integer=True, positive=True), sympy.Integer(1)
+
+    def outer(i: sympy.Expr, j: sympy.Expr) -> sympy.Expr:  # (u v^T)_{ij} = u_{i1} v_{j1}
+        return u[i, 1] * v[j, 1]
+
+    col = _index_map(_vec_entry(outer, _m, t), _kron_entry(_entry(v), _entry(u), _m, one, t, one),
+                     r"entry $t$ of $\operatorname{vec}(uv^\top)$ by the column-stacking map "
+                     r"($uv^\top$ has $m$ rows) and entry $(t, 1)$ of $v\otimes u$ by the "
+                     r"Kronecker index map ($u$ is $m\times 1$).",
+                     r"\operatorname{vec}(uv^\top)_t = (v\otimes u)_{t,1}")
+    row = _index_map(_vec_rows_entry(outer, _n, t),
+                     _kron_entry(_entry(u), _entry(v), _n, one, t, one),
+                     r"entry $t$ of $\operatorname{vec}_r(uv^\top)$ by the row-stacking map "
+                     r"($uv^\top$ has $n$ columns) and entry $(t, 1)$ of $u\otimes v$ ($v$ is "
+                     r"$n\times 1$).", r"\operatorname{vec}_r(uv^\top)_t = (u\otimes v)_{t,1}")
 
     def check(size: tuple[int, int]) -> bool:
         m, n = size
         uu, vv, X = _sym("u", (m,)), _sym("v", (n,)), _sym("x", (m, n))
-        outer = _col(uu) * _col(vv).T
+        uvT = _col(uu) * _col(vv).T
         mat = sympy.Matrix(X.tolist())
-        return (_equal(_kr.vec(XP, outer), _kr.kron(XP, _col(vv), _col(uu)).reshape(-1))
-                and _equal(_kr.vec_rows(XP, outer), _kr.kron(XP, _col(uu), _col(vv)).reshape(-1))
+        return (_equal(_kr.vec(XP, uvT), _kr.kron(XP, _col(vv), _col(uu)).reshape(-1))
+                and _equal(_kr.vec_rows(XP, uvT), _kr.kron(XP, _col(uu), _col(vv)).reshape(-1))
                 and _equal(_kr.vec(XP, X), list(mat.vec()))
                 and _equal(_kr.vec_rows(XP, X), list(mat.T.vec()))
                 and _equal(_kr.unvec(XP, _kr.vec(XP, X), (m, n)), X)
@@ -169,7 +223,7 @@ def derive_vec_outer() -> Proof:
         "`vec` against SymPy's `Matrix.vec()` (column-major), `vec_rows` against `vec` of the "
         "transpose, the inverses round-trip, `kron` against `sympy.kronecker_product`",
         [(1, 1), (1, 3), (2, 3), (3, 2), (3, 3)], check)
-    return _verdict(general, concrete)
+    return _verdict(col, row, concrete)
 
 
 def derive_vec_product() -> Proof:
@@ -254,9 +308,15 @@ def derive_inverse() -> Proof:
 
 
 def derive_transpose() -> Proof:
-    general = _general(_A[_J, _I] * _B[_L, _K], _A[_J, _I] * _B[_L, _K],
-                       r"$((A\otimes B)^\top)_{(i,k),(j,l)} = (A\otimes B)_{(j,l),(i,k)} = "
-                       r"A_{ji}B_{lk} = (A^\top)_{ij}(B^\top)_{kl}$.")
+    u, v = sympy.symbols("u v", integer=True, positive=True)
+    general = _index_map(
+        _kron_entry(_entry(_A), _entry(_B), _p, _q, v, u),
+        _kron_entry(_entry(_A, True), _entry(_B, True), _q, _p, u, v),
+        r"$A$ is $m\times n$, $B$ is $p\times q$. Entry $(u, v)$ of $(A\otimes B)^\top$ is "
+        r"entry $(v, u)$ of $A\otimes B$, read through the index map with $B$'s sizes "
+        r"$(p, q)$; entry $(u, v)$ of $A^\top\otimes B^\top$ is read through the same map with "
+        r"$B^\top$'s sizes $(q, p)$ and the entries $(A^\top)_{ij} = A_{ji}$, "
+        r"$(B^\top)_{kl} = B_{lk}$.", r"((A\otimes B)^\top)_{u,v} = (A^\top\otimes B^\top)_{u,v}")
 
     def check(size: tuple[int, ...]) -> bool:
         m, n, p, q = size
@@ -297,10 +357,10 @@ def derive_determinant() -> Proof:
                 - sympy.Poly(dA**m * dB**n, *gens)).is_zero
 
     concrete = _concrete(
-        r"The running `kron` of fully symbolic $A$ ($n\times n$), $B$ ($m\times m$): its "
-        r"determinant (SymPy's fraction-free `DomainMatrix.det`) minus "
-        r"$\det(A)^m\det(B)^n$ is the zero polynomial, cases $(n, m)$",
-        [(2, 2), (2, 3), (3, 2)], check)
+        r"Checked by machine, for the sizes listed only: the running `kron` of fully symbolic "
+        r"$A$ ($n\times n$), $B$ ($m\times m$); its determinant (SymPy's fraction-free "
+        r"`DomainMatrix.det`) minus $\det(A)^m\det(B)^n$ is the zero polynomial, cases $(n, m)$",
+        _DET_SIZES, check)
 
     def triangular(size: tuple[int, int]) -> bool:
         n, m = size
@@ -309,10 +369,9 @@ def derive_determinant() -> Proof:
         return (_equal(np.tril(K, -1), np.zeros_like(K)) and _equal(
             np.diag(K), [T[i, i] * U[k, k] for i in range(n) for k in range(m)]))
 
-    tri = _concrete(r"Upper triangular factors give an upper triangular `kron` with diagonal "
-                    r"$T_{ii}U_{kk}$ in the order $(i,k)$ (entry $T_{ij}U_{kl}$ vanishes when "
-                    r"$i > j$ or $k > l$, which covers every $(i,k) > (j,l)$ "
-                    r"lexicographically), cases $(n, m)$", [(2, 3), (3, 2)], triangular)
+    tri = _concrete(r"Checked by machine, for the sizes listed only: upper triangular $T$, $U$ "
+                    r"give an upper triangular running `kron` with diagonal $T_{ii}U_{kk}$ in "
+                    r"the order $(i,k)$, cases $(n, m)$", [*_DET_SIZES, (3, 3)], triangular)
     lam, mu = sympy.IndexedBase("lambda"), sympy.IndexedBase("mu")
     prod = sympy.Product(sympy.Product(lam[_I] * mu[_K], (_K, 1, _m)), (_I, 1, _n)).doit()
     # the one rule applied by hand: a product of constant integer powers is a power of the product
@@ -321,16 +380,24 @@ def derive_determinant() -> Proof:
                         lambda e: sympy.Product(e.function.base, *e.limits) ** e.function.exp)
     want = (sympy.Product(lam[_I], (_I, 1, _n)) ** _m * sympy.Product(mu[_K], (_K, 1, _m)) ** _n)
     general = (sympy.expand(prod - want) == 0, Step(
-        r"General sizes: by Schur, $A = P T P^{-1}$ and $B = Q U Q^{-1}$ over $\mathbb C$ with "
+        r"Argument for general sizes $n$, $m$ (by hand, not machine-checked, except its last "
+        r"equality): by Schur, $A = P T P^{-1}$ and $B = Q U Q^{-1}$ over $\mathbb C$ with "
         r"$T$, $U$ upper triangular (diagonals: the eigenvalues $\lambda_i$, $\mu_k$); the "
-        r"mixed-product and inverse rules (identities `kron_mixed_product`, `kron_inverse`) "
-        r"give $A\otimes B = (P\otimes Q)(T\otimes U)(P\otimes Q)^{-1}$, and $T\otimes U$ is "
-        r"upper triangular with diagonal $\lambda_i\mu_k$ (checked below). So "
-        r"$\det(A\otimes B) = \prod_{i,k}\lambda_i\mu_k$, which SymPy evaluates, with "
-        r"$\prod_i x_i^m = (\prod_i x_i)^m$, to",
+        r"mixed-product and inverse rules (identities `kron_mixed_product`, `kron_inverse`, "
+        r"whose index-form parts hold for general sizes) give $A\otimes B = (P\otimes Q)"
+        r"(T\otimes U)(P\otimes Q)^{-1}$. $T\otimes U$ is upper triangular with diagonal "
+        r"$\lambda_i\mu_k$: its entry in row $(i-1)m+k$ and column $(j-1)m+l$ "
+        r"($1\le k, l\le m$) is $T_{ij}U_{kl}$, and row $>$ column forces $i > j$, or $i = j$ "
+        r"and $k > l$, so $T_{ij} = 0$ or $U_{kl} = 0$ (the step checked by machine above "
+        r"only for the sizes listed). So $\det(A\otimes B) = \prod_{i,k}\lambda_i\mu_k$, "
+        r"which SymPy evaluates for symbolic $n$, $m$, with $\prod_i x_i^m = "
+        r"(\prod_i x_i)^m$ (machine-checked), to",
         sympy.latex(sympy.Eq(sympy.Product(lam[_I] * mu[_K], (_K, 1, _m), (_I, 1, _n)), want))
         + r" = \det(A)^m\det(B)^n."))
     return _verdict(concrete, tri, general)
+
+
+_DET_SIZES = [(1, 3), (3, 1), (2, 2), (2, 3), (3, 2)]
 
 
 def _diag(n: int) -> np.ndarray:
@@ -364,24 +431,68 @@ def derive_eigenpairs() -> Proof:
         full = sympy.Matrix(V.tolist()).det() != 0
         return full and _equal(_oracle_kron(A, B) @ V, V * w.reshape(1, -1))
 
-    def symmetric(size: tuple[int, int]) -> bool:
-        m, p = size
-        QA, QB = _cayley(m), _cayley(p, 1)
-        A = QA @ np.diag(_sym("lambda", (m,))) @ QA.T
-        B = QB @ np.diag(_sym("mu", (p,))) @ QB.T
+    def symmetric(case: str) -> bool:
+        A, B = _SYMMETRIC[case]()
         w, V = _kr.kron_eigh(XP, A, B)
+        n = A.shape[0] * B.shape[0]
         return (_equal(_oracle_kron(A, B) @ V, V * w.reshape(1, -1))
-                and _equal(V.T @ V, np.eye(m * p, dtype=int)))
+                and _equal(V.T @ V, np.eye(n, dtype=int)))
 
     return _verdict(general, _concrete(
         r"The running `kron_eig_from_factors` on $A = X\operatorname{diag}(\lambda)X^{-1}$, "
         r"$B = Y\operatorname{diag}(\mu)Y^{-1}$ (rational non-orthogonal $X$, $Y$; symbolic "
         r"$\lambda$, $\mu$): `kronecker_product(A, B)` $V = V\operatorname{diag}(w)$ with $V$ "
         "nonsingular, cases $(m, p)$", [(2, 2), (2, 3)], general_pairs), _concrete(
-        r"The running `kron_eigh` (exact `symmetric_eigh` of each factor) on symmetric "
-        r"$A = Q_A\operatorname{diag}(\lambda)Q_A^\top$, $B$ alike: "
-        r"$(A\otimes B)V = V\operatorname{diag}(w)$ and $V^\top V = I$, cases $(m, p)$",
-        [(2, 2), (3, 2)], symmetric))
+        r"The running `kron_eigh` (exact `symmetric_eigh` of each factor: SymPy's eigenvectors, "
+        r"Gram–Schmidt inside each eigenspace) on symmetric $A = Q_A\operatorname{diag}(\lambda)"
+        r"Q_A^\top$, $B = Q_B\operatorname{diag}(\mu)Q_B^\top$ ($Q$ rational Cayley orthogonal, "
+        r"$\lambda$, $\mu$ positive symbols, some of them repeated, so that an eigenspace has "
+        r"dimension 2 and per-vector normalization without Gram–Schmidt would not give an "
+        r"orthonormal basis) and on $A = I_3 + \mathbb 1\mathbb 1^\top$ (eigenvalues $4, 1, 1$): "
+        r"$(A\otimes B)V = V\operatorname{diag}(w)$ and $V^\top V = I$, cases "
+        r"(eigenvalues of $A$; of $B$)", list(_SYMMETRIC), symmetric))
+
+
+def _spectral(Q: np.ndarray, values: list) -> np.ndarray:
+    return Q @ np.diag(values) @ Q.T
+
+
+_l1, _l2, _m1, _m2 = sympy.symbols("lambda_1 lambda_2 mu_1 mu_2", positive=True)
+#: symmetric factors with known spectra for ``kron_eigenpairs``
+_SYMMETRIC: dict[str, Callable[[], tuple[np.ndarray, np.ndarray]]] = {
+    r"$(\lambda_1, \lambda_2;\ \mu_1, \mu_2)$": lambda: (
+        _spectral(_cayley(2), [_l1, _l2]), _spectral(_cayley(2, 1), [_m1, _m2])),
+    r"$(\lambda_1, \lambda_1, \lambda_2;\ \mu_1, \mu_2)$": lambda: (
+        _spectral(_cayley(3), [_l1, _l1, _l2]), _spectral(_cayley(2, 1), [_m1, _m2])),
+    r"$(4, 1, 1;\ \mu_1, \mu_1, \mu_2)$": lambda: (
+        np.eye(3, dtype=int).astype(object) + 1, _spectral(_cayley(3, 1), [_m1, _m1, _m2])),
+}
+
+
+def _rational_pair(m: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed rational factors with a trace ratio that is not a square (so the default
+    :math:`\\pi` is irrational)."""
+    A = [[sympy.Rational(i * m + j + 2 if i == j else i + j + 1, 3) for j in range(m)]
+         for i in range(m)]
+    B = [[sympy.Rational(5 if i == j else 1, 2) for j in range(p)] for i in range(p)]
+    return np.array(A, dtype=object), np.array(B, dtype=object)
+
+
+def _damped_solve_oracle(A: np.ndarray, B: np.ndarray, X: np.ndarray, lam: sympy.Expr,
+                         pi: sympy.Expr | None) -> np.ndarray:
+    r""":math:`(A_d\otimes B_d)^{-1}\operatorname{vec}_r(X)` from SymPy alone: the damped
+    factors :math:`A_d = A + \pi\sqrt\lambda I`, :math:`B_d = B + \frac{\sqrt\lambda}{\pi}I`
+    (:math:`\pi` by Martens & Grosse's trace formula when ``None``), ``Matrix.inv`` of each,
+    ``sympy.kronecker_product`` of the inverses times :math:`\operatorname{vec}_r(X)`."""
+    m, p = A.shape[0], B.shape[0]
+    Am, Bm = sympy.Matrix(A.tolist()), sympy.Matrix(B.tolist())
+    if pi is None:
+        pi = sympy.sqrt((Am.trace() / m) / (Bm.trace() / p))
+    root = sympy.sqrt(lam)
+    inv = sympy.kronecker_product((Am + pi * root * sympy.eye(m)).inv(),
+                                  (Bm + root / pi * sympy.eye(p)).inv())
+    out = inv * sympy.Matrix(list(np.asarray(X).reshape(-1)))
+    return np.array(list(out), dtype=object).reshape(m, p)
 
 
 def derive_factored_damping() -> Proof:
@@ -403,6 +514,33 @@ def derive_factored_damping() -> Proof:
         r"\beta A\otimes I + \alpha\beta I$ ($\alpha = \pi\sqrt\lambda$, "
         r"$\beta = \sqrt\lambda/\pi$, so $\alpha\beta = \lambda$), cases $(m, p)$",
         [(1, 2), (2, 2), (2, 3)], expansion)
+    # lambda = rho^2 (rho > 0 symbolic): every lambda > 0, and sqrt(lambda) = rho stays a
+    # rational function, which keeps the exact zero test fast
+    rho = sympy.Symbol("rho", positive=True)
+
+    def solve(case: tuple[int, int, str]) -> bool:
+        m, p, kind = case
+        A, B = (_sym("a", (m, m)), _sym("b", (p, p))) if kind == "symbolic" else \
+            _rational_pair(m, p)
+        X, given = _sym("x", (m, p)), (pi if kind == "symbolic" else None)
+        Z = _kr.damped_kron_solve(XP, A, B, X, rho**2, pi=given)
+        ok = _equal(Z, _damped_solve_oracle(A, B, X, rho**2, given))
+        if ok and m * p <= 2:  # the K-FAC step is the same solve, with the layer's factors
+            ok = _equal(_kf.kfac_precondition(XP, A, B, X, rho**2, pi=given), Z)
+        return ok
+
+    solves = _concrete(
+        r"The running `damped_kron_solve(A, B, X, lam, pi)` against SymPy alone: "
+        r"$\bigl((A + \pi\sqrt\lambda I)^{-1}\otimes(B + \tfrac{\sqrt\lambda}{\pi}I)^{-1}\bigr)"
+        r"\operatorname{vec}_r(X)$ (`Matrix.inv` of each damped factor, "
+        r"`sympy.kronecker_product`; the inverse rule is identity `kron_inverse`), for "
+        r"$\lambda = \rho^2$ with $\rho > 0$, symbolic $X$, and either symbolic $A$, $B$, $\pi$ "
+        r"or fixed rational $A$, $B$ with the default $\pi$ (the oracle computing "
+        r"$\pi = \sqrt{(\operatorname{tr}A/m)/(\operatorname{tr}B/p)}$ itself; here "
+        r"$\pi = \sqrt{7/15}$); `kfac_precondition` equals it on the two smallest cases. "
+        "Cases $(m, p, \\text{kind})$",
+        [(1, 2, "symbolic"), (2, 1, "symbolic"), (2, 2, "symbolic"), (2, 2, "default pi")],
+        solve)
     one = np.eye(2, dtype=int).astype(object)
     Ad, Bd = _kr.damped_factors(XP, XP.asarray(one), XP.asarray(one), 1, pi=1)
     diff = _oracle_kron(Ad, Bd) - (_oracle_kron(one, one) + np.eye(4, dtype=int))
@@ -426,7 +564,7 @@ def derive_factored_damping() -> Proof:
         f"${sympy.latex(second)} > 0$ for PSD factors (positive traces): the trace-norm "
         r"minimizer of Martens & Grosse (2015, §6.3).",
         r"\pi = " + sympy.latex(chosen)))
-    return _verdict(expand, counter, default)
+    return _verdict(expand, solves, counter, default)
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -458,12 +596,17 @@ _reg("kron_trace", "Trace of a Kronecker product",
      r"\operatorname{tr}(A\otimes B) = \operatorname{tr}A\,\operatorname{tr}B", SEED_KRON,
      (_kr.kron, _kr.trace), derive_trace)
 _reg("kron_determinant", "Determinant of a Kronecker product",
-     r"\det(A_n\otimes B_m) = \det(A)^m\det(B)^n", SEED_KRON, (_kr.kron,), derive_determinant)
+     r"\det(A_n\otimes B_m) = \det(A)^m\det(B)^n\quad(\text{exact for the sizes } n + m "
+     r"\le 5\text{ by machine; general } n, m \text{ by a Schur argument})", SEED_KRON,
+     (_kr.kron,), derive_determinant)
 _reg("kron_eigenpairs", "Eigenpairs of a Kronecker product",
      r"(A\otimes B)(x_i\otimes y_j) = \lambda_i\mu_j\,(x_i\otimes y_j)", SEED_KRON,
      (_kr.kron_eig_from_factors, _kr.kron_eigh, _kr.symmetric_eigh), derive_eigenpairs)
 _reg("kron_factored_damping", "Damping the factors is not damping the product",
      r"(A + \pi\sqrt\lambda I)\otimes(B + \tfrac{\sqrt\lambda}{\pi}I) = A\otimes B + \lambda I"
-     r" + \sqrt\lambda\,(\pi I\otimes B + \pi^{-1}A\otimes I) \ne A\otimes B + \lambda I",
+     r" + \sqrt\lambda\,(\pi I\otimes B + \pi^{-1}A\otimes I) \ne A\otimes B + \lambda I,"
+     r"\quad (A_d\otimes B_d)^{-1}\operatorname{vec}_r X = \operatorname{vec}_r"
+     r"(A_d^{-1}XB_d^{-\top})",
      "Baggag & Saad §5.3; Martens & Grosse 2015 §6.3",
-     (_kr.damped_factors, _kr.trace_norm_pi, _kr.damped_kron_solve), derive_factored_damping)
+     (_kr.damped_factors, _kr.trace_norm_pi, _kr.damped_kron_solve, _kf.kfac_precondition),
+     derive_factored_damping)
