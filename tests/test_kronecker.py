@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import nlaverify.identities.kfac
 import nlaverify.identities.kronecker
+import nlaverify.identities.shampoo
 from nlaverify.backends import get_namespace, to_float64
 from nlaverify.curvature import kfac, kronecker, shampoo
 from nlaverify.errors import ArgumentError, DTypeError, ShapeError

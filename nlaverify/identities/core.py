@@ -62,6 +62,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.natural_gradient",
     "nlaverify.identities.kronecker",
     "nlaverify.identities.kfac",
+    "nlaverify.identities.shampoo",
 )
 
 
