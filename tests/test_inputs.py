@@ -114,8 +114,11 @@ def test_wrong_number_of_cotangents_fails_on_its_own_row(monkeypatch) -> None:
     monkeypatch.setitem(registry.OPS, "affine", dataclasses.replace(
         spec, vjp=lambda xp, G, X, W, b: spec.vjp(xp, G, X, W, b)[:2]))
     report = run_crosscheck(backends=("numpy", "jax"), ops=["affine", "relu"])
-    assert [r.ok for r in report.rows] == [False, True]
-    assert "cotangents" in report.rows[0].reason
+    vjp_rows = [r for r in report.rows if "JVP" not in r.check]
+    assert [r.ok for r in vjp_rows] == [False, True]
+    assert "cotangents" in vjp_rows[0].reason
+    # the forward-mode rows do not use the VJP: they pass
+    assert all(r.ok for r in report.rows if "JVP" in r.check)
 
 
 def test_fan_out_accumulation_fault_is_reported_at_its_node(monkeypatch) -> None:
@@ -200,7 +203,8 @@ def test_a_forward_that_raises_fails_its_op_only(monkeypatch) -> None:
 
     monkeypatch.setitem(registry.OPS, "relu", dataclasses.replace(spec, forward=broken))
     report = run_crosscheck(backends=("numpy", "jax"), ops=["relu", "tanh"])
-    assert [(r.op, r.ok) for r in report.rows] == [("relu", False), ("tanh", True)]
+    assert {r.op for r in report.rows if not r.ok} == {"relu"}
+    assert all(r.ok for r in report.rows if r.op == "tanh")
     assert "planted" in report.rows[0].reason
 
 
