@@ -31,7 +31,7 @@ from nlaverify.tolerance import tolerance
 
 jax.config.update("jax_enable_x64", True)
 
-N, BLOCK, SEED = 3, 1, 0
+N, BLOCK, SEED = 2, 1, 0
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,9 @@ def test_cli_json_and_refusal(setup, capsys, monkeypatch) -> None:
         return report
 
     monkeypatch.setattr(rep, "curvature_report", fake)
-    assert main(["curvature", "--preset", "tiny", "--block", "1", "--seq-len", "3", "--top",
+    assert main(["curvature", "--preset", "tiny", "--block", "1", "--seq-len", "2", "--top",
                  "2", "--json"]) == 0
-    assert calls == [(("tiny",), {"block": 1, "seed": 0, "n": 3, "batch": None, "top": 2})]
+    assert calls == [(("tiny",), {"block": 1, "seed": 0, "n": 2, "batch": None, "top": 2})]
     out = json.loads(capsys.readouterr().out)
     assert [b["block"] for b in out["blocks"]] == [BLOCK]
     assert set(out["blocks"][0]["eigenvalues"]) == set(REPORT_KINDS)
