@@ -88,6 +88,14 @@ class OpSpec:
         ``args`` and ``G`` are JAX arrays."""
         import jax
 
+        f, primals = self._of_reals(args, static)
+        out, pullback = jax.vjp(f, *primals)
+        return out, pullback(G)
+
+    def _of_reals(self, args: list[Any], static: Mapping[str, Any]
+                  ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """The forward on the JAX namespace as a function of the real arguments only (the
+        others held at ``args``), and those real arguments."""
         from nlaverify.backends import get_namespace
 
         xp = get_namespace("jax")
@@ -99,8 +107,7 @@ class OpSpec:
                 full[k] = r
             return self.forward(xp, *full, **static)
 
-        out, pullback = jax.vjp(f, *[args[k] for k in real])
-        return out, pullback(G)
+        return f, tuple(args[k] for k in real)
 
     @property
     def jvp(self) -> Callable[..., Any] | None:
@@ -118,18 +125,8 @@ class OpSpec:
         real argument, JAX arrays): the independent oracle of :attr:`jvp`."""
         import jax
 
-        from nlaverify.backends import get_namespace
-
-        xp = get_namespace("jax")
-        real = [k for k, a in enumerate(self.args) if a.kind == "real"]
-
-        def f(*reals: Any) -> Any:
-            full = list(args)
-            for k, r in zip(real, reals, strict=True):
-                full[k] = r
-            return self.forward(xp, *full, **static)
-
-        return jax.jvp(f, tuple(args[k] for k in real), tuple(tangents))[1]
+        f, primals = self._of_reals(args, static)
+        return jax.jvp(f, primals, tuple(tangents))[1]
 
     @property
     def qualified_names(self) -> tuple[str, str]:
