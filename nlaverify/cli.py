@@ -1,4 +1,4 @@
-"""Command line: ``nlaverify derive | list | verify | params | curvature``."""
+"""Command line: ``nlaverify derive | list | verify | params | curvature | train``."""
 
 from __future__ import annotations
 
@@ -125,6 +125,48 @@ def _cmd_curvature(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    import math
+
+    from nlaverify.train import (
+        OPTIMIZERS,
+        draw_training,
+        entropies,
+        format_result,
+        load_corpus,
+        train,
+    )
+
+    names = list(OPTIMIZERS) if args.optimizer == "all" else [args.optimizer]
+    if args.lr is not None and len(names) > 1:
+        raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "
+                            "uses its default rate")
+    corpus = load_corpus()
+    progress = not args.json and sys.stderr.isatty()
+    results = [train(args.preset, o, args.steps, seq_len=args.seq_len, batch=args.batch,
+                     lr=args.lr, seed=args.seed, eval_every=args.eval_every, corpus=corpus,
+                     progress=progress) for o in names]
+    if args.figure:
+        draw_training(results, args.figure, corpus)
+    h1, h2 = entropies(corpus.train, corpus.vocab_size)
+    levels = {"uniform_log_v": math.log(corpus.vocab_size), "unigram_entropy": h1,
+              "bigram_entropy": h2}
+    if args.json:
+        jsonout.dump({"preset": args.preset, "vocab_size": corpus.vocab_size,
+                      "train_chars": len(corpus.train), "heldout_chars": len(corpus.val),
+                      "levels": levels, "figure": args.figure,
+                      "runs": [r.as_dict() for r in results]})
+        return 0
+    print(f"{results[0].config.name}: {len(corpus.train)} training and {len(corpus.val)} "
+          f"held-out characters, V = {corpus.vocab_size}; log V = {levels['uniform_log_v']:.3f}, "
+          f"unigram H1 = {h1:.3f}, bigram H2 = {h2:.3f} nats")
+    for r in results:
+        print(format_result(r))
+    if args.figure:
+        print(f"figure: {args.figure}")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line, ``nlaverify: error: ...``, exit 2."""
 
@@ -210,6 +252,29 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=_bounded_int(1, 50), default=3, help="eigenvalues per matrix")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_curvature)
+
+    t = sub.add_parser("train", help="train the graph-lowered Transformer on next-character "
+                                     "prediction over the shipped seed-paper passage")
+    t.add_argument("--preset", default="tiny",
+                   help="a preset, its vocabulary resized to the text's characters")
+    t.add_argument("--optimizer", choices=("sgd", "adamw", "muon", "all"), default="all",
+                   help="the update rule (nlaverify.optim.rules); all: the three in turn")
+    t.add_argument("--steps", type=_bounded_int(1), required=True,
+                   help="optimizer steps (each on --batch fresh random windows)")
+    t.add_argument("--seq-len", type=_bounded_int(1), default=None,
+                   help="characters per window (default: the preset's context)")
+    t.add_argument("--batch", type=_bounded_int(1), default=16, help="windows per step")
+    t.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default per optimizer, nlaverify.train.DEFAULT_LR: sgd "
+                        "1.0, adamw 0.03, muon 0.02 with an AdamW 0.03 fallback)")
+    t.add_argument("--seed", type=_bounded_int(0, 2**32 - 1), default=0,
+                   help="seeds the initial parameters and the windows")
+    t.add_argument("--eval-every", type=_bounded_int(1), default=None,
+                   help="held-out loss every this many steps (default: steps // 20)")
+    t.add_argument("--figure", default=None,
+                   help="write the loss curves to this SVG (e.g. docs/figures/training.svg)")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=_cmd_train)
     return p
 
 

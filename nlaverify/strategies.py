@@ -4,6 +4,9 @@
   :data:`nlaverify.ops.registry.OPS`, the feed of every generic op test;
 * matrices with controlled structure: :func:`well_conditioned_matrices`,
   :func:`spd_matrices`, :func:`orthogonal_matrices`;
+* :func:`matrices_with_spectrum`: :math:`G = U\\operatorname{diag}(s)V^\\top` of any shape
+  with singular values spread across :math:`[\\epsilon, 1]` (both ends, clusters, exact
+  zeros), for the Newton–Schulz kernels;
 * :func:`token_sequences` for embeddings and losses;
 * inputs that break naive kernels (``docs/guide.md``, "Inputs that break naive
   kernels"): :func:`hostile_logits` (logits of :math:`\\pm 10^4`, equal rows,
@@ -35,12 +38,15 @@ __all__ = [
     "LOGIT_ROWS",
     "NORM_ROWS",
     "OpCase",
+    "SpectralMatrix",
     "hostile_activations",
     "hostile_logits",
     "hostile_norm_rows",
     "hostile_op_cases",
     "make_case",
     "make_hostile_case",
+    "make_spectral_matrix",
+    "matrices_with_spectrum",
     "op_cases",
     "orthogonal_matrices",
     "seeds",
@@ -148,6 +154,83 @@ def orthogonal_matrices(draw: st.DrawFn, n: int) -> np.ndarray:
 def _haar(rng: np.random.Generator, n: int) -> np.ndarray:
     Q, R = np.linalg.qr(rng.standard_normal((n, n)))
     return Q * np.sign(np.diag(R))
+
+
+@dataclass(frozen=True)
+class SpectralMatrix:
+    """A test matrix with a known spectrum: ``matrix`` :math:`= U\\operatorname{diag}(s)
+    V^\\top` (float64), ``singular_values`` :math:`s` (descending, length
+    :math:`\\min(m, n)`, exact zeros included), ``lower`` the smallest non-zero one."""
+
+    matrix: np.ndarray
+    singular_values: np.ndarray
+    lower: float
+
+    @property
+    def zeros(self) -> int:
+        """The number of exactly zero singular values."""
+        return int(np.sum(self.singular_values == 0))
+
+    def __repr__(self) -> str:  # short, for hypothesis' falsifying examples
+        s = self.singular_values
+        return (f"SpectralMatrix(shape={self.matrix.shape}, lower={self.lower:.3g}, "
+                f"zeros={self.zeros}, s={np.array2string(s, precision=3)})")
+
+
+def make_spectral_matrix(m: int, n: int, lower: float, seed: int, *,
+                         rank_deficient: bool = True) -> SpectralMatrix:
+    r"""The :class:`SpectralMatrix` of :func:`matrices_with_spectrum` for one seed: Haar
+    :math:`U` (:math:`m \times k`), :math:`V` (:math:`n \times k`), :math:`k = \min(m, n)`;
+    :math:`s_1 = 1`, the smallest non-zero :math:`s = \epsilon` (when :math:`k \ge 2`), the
+    others log-uniform in :math:`[\epsilon, 1]`, some in a cluster (within :math:`10^{-6}`
+    relative of each other or equal), and, with ``rank_deficient``, half the time
+    between 1 and :math:`k - 1` exact zeros (never all: :math:`s_1 = 1`)."""
+    if not 0 < lower <= 1:
+        raise ValueError(f"make_spectral_matrix: argument 'lower': expected 0 < lower <= 1, "
+                         f"got {lower!r}")
+    rng = np.random.default_rng(seed)
+    k = min(m, n)
+    s = np.exp(rng.uniform(np.log(lower), 0.0, size=k))
+    if k >= 3 and rng.random() < 0.5:  # a cluster of near-equal (or equal) values
+        c = int(rng.integers(2, k))
+        start = int(rng.integers(0, k - c + 1))
+        centre = s[start]
+        s[start:start + c] = centre * (1 + rng.choice([0.0, 1e-6], size=c)
+                                       * rng.uniform(-1.0, 1.0, size=c))
+    s = np.sort(np.clip(s, lower, 1.0))[::-1].copy()
+    zeros = int(rng.integers(1, k)) if rank_deficient and k >= 2 and rng.random() < 0.5 else 0
+    s[0] = 1.0
+    if k - 1 - zeros >= 1:  # both ends of [lower, 1] among the non-zero values
+        s[k - 1 - zeros] = lower
+    s[k - zeros:] = 0.0
+    U = _haar(rng, m)[:, :k]
+    V = _haar(rng, n)[:, :k]
+    nonzero = s[s > 0]
+    return SpectralMatrix((U * s) @ V.T, s, float(nonzero.min()))
+
+
+@st.composite
+def matrices_with_spectrum(draw: st.DrawFn, shapes: st.SearchStrategy | None = None,
+                           lower: float | st.SearchStrategy = 1e-3, *,
+                           rank_deficient: bool = True, max_dim: int = 10) -> SpectralMatrix:
+    r"""Strategy: a :class:`SpectralMatrix` :math:`G = U\operatorname{diag}(s)V^\top`,
+    orthogonal :math:`U, V` from a drawn seed, singular values spread across
+    :math:`[\epsilon, 1]` (:math:`\epsilon` = ``lower``, a float or a strategy of floats):
+    both ends included, a cluster half the time, exact zeros (rank deficiency) unless
+    ``rank_deficient=False`` (see :func:`make_spectral_matrix`). ``shapes`` draws
+    ``(m, n)``; by default tall, wide and square shapes alike, sides in
+    ``[1, max_dim]`` (small ones included). Baggag & Saad §5.5 (Muon's inputs)."""
+    if shapes is None:
+        kind = draw(st.sampled_from(["tall", "wide", "square"]))
+        a = draw(st.integers(1, max_dim))
+        b = draw(st.integers(1, max_dim))
+        m, n = {"tall": (max(a, b), min(a, b)), "wide": (min(a, b), max(a, b)),
+                "square": (a, a)}[kind]
+    else:
+        m, n = draw(shapes)
+    eps = draw(lower) if isinstance(lower, st.SearchStrategy) else lower
+    return make_spectral_matrix(int(m), int(n), float(eps), draw(seeds),
+                                rank_deficient=rank_deficient)
 
 
 def token_sequences(vocab: int, min_len: int = 1, max_len: int = 8) -> st.SearchStrategy:

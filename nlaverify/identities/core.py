@@ -63,6 +63,8 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.kronecker",
     "nlaverify.identities.kfac",
     "nlaverify.identities.shampoo",
+    "nlaverify.identities.newton_schulz",
+    "nlaverify.identities.optimizers",
 )
 
 

@@ -1,0 +1,441 @@
+r"""Train the graph-lowered Transformer on next-character prediction (Baggag & Saad §2.4,
+§3.13.1, §5.5).
+
+The text is a plain-text passage of the seed paper shipped with the package
+(``nlaverify/data/baggag_saad.txt``, :func:`extract_passage` of the seed's prose: every
+sentence free of LaTeX, typographic quotes and dashes mapped to ASCII). Every character of
+it is a token: the vocabulary is the sorted set of its characters (76), and the model is the
+preset with its vocabulary *resized to fit* (:func:`char_config`:
+``preset(name).replace(vocab_size=len(vocab))``), so no character is mapped to an unknown
+id. The last ``val_fraction`` of the text is held out.
+
+A step draws ``batch`` windows of ``seq_len + 1`` characters at seeded random offsets of
+the training split, tokens :math:`x_{1..n}` and targets :math:`x_{2..n+1}`, and minimises
+the mean next-character cross-entropy
+
+.. math:: L(\theta) = -\frac{1}{Bn}\sum_{b=1}^{B}\sum_{i=1}^{n}
+          \log \operatorname{softmax}(z_{b,i}(\theta))_{x_{b,i+1}}
+
+with one ``jax.jit`` of the whole step: the graph's forward and its hand-derived VJPs
+(:func:`nlaverify.graph.core.evaluate` and :func:`~nlaverify.graph.core.backprop` on the
+JAX namespace, what :func:`nlaverify.graph.lower.lower` traces) followed by an update rule of
+:mod:`nlaverify.optim.rules`. The held-out loss is the mean over every non-overlapping
+window of the held-out split. Reference levels of a character model: the uniform
+:math:`\log V`, the unigram entropy :math:`H_1` and the bigram conditional entropy
+:math:`H_2` of the training split (:func:`entropies`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nlaverify.config import TransformerConfig, preset
+from nlaverify.errors import ArgumentError, UnknownNameError
+
+#: the shipped text, in ``nlaverify/data/``
+CORPUS_FILE = "baggag_saad.txt"
+#: the optimizers of ``nlaverify train``
+OPTIMIZERS = ("sgd", "adamw", "muon")
+#: default learning rates on the ``tiny`` preset (batch 16 x 16 characters, seed 0), from a
+#: small sweep, held-out loss after 300 steps (start 4.69, unigram entropy 3.09): sgd 0.3 ->
+#: 2.95, 1 -> 2.73, 3 diverges; adamw 3e-3 -> 2.85, 1e-2 -> 2.63, 3e-2 -> 2.57; muon (AdamW
+#: fallback 3e-2) 2e-2 -> 2.54, 5e-2 -> 2.59. ``docs/figures/training.svg``: 500 steps.
+DEFAULT_LR: dict[str, float] = {"sgd": 1.0, "adamw": 3e-2, "muon": 2e-2}
+
+_ASCII = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
+          "\u2014": "-", "\u2026": "..."}
+_LATEX = frozenset("\\_^{}|<>=*")
+
+
+def extract_passage(text: str) -> str:
+    r"""The prose of the seed paper as plain text: per paragraph (one line of the seed),
+    footnote markers (superscript digits and the footnote number) removed, typographic
+    quotes, dashes and ellipses mapped to ASCII, then only the sentences without LaTeX
+    (``\ _ ^ { } | < > = *``), URLs or other non-ASCII characters kept; paragraphs of at
+    least 80 characters, separated by blank lines. Applied to the seed
+    ``baggag-saad-nla-of-llms.txt`` it gives the shipped ``baggag_saad.txt`` (62 kB)."""
+    out = []
+    for line in text.split("\n"):
+        line = re.sub(r"[\u00b9\u00b2\u00b3\u2070-\u2079]+\s*\d*\s*", " ", line)
+        for k, v in _ASCII.items():
+            line = line.replace(k, v)
+        sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z(\[])", line.strip())
+        kept = [s for s in sentences if not set(s) & _LATEX and "http" not in s and s.isascii()]
+        para = re.sub(r"\s+", " ", " ".join(kept)).strip()
+        if len(para) >= 80:
+            out.append(para)
+    return "\n\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A character-level text: ``vocab[i]`` is the character of token id ``i``; ``train``
+    and ``val`` are the id arrays of the training and held-out splits."""
+
+    text: str
+    vocab: str
+    train: np.ndarray
+    val: np.ndarray
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: str) -> np.ndarray:
+        """The token ids of ``text`` (every character must be in :attr:`vocab`)."""
+        index = {c: i for i, c in enumerate(self.vocab)}
+        missing = sorted(set(text) - set(index))
+        if missing:
+            raise ArgumentError(f"encode: characters {missing[:5]!r} are not in the vocabulary")
+        return np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
+
+    def decode(self, ids: Any) -> str:
+        return "".join(self.vocab[int(i)] for i in np.asarray(ids).ravel())
+
+
+def load_corpus(text: str | None = None, val_fraction: float = 0.1) -> Corpus:
+    """The shipped passage (or ``text``) as a :class:`Corpus`; the last ``val_fraction``
+    of the characters is the held-out split."""
+    if not 0 < val_fraction < 1:
+        raise ArgumentError(f"load_corpus: val_fraction: expected a number in (0, 1), got "
+                            f"{val_fraction!r}")
+    if text is None:
+        text = (resources.files("nlaverify") / "data" / CORPUS_FILE).read_text(encoding="utf-8")
+    vocab = "".join(sorted(set(text)))
+    ids = np.fromiter((vocab.index(c) for c in text), dtype=np.int64, count=len(text))
+    cut = len(ids) - math.ceil(val_fraction * len(ids))
+    return Corpus(text, vocab, ids[:cut], ids[cut:])
+
+
+def entropies(ids: np.ndarray, vocab_size: int) -> tuple[float, float]:
+    r"""The unigram entropy :math:`H_1 = -\sum_c p_c \log p_c` and the bigram conditional
+    entropy :math:`H_2 = -\sum_{a,c} p_{ac}\log p_{c\mid a}` of ``ids``, in nats: the
+    cross-entropy of the best context-free and of the best one-character-context predictor
+    fitted to these very ids (a model reaching :math:`H_1` has learned the frequencies)."""
+    ids = np.asarray(ids)
+    p = np.bincount(ids, minlength=vocab_size) / len(ids)
+    h1 = float(-np.sum(p[p > 0] * np.log(p[p > 0])))
+    joint = np.zeros((vocab_size, vocab_size))
+    np.add.at(joint, (ids[:-1], ids[1:]), 1.0)
+    joint /= joint.sum()
+    cond = joint / np.maximum(joint.sum(axis=1, keepdims=True), 1e-300)
+    nz = joint > 0
+    return h1, float(-np.sum(joint[nz] * np.log(cond[nz])))
+
+
+def char_config(name: str, vocab_size: int) -> TransformerConfig:
+    """Preset ``name`` with ``vocab_size`` set to the character vocabulary."""
+    return preset(name).replace(vocab_size=vocab_size, name=f"{name}-chars")
+
+
+def window_starts(n_ids: int, steps: int, batch: int, seq_len: int, seed: int) -> np.ndarray:
+    """Seeded window offsets ``(steps, batch)``, uniform on ``[0, n_ids - seq_len - 1]``
+    (each window holds ``seq_len + 1`` ids: the tokens and, shifted by one, the targets)."""
+    if n_ids < seq_len + 1:
+        raise ArgumentError(f"window_starts: a split of {n_ids} characters is shorter than a "
+                            f"window of seq_len + 1 = {seq_len + 1}")
+    rng = np.random.default_rng([seed, 0x7E47])  # a stream apart from the parameters' seed
+    return rng.integers(0, n_ids - seq_len, size=(steps, batch), dtype=np.int64)
+
+
+def windows(ids: np.ndarray, starts: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
+    """``tokens`` ``ids[s : s + n]`` and ``targets`` ``ids[s + 1 : s + n + 1]`` for each
+    start ``s`` (shape ``starts.shape + (n,)``)."""
+    idx = np.asarray(starts)[..., None] + np.arange(seq_len)
+    return {"tokens": ids[idx], "targets": ids[idx + 1]}
+
+
+def heldout_windows(ids: np.ndarray, seq_len: int) -> dict[str, np.ndarray]:
+    """Every non-overlapping window of ``ids`` (the held-out batch)."""
+    count = (len(ids) - 1) // seq_len
+    if count < 1:
+        raise ArgumentError(f"heldout_windows: a split of {len(ids)} characters holds no "
+                            f"window of seq_len + 1 = {seq_len + 1}")
+    return windows(ids, np.arange(count) * seq_len, seq_len)
+
+
+def make_rule(optimizer: str, lr: float | None = None) -> Any:
+    r"""The update rule ``optimizer`` of :mod:`nlaverify.optim.rules` at learning rate ``lr``
+    (default :data:`DEFAULT_LR`), every other hyperparameter at the rule's default (AdamW:
+    :math:`\beta = (0.9, 0.999)`, :math:`\epsilon = 10^{-8}`, weight decay :math:`10^{-4}`;
+    Muon: momentum 0.95, Nesterov, five Newton–Schulz steps with Muon's coefficients, optax's
+    shape scale). Muon orthogonalises the hidden matrices only; the embedding, positions and
+    unembedding (and every vector) go to its AdamW fallback at AdamW's default rate, as in
+    Jordan et al.'s recipe."""
+    from nlaverify.optim import rules
+
+    if optimizer not in OPTIMIZERS:
+        raise UnknownNameError(f"train: unknown optimizer {optimizer!r}: expected one of "
+                               f"{', '.join(OPTIMIZERS)}")
+    eta = DEFAULT_LR[optimizer] if lr is None else lr
+    if isinstance(eta, bool) or not isinstance(eta, int | float) or not (
+            math.isfinite(eta) and eta > 0):
+        raise ArgumentError(f"train: lr: expected a finite positive number, got {eta!r}")
+    if optimizer == "sgd":
+        return rules.sgd(eta)
+    if optimizer == "adamw":
+        return rules.adamw(eta)
+    return rules.muon(eta, adam=rules.adamw(DEFAULT_LR["adamw"]), is_matrix=_hidden_matrix)
+
+
+def _hidden_matrix(name: str, shape: tuple[int, ...]) -> bool:
+    return len(shape) == 2 and not name.startswith(("embed.", "pos.", "unembed."))
+
+
+@dataclass
+class TrainResult:
+    """One training run: the batch loss before each step (``losses[t]``, at the parameters
+    after ``t`` updates), the held-out loss at ``val_steps``, the final parameters and the
+    timings (``compile_s``: the first step, compilation included; ``train_s``: the other
+    steps, held-out evaluations excluded; ``val_times``: the wall-clock time of each held-out
+    loss since the start, everything included)."""
+
+    optimizer: str
+    lr: float
+    config: TransformerConfig
+    steps: int
+    batch: int
+    seq_len: int
+    seed: int
+    losses: np.ndarray
+    val_steps: np.ndarray
+    val_losses: np.ndarray
+    params: dict[str, np.ndarray] = field(repr=False)
+    compile_s: float = 0.0
+    train_s: float = 0.0
+    val_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def ms_per_step(self) -> float:
+        return 1e3 * self.train_s / max(1, self.steps - 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "lr": self.lr, "config": self.config.as_dict(),
+                "steps": self.steps, "batch": self.batch, "seq_len": self.seq_len,
+                "seed": self.seed, "losses": self.losses.tolist(),
+                "val_steps": self.val_steps.tolist(), "val_losses": self.val_losses.tolist(),
+                "compile_s": self.compile_s, "train_s": self.train_s,
+                "ms_per_step": self.ms_per_step}
+
+
+@functools.lru_cache(maxsize=8)
+def _graph(config: TransformerConfig) -> Any:
+    from nlaverify.graph.build import build_transformer
+
+    return build_transformer(config)
+
+
+@functools.lru_cache(maxsize=8)
+def _heldout_function(config: TransformerConfig) -> Any:
+    """The jitted loss of the graph (forward only), one per config."""
+    import jax
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.core import evaluate
+
+    graph, xp = _graph(config), get_namespace("jax")
+
+    def heldout_loss(params: dict[str, Any], data: dict[str, Any]) -> Any:
+        return evaluate(graph, xp, {**data, **params}, outputs=["loss"])["loss"]
+
+    return jax.jit(heldout_loss)
+
+
+@functools.lru_cache(maxsize=8)
+def _step_function(config: TransformerConfig, optimizer: str, lr: float) -> Any:
+    """The jitted training step ``(params, state, data) -> (params, state, loss)`` and the
+    rule, one per (config, optimizer, lr): a second run reuses the compilation."""
+    import jax
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.core import backprop, evaluate
+    from nlaverify.optim.rules import apply_updates
+
+    graph, xp, rule = _graph(config), get_namespace("jax"), make_rule(optimizer, lr)
+
+    def step(params: dict[str, Any], state: Any, data: dict[str, Any]) -> Any:
+        values = evaluate(graph, xp, {**data, **params})
+        cot = backprop(graph, xp, values, "loss")  # the ops' hand-derived VJPs
+        grads = {p: cot[p] if p in cot else xp.zeros_like(v) for p, v in params.items()}
+        updates, state = rule.update(xp, grads, state, params)
+        return apply_updates(xp, params, updates), state, values["loss"]
+
+    return jax.jit(step), rule
+
+
+def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
+          seq_len: int | None = None, batch: int = 16, lr: float | None = None, seed: int = 0,
+          eval_every: int | None = None, corpus: Corpus | None = None,
+          progress: bool = False) -> TrainResult:
+    r"""Train ``config`` (a config, or a preset name resized by :func:`char_config`) with
+    ``optimizer`` for ``steps`` steps of ``batch`` random windows of ``seq_len`` characters
+    (default: the context) of ``corpus`` (default: :func:`load_corpus`).
+
+    Parameters start at :func:`nlaverify.graph.run.init_params` (``seed``); windows come from
+    :func:`window_starts` (``seed``). The held-out loss is taken every ``eval_every`` steps
+    (default ``steps // 20``, at least 1) and after the last. ``progress``: a tqdm bar on
+    stderr.
+
+    Raises:
+        UnknownNameError: an unknown optimizer or preset.
+        ArgumentError: ``steps`` or ``batch`` < 1, ``seq_len`` outside ``[1, context]``, a
+            non-positive ``lr``, a config whose vocabulary is smaller than the corpus's.
+    """
+    import jax
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.core import check_token_values
+    from nlaverify.graph.run import check_run_size, init_params
+
+    corpus = load_corpus() if corpus is None else corpus
+    if isinstance(config, str):
+        config = char_config(config, corpus.vocab_size)
+    for name, v in (("steps", steps), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ArgumentError(f"train: {name}: expected a positive integer, got {v!r}")
+    if config.vocab_size < corpus.vocab_size:
+        raise ArgumentError(f"train: config {config.name!r} has vocab_size={config.vocab_size}, "
+                            f"expected at least the {corpus.vocab_size} characters of the text "
+                            "(use char_config or config.replace(vocab_size=...))")
+    seq_len = config.context if seq_len is None else seq_len
+    check_run_size(config, seq_len, batch)
+    make_rule(optimizer, lr)  # checks the name and the rate before any compilation
+    lr = float(DEFAULT_LR[optimizer] if lr is None else lr)
+    eval_every = max(1, steps // 20) if eval_every is None else eval_every
+    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 1:
+        raise ArgumentError(f"train: eval_every: expected a positive integer, got {eval_every!r}")
+
+    graph, val_loss = _graph(config), _heldout_function(config)
+    step, rule = _step_function(config, optimizer, lr)
+    xp = get_namespace("jax")
+    params = {k: xp.asarray(v) for k, v in init_params(graph, seed).items()}
+    state = rule.init(xp, params)
+    starts = window_starts(len(corpus.train), steps, batch, seq_len, seed)
+    held = {k: xp.asarray(v) for k, v in heldout_windows(corpus.val, seq_len).items()}
+    check_token_values(graph, held)  # ids are values, invisible to the trace
+    check_token_values(graph, windows(corpus.train, starts[:1], seq_len))
+
+    losses: list[Any] = []
+    val_steps, val_losses, val_times = [], [], []
+    compile_s, eval_s, t0 = 0.0, 0.0, time.perf_counter()
+
+    def evaluate_heldout(t: int) -> None:
+        nonlocal eval_s
+        start = time.perf_counter()
+        val_steps.append(t)
+        val_losses.append(float(val_loss(params, held)))
+        val_times.append(compile_s + time.perf_counter() - t0)
+        eval_s += time.perf_counter() - start if t else 0.0
+
+    evaluate_heldout(0)
+    from tqdm import tqdm
+
+    bar = tqdm(range(steps), desc=f"{optimizer:>5}", file=sys.stderr, disable=not progress,
+               leave=True, dynamic_ncols=True)
+    for t in bar:
+        data = {k: xp.asarray(v) for k, v in windows(corpus.train, starts[t], seq_len).items()}
+        params, state, loss = step(params, state, data)
+        losses.append(loss)
+        if t == 0:  # the first call compiles; time it apart
+            jax.block_until_ready(params)
+            compile_s, t0 = time.perf_counter() - t0, time.perf_counter()
+        if (t + 1) % eval_every == 0 or t + 1 == steps:
+            evaluate_heldout(t + 1)
+            bar.set_postfix(loss=f"{float(loss):.3f}", val=f"{val_losses[-1]:.3f}")
+    bar.close()
+    jax.block_until_ready(params)
+    train_s = time.perf_counter() - t0 - eval_s
+    return TrainResult(optimizer, lr, config,
+                       steps, batch, seq_len, seed, np.asarray([float(v) for v in losses]),
+                       np.asarray(val_steps), np.asarray(val_losses),
+                       {k: np.asarray(v) for k, v in params.items()}, compile_s, train_s,
+                       np.asarray(val_times))
+
+
+
+def _smooth(y: np.ndarray, width: int) -> np.ndarray:
+    """The trailing mean over ``width`` steps (shorter at the start)."""
+    c = np.concatenate([[0.0], np.cumsum(y)])
+    i = np.arange(1, len(y) + 1)
+    lo = np.maximum(0, i - width)
+    return (c[i] - c[lo]) / (i - lo)
+
+
+def draw_training(results: list[TrainResult], path: str | Path,
+                  corpus: Corpus | None = None) -> None:
+    r"""The loss curves of ``results`` as one figure: per optimizer, the batch loss (faint),
+    its trailing mean and the held-out loss (markers) against the step, with the levels
+    :math:`\log V`, :math:`H_1` and :math:`H_2` of :func:`entropies` as horizontal lines.
+    Timings are left out, so the figure depends on the losses only: matplotlib's Agg
+    backend, an SVG byte-reproducible (fixed ``svg.hashsalt``, text kept as text, no date),
+    written atomically."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from nlaverify.symbolic.document import write_atomically
+
+    if not results:
+        raise ArgumentError("draw_training: expected at least one TrainResult, got none")
+    corpus = load_corpus() if corpus is None else corpus
+    h1, h2 = entropies(corpus.train, corpus.vocab_size)
+    plt.rcParams.update({"svg.hashsalt": "nlaverify", "svg.fonttype": "none",
+                         "font.size": 9})
+    fig, ax = plt.subplots(figsize=(9.0, 5.0))
+    colours = {"sgd": "tab:blue", "adamw": "tab:orange", "muon": "tab:green"}
+    for r in results:
+        c = colours.get(r.optimizer, "k")
+        width = max(1, r.steps // 30)
+        ax.plot(np.arange(r.steps), r.losses, color=c, lw=0.5, alpha=0.25)
+        ax.plot(np.arange(r.steps), _smooth(r.losses, width), color=c, lw=1.2,
+                label=f"{r.optimizer} ($\\eta = {r.lr:g}$): batch loss, trailing mean of {width}")
+        ax.plot(r.val_steps, r.val_losses, color=c, ls="--", lw=0.9, marker="o", ms=3,
+                label=f"{r.optimizer}: held-out loss (final {r.val_losses[-1]:.3f})")
+    for level, ls, name, below in (
+            (math.log(corpus.vocab_size), ":", "uniform $\\log V$", False),
+            (h1, "-.", "unigram entropy $H_1$ of the training text", False),
+            (h2, (0, (1, 3)), "bigram conditional entropy $H_2$ of the training text", True)):
+        ax.axhline(level, color="0.4", lw=0.8, ls=ls)
+        ax.annotate(f"{name} = {level:.2f}", (0.995, level), xytext=(0, -2 if below else 2),
+                    xycoords=("axes fraction", "data"), textcoords="offset points",
+                    color="0.3", fontsize=7, ha="right", va="top" if below else "bottom")
+    low = min(h2, *(float(r.losses.min()) for r in results))
+    ax.set_ylim(low - 0.2, max(float(r.losses[0]) for r in results) + 0.1)
+    ax.grid(True, alpha=0.3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats per character)")
+    ax.legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.0, 0.76))  # under log V
+    r0, cfg = results[0], results[0].config
+    ax.set_title(f"Next-character prediction on the Baggag & Saad passage "
+                 f"({len(corpus.text) / 1000:.0f} kB, V = {corpus.vocab_size}, "
+                 f"{len(corpus.val)} held out)\n{cfg.name}: d = {cfg.d_model}, "
+                 f"{cfg.n_blocks} blocks, batch {r0.batch} x {r0.seq_len} characters, "
+                 f"float64, seed {r0.seed}", fontsize=10)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    target = Path(path)
+    write_atomically(target.parent, {target.name: buf.getvalue()})
+
+
+def format_result(r: TrainResult) -> str:
+    """One line: the optimizer, its rate, the first and last losses, the timings."""
+    tail = r.losses[-max(1, r.steps // 20):].mean()
+    return (f"{r.optimizer:<6} lr {r.lr:<8g} batch loss {r.losses[0]:.3f} -> {tail:.3f} "
+            f"(mean of the last {max(1, r.steps // 20)})  held-out {r.val_losses[0]:.3f} -> "
+            f"{r.val_losses[-1]:.3f}  ({r.steps} steps, compile {r.compile_s:.1f} s, "
+            f"{r.ms_per_step:.2f} ms/step)")
