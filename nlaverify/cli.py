@@ -1,4 +1,5 @@
-"""Command line: ``nlaverify derive | list | verify | params | curvature | train``."""
+"""Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
+train``."""
 
 from __future__ import annotations
 
@@ -122,6 +123,51 @@ def _cmd_curvature(args: argparse.Namespace) -> int:
         jsonout.dump(rep.as_dict())
     else:
         print(format_report(rep))
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite float in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
+def _cmd_newton_schulz(args: argparse.Namespace) -> int:
+    from fractions import Fraction
+
+    from nlaverify.optim.certify import absorbing_interval, fixed_points
+    from nlaverify.optim.designer import compare, format_comparison
+    from nlaverify.optim.newton_schulz import COEFFICIENT_SETS, odd_polynomial
+
+    rows = compare(args.steps, args.lower, args.degree)
+    dynamics = {}
+    for name, coeffs in COEFFICIENT_SETS.items():
+        absorbing = absorbing_interval(coeffs, lower=Fraction(args.lower))
+        dynamics[name] = {
+            "p(1)": float(odd_polynomial(coeffs, Fraction(1))),
+            "fixed_points": [{"x": f.value.mid, "x_enclosure": [f.value.lo, f.value.hi],
+                              "derivative": f.derivative.mid, "stable": f.stable}
+                             for f in fixed_points(coeffs)],
+            "absorbing": [absorbing.lo, absorbing.hi, absorbing.entered_after]}
+    if args.json:
+        jsonout.dump({"steps": args.steps, "lower": args.lower, "degree": args.degree,
+                      "comparison": rows, "dynamics": dynamics})
+        return 0
+    print(f"certified range of every singular value after {args.steps} steps from "
+          f"[{args.lower:g}, 1] (exact root isolation + arb balls, rounded outward):")
+    print(format_comparison(rows))
+    for name, d in dynamics.items():
+        word = {True: "attracting", False: "repelling", None: "undecided"}
+        fps = ", ".join(f"{f['x']:.6g} ({word[f['stable']]}, "
+                        f"p'={f['derivative']:.4g})" for f in d["fixed_points"])
+        lo, hi, n = d["absorbing"]
+        print(f"{name:<8} p(1) = {d['p(1)']:.6g}; fixed points {fps}; "
+              f"absorbing [{lo:.6g}, {hi:.6g}] entered after {n} steps")
     return 0
 
 
@@ -252,6 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--top", type=_bounded_int(1, 50), default=3, help="eigenvalues per matrix")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_curvature)
+
+    ns = sub.add_parser("newton-schulz", help="certified singular-value ranges of Muon's, the "
+                                              "cubic, the quintic and a designed schedule")
+    ns.add_argument("--steps", type=_bounded_int(1, 20), default=5)
+    ns.add_argument("--lower", type=_positive_float, default=1e-3,
+                    help="the smallest singular value ε of the normalised input (default 1e-3)")
+    ns.add_argument("--degree", type=_bounded_int(3, 9), default=5,
+                    help="odd degree of the designed polynomials")
+    ns.add_argument("--json", action="store_true")
+    ns.set_defaults(func=_cmd_newton_schulz)
 
     t = sub.add_parser("train", help="train the graph-lowered Transformer on next-character "
                                      "prediction over the shipped seed-paper passage")
