@@ -9,12 +9,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from nlaverify.errors import UnknownNameError
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
 MLPS = ("relu", "gelu", "swiglu")
+#: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
+ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
+#: attentions with random features (the draws are part of the config, see feature_draws)
+RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
+#: attentions that are bidirectional only (no causal form)
+BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
 
 
 class ConfigError(ValueError):
@@ -30,6 +38,20 @@ class TransformerConfig:
     ``mlp="gelu"`` uses the tanh form of GELU (GPT-2/3). ``n_experts > 0`` replaces
     each MLP by ``n_experts`` routed experts with a softmax top-``top_k`` router.
     ``temperature`` divides the logits before the output softmax and the loss.
+
+    ``attention`` chooses the attention node of every block (Baggag & Saad §3.4, §4.3,
+    §4.4): ``"softmax"`` (exact), ``"favor"`` (trigonometric random features, the seed's
+    FAVOR), ``"favor+"`` (positive random features, Performer), ``"elu1"`` (linear
+    attention with :math:`\phi = \operatorname{elu} + 1`), ``"efficient"`` (Shen et
+    al.) or ``"linformer"`` (trained projections :math:`E, F \in \mathbb R^{k \times
+    n_{ctx}}`, ``k = linformer_k``, so every sequence has exactly ``context`` tokens).
+    FAVOR and FAVOR+ draw ``random_features`` rows :math:`w_i` per head, orthogonal
+    blocks when ``orthogonal_features``, from ``feature_seed`` (:meth:`feature_draws`:
+    a pure function of the seed, the draw index, the block and the head). The graph takes
+    the draws as fixed inputs (draw 0 unless the data give others); redrawing during
+    training is the trainer's schedule: every :math:`s` steps it passes draw
+    :math:`\lfloor t/s \rfloor` (:func:`nlaverify.graph.build.feature_inputs`), so a run
+    stays a pure function of the config, the schedule and the step.
     """
 
     vocab_size: int
@@ -54,6 +76,11 @@ class TransformerConfig:
     temperature: float = 1.0
     norm_eps: float = 1e-5
     rope_base: int = 10000
+    attention: str = "softmax"
+    random_features: int = 64
+    feature_seed: int = 0
+    orthogonal_features: bool = True
+    linformer_k: int = 8
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -63,7 +90,8 @@ class TransformerConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"TransformerConfig.{f}: expected a positive integer, got {v!r}")
         for f, allowed in (("norm", NORMS), ("placement", PLACEMENTS),
-                           ("positions", POSITIONS), ("mlp", MLPS)):
+                           ("positions", POSITIONS), ("mlp", MLPS),
+                           ("attention", ATTENTIONS)):
             if getattr(self, f) not in allowed:
                 raise ConfigError(f"TransformerConfig.{f}: expected one of {', '.join(allowed)},"
                                   f" got {getattr(self, f)!r}")
@@ -97,12 +125,26 @@ class TransformerConfig:
                               f"{self.temperature}")
         if not self.norm_eps > 0:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""
+        for f, low in (("random_features", 1), ("linformer_k", 1), ("feature_seed", 0)):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"TransformerConfig.{f}: expected an integer >= {low}, got "
+                                  f"{v!r}")
+        if self.causal and self.attention in BIDIRECTIONAL_ATTENTIONS:
+            raise ConfigError(f"TransformerConfig.causal: attention={self.attention!r} has no "
+                              "causal form (it mixes every position into every output); "
+                              "expected causal=False")
 
     def _check_types(self) -> None:
         """Booleans are booleans, integers integers (not bools), reals finite numbers."""
         import math
 
-        for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal"):
+        for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
+                  "orthogonal_features"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")
@@ -125,6 +167,42 @@ class TransformerConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def feature_draws(self, layer: int, draw: int = 0, *,
+                      fix_signs: bool = True) -> dict[str, np.ndarray]:
+        r"""The random features of block ``layer``, redraw number ``draw``: ``{"W": (H, m,
+        d_h)}`` and, for FAVOR, ``{"b": (H, m)}`` (float64; empty for attentions without
+        random features). Head :math:`h` draws from
+        ``SeedSequence([feature_seed, draw, layer, h])`` (a trainer redrawing every :math:`s`
+        steps passes ``draw`` :math:`= \lfloor t/s \rfloor` at step :math:`t`): rows
+        :math:`w_i` marginally :math:`N(0, I)`, orthogonal in blocks of :math:`d_h` when
+        ``orthogonal_features`` (:func:`nlaverify.attention.features.draw_orthogonal`;
+        ``fix_signs=False`` plants the unfixed-QR bias), phases :math:`b_i \sim U(0, 2\pi)`
+        from a second stream. Choromanski et al. 2021 §3; Baggag & Saad §4.4.
+        """
+        from nlaverify.attention.features import draw_gaussian, draw_orthogonal, draw_phases
+
+        if self.attention not in RANDOM_FEATURE_ATTENTIONS:
+            return {}
+        for arg, v, hi in (("layer", layer, self.n_blocks), ("draw", draw, None)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (
+                    hi is not None and v >= hi):
+                want = f"in [0, n_blocks={hi})" if hi is not None else ">= 0"
+                raise ConfigError(f"feature_draws: argument {arg!r}: expected an integer "
+                                  f"{want}, got {v!r}")
+        m, dh = self.random_features, self.d_head
+        assert dh is not None
+        Ws, bs = [], []
+        for h in range(self.n_heads):
+            seed, phase_seed = (int(s) for s in np.random.SeedSequence(
+                [self.feature_seed, draw, layer, h]).generate_state(2))
+            Ws.append(draw_orthogonal(seed, m, dh, fix_signs=fix_signs)
+                      if self.orthogonal_features else draw_gaussian(seed, m, dh))
+            bs.append(draw_phases(phase_seed, m))
+        out = {"W": np.stack(Ws)}
+        if self.attention == "favor":
+            out["b"] = np.stack(bs)
+        return out
 
     def replace(self, **changes: Any) -> TransformerConfig:
         """A copy with ``changes`` (validated again)."""
@@ -191,6 +269,15 @@ _LLAMA_REL = "released Llama 3 params.json"
 _UNUSED = "not used by this architecture (library default)"
 _COUNT3 = "the counting convention of Baggag & Saad Table 3"
 _COUNT4 = "the counting convention of Baggag & Saad Table 4"
+_VASWANI = "Vaswani et al. 2017 §3.2.1 (scaled dot-product attention)"
+#: every published preset uses exact softmax attention; the other options keep defaults
+_SOFTMAX = {
+    "attention": Figure("softmax", _VASWANI),
+    "random_features": Figure(64, _UNUSED),
+    "feature_seed": Figure(0, _UNUSED),
+    "orthogonal_features": Figure(True, _UNUSED),
+    "linformer_k": Figure(8, _UNUSED),
+}
 
 #: the presets that stand for no published model (test and benchmark sizes)
 UNPUBLISHED = frozenset({"tiny", "mid"})
@@ -225,6 +312,7 @@ PUBLISHED: dict[str, dict[str, Figure]] = {
         "temperature": Figure(1.0, "training objective (no temperature)"),
         "norm_eps": Figure(1e-5, f"{_GPT2_HF} (layer_norm_epsilon)"),
         "rope_base": Figure(10000, _UNUSED),
+        **_SOFTMAX,
     },
     "gpt3-175b": {
         "vocab_size": Figure(50257, f"{_BS} Table 2; {_BROWN} §2.1 (GPT-2's tokenizer)"),
@@ -250,6 +338,7 @@ PUBLISHED: dict[str, dict[str, Figure]] = {
         "temperature": Figure(1.0, "training objective (no temperature)"),
         "norm_eps": Figure(1e-5, "GPT-2's layer_norm_epsilon (not restated for GPT-3)"),
         "rope_base": Figure(10000, _UNUSED),
+        **_SOFTMAX,
     },
     "llama3-405b": {
         "vocab_size": Figure(128256, f"{_BS} Table 2 (128,256); {_LLAMA} §3.2 and Table 3 "
@@ -278,6 +367,7 @@ PUBLISHED: dict[str, dict[str, Figure]] = {
         "norm_eps": Figure(1e-5, f"{_LLAMA_REL} (norm_eps)"),
         "rope_base": Figure(500000, f"{_LLAMA} §3.2 and Table 3 (RoPE base frequency "
                                     "theta = 500,000)"),
+        **_SOFTMAX,
     },
 }
 PUBLISHED["llama3-405b-seed-table"] = {

@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: six named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: eight named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -19,7 +19,8 @@ large. The zoo is that set of configurations:
   it is off by 5-20 %), RoPE base 7 (frequencies :math:`7^{-2i/d_h}` against
   :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
   embeddings, no final norm, bidirectional attention, biases on and off,
-  :math:`d_h \ne d/h`;
+  :math:`d_h \ne d/h`; FAVOR+ and Linformer attention (Baggag & Saad §4.4; the other
+  attention variants are verified node by node in ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
   differing in that field only (:data:`EFFECT_PAIRS`) must give graph losses (and logits)
@@ -93,6 +94,13 @@ ZOO: tuple[TransformerConfig, ...] = (
     _member("post-rmsnorm-bidirectional", placement="post", norm="rmsnorm", norm_eps=0.25,
             d_model=12, n_heads=3, d_mlp=10, positions="none", causal=False,
             temperature=3.0, mlp="relu", attn_bias=True, mlp_bias=True, context=5),
+    # FAVOR+ (positive random features, causal prefix sums) with 8 i.i.d. Gaussian
+    # features per head from seed 1 (Baggag & Saad §4.4)
+    _member("favor-plus-iid", attention="favor+", random_features=8, feature_seed=1,
+            orthogonal_features=False),
+    # Linformer: keys and values projected to k = 3 rows by trained E, F (3 x context);
+    # bidirectional, every sequence exactly context = 6 tokens long
+    _member("linformer-k3", attention="linformer", linformer_k=3, causal=False, context=6),
 )
 
 #: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
@@ -122,6 +130,11 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "temperature": (("moe-gelu-top1-tied", 1.0),),
     "norm_eps": (("post-layernorm", 1e-5),),
     "rope_base": (("gqa-rope-swiglu", 10000),),
+    "attention": (("favor-plus-iid", "softmax"), ("linformer-k3", "efficient")),
+    "random_features": (("favor-plus-iid", 16),),
+    "feature_seed": (("favor-plus-iid", 0),),
+    "orthogonal_features": (("favor-plus-iid", True),),
+    "linformer_k": (("linformer-k3", 4),),
 }
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four
@@ -307,7 +320,7 @@ def _run_both(cfg: TransformerConfig, params: dict[str, np.ndarray],
     import jax.numpy as jnp
 
     from nlaverify.backends import get_namespace, to_float64
-    from nlaverify.graph.build import build_transformer
+    from nlaverify.graph.build import build_transformer, graph_constants
     from nlaverify.graph.compare import accumulation_length
     from nlaverify.graph.core import evaluate
     from nlaverify.graph.run import graph_inputs
@@ -317,6 +330,7 @@ def _run_both(cfg: TransformerConfig, params: dict[str, np.ndarray],
     graph = build_transformer(cfg)
     xp = get_namespace("numpy")
     out = "logits_tempered" if "logits_tempered" in graph else "logits"
+    data = {**graph_constants(graph), **data}  # the random features, fixed inputs
     vals = evaluate(graph, xp, graph_inputs(graph, xp, params, data, "float64"),
                     outputs=["loss", out])
     jp = {k: jnp.asarray(v) for k, v in params.items()}

@@ -176,3 +176,43 @@ def test_bad_arguments(kwargs, match):
     args = {"coeffs": MUON, "steps": 2, "lower": LOWER, **kwargs}
     with pytest.raises(ArgumentError, match=match):
         certify.certified_interval(**args)
+
+
+def test_diverging_iteration_returns_infinity_fast():
+    """(3x + x^3) from [0.5, 1] grows by a power of 3 per step; its exact rationals would
+    reach billions of bits: the enclosure beyond 2**1100 is reported as (-inf, inf)."""
+    import time
+
+    start = time.perf_counter()
+    res = certify.certified_interval((3, 1), 15, 0.5)
+    assert time.perf_counter() - start < 2.0
+    assert (res.lo, res.hi, res.error) == (-np.inf, np.inf, np.inf)
+    assert len(certify.certified_trajectory((3, 1), 15, 0.5)) < 16
+    with pytest.raises(ArgumentError, match="diverges"):
+        certify.absorbing_interval((3, 1), 0.5)
+    finite = certify.certified_interval((3, 1), 3, 0.5)  # not yet diverged: finite, exact
+    assert finite.lo == float(certify.iterate_map((3, 1), 3, [0.5])[0])
+
+
+def test_degree7_range_set_by_an_interior_critical_point():
+    """p(x) = x(1 - x^2)^3 = x - 3x^3 + 3x^5 - x^7 vanishes at both ends of [0, 1]: its
+    maximum (6/7)^3/sqrt 7 is at the interior critical point 1/sqrt 7 (SymPy)."""
+    x = sympy.symbols("x")
+    p = x * (1 - x**2) ** 3
+    coeffs = tuple(Fraction(int(c)) for c in sympy.Poly(p, x).all_coeffs()[::-1][1::2])
+    assert sympy.expand(sum(a * x ** (2 * j + 1) for j, a in enumerate(coeffs)) - p) == 0
+    (crit,) = [r for r in sympy.solve(sympy.diff(p, x), x) if r.is_positive and r < 1]
+    top = float(p.subs(x, crit))
+    res = certify.certified_interval(coeffs, 1, 0, 1)
+    assert res.lo == 0.0 and np.nextafter(top, -np.inf) <= res.hi <= np.nextafter(top, np.inf)
+
+
+def test_increasing_map_range_set_by_the_upper_endpoint():
+    """The cubic (3x - x^3)/2 increases on [0.1, 0.5] (critical point 1): the range is
+    [p(0.1), p(0.5)], both ends exact rationals, the upper one set by the upper endpoint."""
+    lo, hi = Fraction(1, 10), Fraction(1, 2)
+    res = certify.certified_interval(CUBIC, 1, lo, hi)
+    want = [float(sum(a * v ** (2 * j + 1) for j, a in enumerate(CUBIC))) for v in (lo, hi)]
+    assert [res.lo, res.hi] == pytest.approx(want, rel=tolerance("float64").rtol)
+    two = certify.certified_interval([CUBIC, (Fraction(2),)], 2, lo, hi)  # then 2x
+    assert two.hi == pytest.approx(2 * want[1], rel=tolerance("float64").rtol)

@@ -222,3 +222,33 @@ def test_figures_are_reproducible(tmp_path):
     assert a.read_bytes() == b.read_bytes() and a.read_bytes().startswith(b"<?xml")
     s = draw_spectra(tmp_path / "s.svg", steps=2, shape=(48, 24))
     assert b"<svg" in s.read_bytes() and not list(tmp_path.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize(("steps", "lower", "degree"), [
+    (6, 0.1, 5), (7, 0.1, 5), (9, 1e-3, 5), (10, 1e-3, 5), (14, 1e-3, 3)])
+def test_long_designs_fall_back_to_newton_schulz(steps, lower, degree):
+    """Once E_j < STOP_ERROR (below the float64 rounding of the coefficients) the remaining
+    steps are the Newton–Schulz polynomial of the same degree; the certificate is that of
+    the schedule that runs (these designs crashed in the Remez solve at 40 digits)."""
+    from nlaverify.optim.newton_schulz import newton_schulz_family
+
+    d = design(steps, lower, degree)
+    assert 1 <= d.designed < steps and len(d.schedule) == steps
+    assert d.step_errors[d.designed - 1] < designer.STOP_ERROR <= d.step_errors[d.designed - 2]
+    assert d.schedule[d.designed:] == [newton_schulz_family((degree - 1) // 2)] * (
+        steps - d.designed)
+    # below float64's resolution near 1, certified on the actual schedule
+    assert d.error == certified_interval(d.schedule, steps, Fraction(lower), 1).error
+    assert d.error <= tolerance("float64").rtol and len(d.step_errors) == steps
+    shorter = design(d.designed, lower, degree)  # the designed prefix is the greedy optimum
+    assert shorter.schedule == d.schedule[:d.designed] and shorter.designed == d.designed
+
+
+def test_minimax_on_a_narrow_interval_needs_more_digits():
+    """[1 - 1e-13, 1 + 1e-13] at degree 7: the working precision grows with the digits the
+    ends share, and the result still equioscillates."""
+    lo, hi = 1 - Fraction(1, 10**13), 1 + Fraction(1, 10**13)
+    assert designer.working_digits(DIGITS, 3, lo, hi) >= DIGITS + 5 * 13
+    mm = minimax_odd(7, lo, hi)
+    ok, why = _check_equioscillation(mm, 7, lo, hi)
+    assert ok, why

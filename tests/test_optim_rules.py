@@ -61,6 +61,17 @@ CASES = [
     Case("muon_rms", lambda: R.muon(LR, scaling=0.2),
          lambda: optax.contrib.muon(LR, consistent_rms=0.2), stages=7),
 ]
+#: a learning-rate schedule (optax's own: the oracle of which count each rule feeds it)
+SCHEDULE = optax.linear_schedule(LR, LR / 10, STEPS - 1)
+SCHEDULED = [
+    Case("sgd_schedule", lambda: R.sgd(SCHEDULE), lambda: optax.sgd(SCHEDULE)),
+    Case("adam_schedule", lambda: R.adam(SCHEDULE), lambda: optax.adam(SCHEDULE)),
+    Case("adamw_schedule", lambda: R.adamw(SCHEDULE, weight_decay=0.1),
+         lambda: optax.adamw(SCHEDULE, weight_decay=0.1)),
+    Case("muon_schedule", lambda: R.muon(SCHEDULE), lambda: optax.contrib.muon(SCHEDULE),
+         stages=7),
+]
+CASES += SCHEDULED
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -146,6 +157,93 @@ def test_planted_mutant_is_caught(monkeypatch, target, attr, bad, cases) -> None
                                                   BY_NAME["muon"].theirs, 7))
     for name in cases:
         assert _cross_check(BY_NAME[name], SHAPES) > 1.0, name
+
+
+def test_schedule_counts_are_optaxs(monkeypatch) -> None:
+    """The cases above pass with a schedule; a rule that feeds it t + 1 (the count after the
+    step) instead of t does not."""
+    real = R.learning_rate
+    monkeypatch.setattr(R, "learning_rate", lambda xp, lr, c: real(xp, lr, c + 1))
+    for case in SCHEDULED:
+        assert _cross_check(case, SHAPES) > 1.0, case.name
+
+
+#: low precision: (dtype, NumPy's dtype for the ml_dtypes path)
+LOW = [("bfloat16", jnp.bfloat16), ("float16", jnp.float16)]
+#: dependent elementwise rounding stages of one Adam step (two moments, their
+#: corrections, square root, epsilon, division, learning rate); the moments are moving
+#: averages, contractions, so earlier steps' roundings do not grow
+ADAM_STAGES = 8
+
+
+def _low_tol(dtype: str, shape: tuple[int, ...], matrix: bool):
+    """Per-step tolerance of a low-precision update against optax's in the same dtype.
+    Adam (and Muon's fallback): elementwise stages composed at random. Muon's matrix:
+    Newton–Schulz, three dependent products per step, sums of ``max(shape)`` terms
+    accumulated in float32 (XLA), the cancelling terms of Muon's quintic (condition
+    sum of the |a_i| = 10.25): the model's bound, loose in bfloat16."""
+    if not matrix:
+        return tolerance(dtype, depth=ADAM_STAGES, composition="random")
+    kappa = float(sum(abs(a) for a in _ns.MUON))
+    return tolerance(dtype, size=max(shape), depth=3 * 5 + 2, condition=kappa,
+                     composition="random", accumulation="float32")
+
+
+@pytest.mark.parametrize("dtype, jdt", LOW, ids=[d for d, _ in LOW])
+@pytest.mark.parametrize("name", ["adam", "adamw", "muon"])
+def test_low_precision_matches_optax(name: str, dtype: str, jdt) -> None:
+    """bfloat16/float16 parameters: updates in the parameters' dtype, equal to optax's step
+    by step (the bias correction 1 - b2^t is computed in float64: in bfloat16 b2 = 0.999
+    rounds to 1 and Adam's update to 0). Muon: a matrix and a vector (its AdamW fallback)."""
+    ours, theirs = {"adam": (R.adam(LR), optax.adam(LR)),
+                    "adamw": (R.adamw(LR, weight_decay=0.1), optax.adamw(LR, weight_decay=0.1)),
+                    "muon": (R.muon(LR), optax.contrib.muon(LR))}[name]
+    shapes = {"W": (4, 3), "b": (3,)}
+    params, *grads = _tree(shapes, 6)
+    p_o = {k: jnp.asarray(v, jdt) for k, v in params.items()}
+    p_t = dict(p_o)
+    s_o, s_t = ours.init(JX, p_o), theirs.init(p_t)
+    update = jax.jit(theirs.update)
+    for g in grads:
+        g = {k: jnp.asarray(v, jdt) for k, v in g.items()}
+        u_o, s_o = ours.update(JX, g, s_o, p_o)
+        u_t, s_t = update(g, s_t, p_t)
+        for k, shape in shapes.items():
+            assert u_o[k].dtype == jdt, (k, u_o[k].dtype)
+            tol = _low_tol(dtype, shape, name == "muon" and k == "W")
+            assert tol.rtol < 1 or name == "muon", tol.reason  # Adam's is not vacuous
+            assert tol.compare(np.asarray(u_o[k], np.float64) / LR,
+                               np.asarray(u_t[k], np.float64) / LR).ok, (k, tol.reason)
+        p_o, p_t = R.apply_updates(JX, p_o, u_o), optax.apply_updates(p_t, u_t)
+    assert s_o["count"].dtype == jnp.int32 and int(s_o["count"]) == STEPS
+
+
+@pytest.mark.parametrize("make", [lambda: R.adamw(LR, weight_decay=0.1), lambda: R.muon(LR),
+                                  lambda: R.rmsprop(LR, momentum=0.5), lambda: R.adagrad(LR)],
+                         ids=["adamw", "muon", "rmsprop", "adagrad"])
+def test_numpy_bfloat16_keeps_dtypes_and_agrees_with_jax(make) -> None:
+    """NumPy's bfloat16 (ml_dtypes) promotes ``array * python_float`` to float32; the
+    updates and the state stay bfloat16 there too, the counter int32, and the update agrees
+    with the JAX bfloat16 one (Adam's tolerance per step; Muon's matrix: the model's)."""
+    import ml_dtypes
+
+    rule = make()
+    shapes = {"W": (4, 3), "b": (3,)}
+    params, *grads = _tree(shapes, 7)
+    runs = {}
+    for xp, dt in ((NP, ml_dtypes.bfloat16), (JX, jnp.bfloat16)):
+        p = {k: xp.asarray(v, dtype=dt) for k, v in params.items()}
+        s0 = s = rule.init(xp, p)
+        for g in grads[:2]:
+            u, s = rule.update(xp, {k: xp.asarray(v, dtype=dt) for k, v in g.items()}, s, p)
+        assert all(v.dtype == dt for v in u.values()), (xp.name, [v.dtype for v in u.values()])
+        assert [str(x.dtype) for x in jax.tree.leaves(s)] == [
+            str(x.dtype) for x in jax.tree.leaves(s0)], xp.name
+        runs[xp.name] = u
+    for k, shape in shapes.items():
+        tol = _low_tol("bfloat16", shape, rule.name == "muon" and k == "W")
+        assert tol.compare(np.asarray(runs["numpy"][k], np.float64) / LR,
+                           np.asarray(runs["jax"][k], np.float64) / LR).ok, k
 
 
 @pytest.mark.parametrize("name", ["momentum", "nesterov_rms", "adamw", "nadamw", "muon",
@@ -255,6 +353,14 @@ def test_muon_scalings_and_fallback() -> None:
     (lambda: R.muon(0.1, scaling="kj"), "scaling"),
     (lambda: R.muon(0.1, beta=True), "beta"), (lambda: R.shampoo(0.1, epsilon=-1), "epsilon"),
     (lambda: R.natural_gradient(0.1, None), "curvature"),
+    # 0-d arrays are range-checked like numbers; flags are booleans; coefficients numbers
+    (lambda: R.adam(np.asarray(-1.0)), "lr"), (lambda: R.adam(0.1, b1=np.asarray(1.5)), "b1"),
+    (lambda: R.adam(0.1, eps=np.asarray(1 + 1j)), "eps"),
+    (lambda: R.muon(0.1, ns_coeffs="abc"), "ns_coeffs"),
+    (lambda: R.muon(0.1, ns_coeffs=(1.5, "x")), "ns_coeffs"),
+    (lambda: R.momentum(0.1, nesterov="no"), "nesterov"),
+    (lambda: R.adam(0.1, nesterov=1), "nesterov"),
+    (lambda: R.muon(0.1, bias_correction="yes"), "bias_correction"),
 ])
 def test_bad_hyperparameters_are_named(make, arg) -> None:
     with pytest.raises(ArgumentError, match=f"'{arg}'"):
@@ -273,6 +379,56 @@ def test_mismatched_grads_are_named(rule: R.Rule) -> None:
         rule.update(NP, {"W": np.ones((2, 3))}, s, p)
     with pytest.raises(ShapeError, match="'W'"):
         R.apply_updates(NP, p, {"W": np.ones((3, 2)), "b": np.ones(3)})
+
+
+def test_zero_d_array_hyperparameters_work() -> None:
+    rule = R.adam(np.asarray(0.1), b1=np.asarray(0.9))
+    g = {"w": np.ones(3)}
+    u, _ = rule.update(NP, g, rule.init(NP, g))
+    assert np.allclose(u["w"], -0.1, rtol=tolerance("float64", depth=ADAM_STAGES).rtol)
+
+
+def test_another_rules_state_is_named() -> None:
+    g = {"W": np.ones((2, 3))}
+    for rule, other in ((R.adam(0.1), R.sgd(0.1)), (R.sgd(0.1), R.adam(0.1)),
+                        (R.muon(0.1), R.momentum(0.1)), (R.rmsprop(0.1), R.adagrad(0.1))):
+        with pytest.raises(ArgumentError, match=r"'state'.*keys"):
+            rule.update(NP, g, other.init(NP, g), g)
+
+
+def test_adagrad_propagates_nan_like_optax() -> None:
+    g = {"w": np.array([np.nan, 1.0])}
+    rule = R.adagrad(LR)
+    u, _ = rule.update(NP, g, rule.init(NP, g))
+    tx = optax.adagrad(LR)
+    want, _ = tx.update({"w": jnp.asarray(g["w"])}, tx.init({"w": jnp.asarray(g["w"])}))
+    assert np.isnan(u["w"][0]) and np.isnan(np.asarray(want["w"])[0])
+    assert u["w"][1] == pytest.approx(float(want["w"][1]), rel=tolerance("float64").rtol)
+
+
+def test_muon_empty_matrix_has_an_empty_update() -> None:
+    rule = R.muon(LR)
+    for shape in ((0, 4), (4, 0)):
+        g = {"W": np.zeros(shape), "b": np.ones(2)}
+        u, _ = rule.update(NP, g, rule.init(NP, g), g)
+        assert u["W"].shape == shape and np.all(np.isfinite(u["b"]))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_muon_bias_correction_matters_only_with_nesterov(nesterov: bool) -> None:
+    """Module docstring of nlaverify.optim.muon: with eps = 0, bias correction only rescales
+    the momentum without Nesterov (same update), but with Nesterov it changes the update."""
+    params, *grads = _tree({"W": (3, 4)}, 8)
+    runs = []
+    for bc in (True, False):
+        rule = R.muon(LR, nesterov=nesterov, eps=0.0, bias_correction=bc)
+        s, us = rule.init(NP, params), []
+        for g in grads:
+            u, s = rule.update(NP, g, s, params)
+            us.append(u["W"] / LR)
+        runs.append(np.stack(us))
+    tol = tolerance("float64", size=4, depth=7)
+    assert tol.compare(runs[0], runs[1]).ok is (not nesterov)
 
 
 def test_weight_decay_needs_params() -> None:

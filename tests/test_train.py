@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -102,6 +103,52 @@ def test_step0_loss_is_the_independent_models_loss(corpus, runs) -> None:
                                                                  batch0["targets"]))
     for o, r in runs.items():
         assert _tol(cfg, cfg.context, ref).compare(r.losses[0], ref).ok, o
+
+
+def test_step_gradient_is_jax_grad_of_the_independent_model(corpus, runs) -> None:
+    """The jitted training step's gradient (the graph's hand-derived VJPs), recovered from
+    one SGD step at learning rate 1 (the runs' compilation) as w_0 - w_1, equals jax.grad of
+    the independent JAX model's loss at step 0."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.train import DEFAULT_LR, _step_function
+
+    cfg = char_config("tiny", corpus.vocab_size)
+    params = {k: jnp.asarray(v) for k, v in init_params(build_transformer(cfg), 0).items()}
+    batch0 = windows(corpus.train, window_starts(len(corpus.train), STEPS, 16, cfg.context,
+                                                 0)[0], cfg.context)
+    lr = DEFAULT_LR["sgd"]
+    step, rule = _step_function(cfg, "sgd", lr)
+    after, _, _ = step(params, rule.init(get_namespace("jax"), params),
+                       {k: jnp.asarray(v) for k, v in batch0.items()})
+    want = jax.jit(jax.grad(lambda p: jt.loss(p, batch0["tokens"], batch0["targets"], cfg)))(
+        params)
+    base = tolerance("float64", size=accumulation_length(build_transformer(cfg), cfg.context),
+                     depth=2 * (4 * cfg.n_blocks + 6))  # forward and backward
+    for k, w0 in params.items():
+        got = (np.asarray(w0) - np.asarray(after[k])) / lr
+        g = np.asarray(want[k])
+        # w_0 - w_1 cancels: its rounding is relative to |w|, not to |g|
+        cond = max(1.0, float(np.max(np.abs(w0))) / float(np.max(np.abs(g))))
+        tol = replace(base, rtol=base.rtol * cond)
+        assert tol.compare(got, g, floor=0.0).ok, (k, tol.compare(got, g, floor=0.0))
+
+
+def test_muon_orthogonalises_only_the_hidden_matrices(corpus) -> None:
+    """Muon's split of the character model: the attention and MLP weight matrices of each
+    block go to Newton–Schulz; the embedding, positions, unembedding and every vector (norm
+    gains, biases) to the AdamW fallback."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.train import make_rule
+
+    cfg = char_config("tiny", corpus.vocab_size)
+    params = init_params(build_transformer(cfg), 0)
+    state = make_rule("muon").init(get_namespace("numpy"), params)
+    hidden = {f"blocks.{b}.{w}" for b in range(cfg.n_blocks)
+              for w in ("attn.q.W_Q", "attn.k.W_K", "attn.v.W_V", "attn.out.W_O",
+                        "mlp.in.W_in", "mlp.out.W_out")}
+    assert set(state["mu"]) == hidden
+    assert set(state["adam"]["mu"]) == set(params) - hidden
+    assert {"embed.W_E", "pos.W_P", "unembed.W_U"} <= set(state["adam"]["mu"])
 
 
 def _decrease_margins(corpus, runs):

@@ -35,7 +35,7 @@ from nlaverify.tolerance import tolerance
 
 
 # each example compiles two jitted functions: keep CI to a handful, nightly to many
-@settings(max_examples=5 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 100)
+@settings(max_examples=3 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 100)
 @given(transformer_configs(), st.sampled_from([None, 1, 3]))
 def test_every_subject_agrees_on_random_configs(cfg: TransformerConfig, batch) -> None:
     # graph on NumPy, JAX and mpmath (hand-derived VJPs, node by node) against JAX autodiff;

@@ -3,7 +3,8 @@
 Nodes carry ``kind`` (``"input"``, ``"param"`` or ``"op"``), ``shape`` (ints, and the
 string ``"n"`` for the sequence length, bound at evaluation), and for parameters a
 ``component`` label (for :func:`parameter_counts`) and an ``init`` rule. No array
-is allocated: GPT-3 175B builds in milliseconds.
+is allocated (GPT-3 175B builds in milliseconds) except the random features of FAVOR and
+FAVOR+, constant inputs that hold their ``value`` (:func:`graph_constants`).
 """
 
 from __future__ import annotations
@@ -71,9 +72,60 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
     if cfg.n_rep > 1:
         kh = b.op(f"{p}.k_shared", "repeat_kv", [kh], (H, "n", dh), n_rep=cfg.n_rep)
         vh = b.op(f"{p}.v_shared", "repeat_kv", [vh], (H, "n", dh), n_rep=cfg.n_rep)
-    o = b.op(f"{p}.heads", "attention", [qh, kh, vh], (H, "n", dh), causal=cfg.causal)
+    o = _attention_heads(b, p, qh, kh, vh, cfg, block)
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dh))
     return b.project(f"{p}.out", om, H * dh, d, cfg.attn_bias, comp, block, "W_O", "b_O")
+
+
+#: the op of each attention variant (:data:`nlaverify.config.ATTENTIONS`)
+ATTENTION_OPS = {"softmax": "attention", "favor": "favor_attention",
+                 "favor+": "favor_plus_attention", "elu1": "elu1_attention",
+                 "efficient": "efficient_attention", "linformer": "linformer_attention"}
+
+
+def _attention_heads(b: _Builder, p: str, qh: str, kh: str, vh: str, cfg: TransformerConfig,
+                     block: int) -> str:
+    """The attention node ``{p}.heads`` ``(H, n, d_h)`` of the configured variant, with its
+    random features (constant inputs ``{p}.features.W`` / ``.b``, see :func:`feature_inputs`)
+    or its Linformer projections (parameters ``{p}.linformer.E`` / ``.F``, ``(H, k,
+    context)``)."""
+    H, dh = cfg.n_heads, cfg.d_head
+    op = ATTENTION_OPS[cfg.attention]
+    shape = (H, "n", dh)
+    if cfg.attention == "softmax":
+        return b.op(f"{p}.heads", op, [qh, kh, vh], shape, causal=cfg.causal)
+    if cfg.attention in ("efficient", "linformer"):
+        extra = []
+        if cfg.attention == "linformer":
+            k = cfg.linformer_k
+            extra = [b.param(f"{p}.linformer.{e}", (H, k, cfg.context), f"attention.{e}",
+                             ("normal", k**-0.5), block) for e in ("E", "F")]
+        return b.op(f"{p}.heads", op, [qh, kh, vh, *extra], shape)
+    extra = []
+    for key, value in cfg.feature_draws(block).items():
+        extra.append(add_input(b.g, f"{p}.features.{key}", value.shape))
+        b.g.nodes[extra[-1]].update(value=value, constant=True)
+    return b.op(f"{p}.heads", op, [qh, kh, vh, *extra], shape, causal=cfg.causal)
+
+
+def graph_constants(graph: nx.DiGraph) -> dict[str, Any]:
+    """The values of the graph's constant inputs (the random features drawn from the
+    config, :meth:`~nlaverify.config.TransformerConfig.feature_draws`, draw 0), by node:
+    fixed, not differentiated, and passed with the data (an entry of the data replaces
+    the constant, e.g. a redraw :func:`feature_inputs`)."""
+    return {n: a["value"] for n, a in graph.nodes(data=True) if a.get("constant")}
+
+
+def feature_inputs(config: TransformerConfig, draw: int = 0, *,
+                   fix_signs: bool = True) -> dict[str, Any]:
+    r"""The random features of every block, redraw number ``draw``, keyed by the graph's
+    constant input nodes (``blocks.{l}.attn.features.W`` ``(H, m, d_h)`` and, for FAVOR,
+    ``.b`` ``(H, m)``): pass them with the data to redraw (a trainer redrawing every
+    :math:`s` steps passes ``draw`` :math:`= \lfloor t/s \rfloor`) or to plant the
+    unfixed-QR bias (``fix_signs=False``)."""
+    return {f"blocks.{layer}.attn.features.{key}": value
+            for layer in range(config.n_blocks)
+            for key, value in config.feature_draws(layer, draw, fix_signs=fix_signs).items()}
 
 
 def _mlp(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import networkx as nx
 
 from nlaverify.backends import get_namespace
+from nlaverify.graph.build import graph_constants
 from nlaverify.graph.core import backprop, check_token_values, evaluate, token_arguments
 
 
@@ -25,14 +26,21 @@ def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
         output: the scalar node differentiated (default ``"loss"``).
         gradient: return the parameter cotangents (hand-derived VJPs) too.
         outputs: further node values to return (e.g. ``("logits",)``).
+
+    The graph's constant inputs (:func:`~nlaverify.graph.build.graph_constants`) are
+    supplied unless ``data`` gives them.
     """
     import jax
 
     xp = get_namespace("jax")
     params_of = [n for n, a in graph.nodes(data=True) if a["kind"] == "param"]
+    constants = graph_constants(graph)
 
     def run(params: dict[str, Any], data: dict[str, Any]) -> Any:
-        values = evaluate(graph, xp, {**data, **params})
+        # constant inputs (random features) not given in ``data``, in the parameters' dtype
+        dtype = next((v.dtype for v in params.values()), xp.float64)
+        fixed = {k: xp.asarray(v, dtype=dtype) for k, v in constants.items() if k not in data}
+        values = evaluate(graph, xp, {**fixed, **data, **params})
         extra = tuple(values[o] for o in outputs)
         if not gradient:
             return (values[output], *extra)

@@ -50,6 +50,8 @@ def graph_inputs(graph: nx.DiGraph, xp: Any, params: Mapping[str, Any],
     Unknown, missing and mis-shaped parameters raise an error naming the node
     (:func:`~nlaverify.graph.core.check_inputs`). Floating values keep their dtype unless
     ``dtype`` asks for a cast (``"float32"``...); the parameters must then share one dtype.
+    Constant inputs (input nodes holding a ``value``: the random features of FAVOR and
+    FAVOR+) that ``data`` does not give are added, in the parameters' dtype.
     """
     from nlaverify.backends.host import dtype_name
     from nlaverify.graph.core import check_inputs
@@ -85,6 +87,12 @@ def graph_inputs(graph: nx.DiGraph, xp: Any, params: Mapping[str, Any],
                                  "to cast")
             seen = seen or (name, dtype_name(arr.dtype))
             conv[name] = xp.asarray(arr)
+    for name, attrs in graph.nodes(data=True):
+        if attrs.get("constant") and name not in conv:
+            arr = np.asarray(attrs["value"])
+            conv[name] = xp.asarray(arr) if xp.object_arrays else xp.asarray(
+                arr, dtype=getattr(xp, dtype) if dtype is not None else
+                conv[seen[0]].dtype if seen is not None else None)
     return conv
 
 

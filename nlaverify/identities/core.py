@@ -65,6 +65,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.shampoo",
     "nlaverify.identities.newton_schulz",
     "nlaverify.identities.optimizers",
+    "nlaverify.identities.attention",
 )
 
 

@@ -6,7 +6,11 @@ Written from the equations of Baggag & Saad §3.2-3.13 and Baptista, Stuart & Tr
 Parameters use the graph's node names (``blocks.{l}.attn.q.W_Q`` ...), so the
 same dictionary feeds both. Formulations deliberately differ from the ops where
 the mathematics allows: RoPE by complex multiplication, GQA by ``jnp.repeat``,
-top-k routing by ``jax.lax.top_k``, cross-entropy by ``jax.nn.log_softmax``.
+top-k routing by ``jax.lax.top_k``, cross-entropy by ``jax.nn.log_softmax``, and the
+linearized attentions (FAVOR, FAVOR+, elu+1, Shen, Linformer; Baggag & Saad §4.3-4.4) as
+explicit ``n x n`` quadratic forms where the ops use the linear order and prefix
+sums. The random features are the config's own draws
+(:meth:`~nlaverify.config.TransformerConfig.feature_draws`), the graph's fixed inputs.
 
 One traversal, :func:`intermediates`, computes the model and records the residual
 stream and the sublayer outputs under the names of the graph nodes holding the same
@@ -58,7 +62,71 @@ def _rope(x: Any, base: int) -> Any:
     return jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, dh)
 
 
-def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> Any:
+def _kernel_rows(A: Any, v: Any, causal: bool) -> Any:
+    """Row-normalised kernel attention from the full ``(h, n, n)`` matrix ``A`` (the
+    quadratic form, masked by ``jnp.tril``): ``(A V) / (A 1)``."""
+    if causal:
+        A = A * jnp.tril(jnp.ones(A.shape[-2:]))
+    return jnp.einsum("hij,hjd->hid", A, v) / jnp.sum(A, axis=-1, keepdims=True)
+
+
+def _other_attention(p: Params, name: str, q: Any, k: Any, v: Any, cfg: TransformerConfig,
+                     layer: int, draw: int) -> Any:
+    r"""The attention variants of Baggag & Saad §4.3-4.4, each as its quadratic form (an
+    explicit :math:`n \times n` matrix), not the linear order of the ops:
+
+    * FAVOR: :math:`\hat A_{ij} = e^{\|\tilde q_i\|^2/2}\, \phi(\tilde q_i)^\top
+      \phi(\tilde k_j)\, e^{\|\tilde k_j\|^2/2}`, :math:`\phi(x) = \sqrt{2/m}\cos(W x +
+      b)`, :math:`\tilde x = x/d^{1/4}`;
+    * FAVOR+: :math:`\hat A_{ij} = \phi(\tilde q_i)^\top \phi(\tilde k_j)`,
+      :math:`\phi(x) = e^{W x - \|x\|^2/2}/\sqrt m` (no stabiliser: it cancels);
+    * elu+1: :math:`A_{ij} = \phi(q_i)^\top \phi(k_j)`, :math:`\phi = \operatorname{elu}
+      + 1`;
+    * efficient (Shen et al.): :math:`\operatorname{softmax}_{rows}(Q)
+      \operatorname{softmax}_{cols}(K)^\top V`;
+    * Linformer: :math:`\operatorname{softmax}(Q (E K)^\top/\sqrt d)(F V)`.
+
+    Random features: ``cfg.feature_draws(layer, draw)``, one matrix per head.
+    """
+    dh = q.shape[-1]
+    if cfg.attention == "efficient":
+        A = jnp.einsum("hid,hjd->hij", jax.nn.softmax(q, axis=-1), jax.nn.softmax(k, axis=-2))
+        return jnp.einsum("hij,hjd->hid", A, v)
+    if cfg.attention == "linformer":
+        E, F = p[f"{name}.linformer.E"], p[f"{name}.linformer.F"]
+        # a sequence shorter than the projections' length is zero-padded to it
+        pad = ((0, 0), (0, E.shape[-1] - k.shape[-2]), (0, 0))
+        k, v = jnp.pad(k, pad), jnp.pad(v, pad)
+        s = jnp.einsum("hid,hkd->hik", q, jnp.einsum("hkn,hnd->hkd", E, k)) / jnp.sqrt(dh)
+        return jnp.einsum("hik,hkd->hid", jax.nn.softmax(s, axis=-1),
+                          jnp.einsum("hkn,hnd->hkd", F, v))
+    if cfg.attention == "elu1":
+        fq, fk = jax.nn.elu(q) + 1.0, jax.nn.elu(k) + 1.0
+        return _kernel_rows(jnp.einsum("him,hjm->hij", fq, fk), v, cfg.causal)
+    draws = {key: jnp.asarray(val) for key, val in cfg.feature_draws(layer, draw).items()}
+    W = draws["W"]
+    m = W.shape[-2]
+    qs, ks = q / dh**0.25, k / dh**0.25
+    if cfg.attention == "favor+":
+        def phi(x: Any) -> Any:
+            return jnp.exp(jnp.einsum("hnd,hmd->hnm", x, W)
+                           - 0.5 * jnp.sum(x**2, axis=-1, keepdims=True)) / jnp.sqrt(m)
+        return _kernel_rows(jnp.einsum("him,hjm->hij", phi(qs), phi(ks)), v, cfg.causal)
+
+    def trig(x: Any) -> Any:
+        return jnp.sqrt(2.0 / m) * jnp.cos(jnp.einsum("hnd,hmd->hnm", x, W)
+                                           + draws["b"][:, None, :])
+
+    def scale(x: Any) -> Any:
+        return jnp.exp(0.5 * jnp.sum(x**2, axis=-1))
+
+    A = scale(qs)[:, :, None] * jnp.einsum("him,hjm->hij", trig(qs), trig(ks)) \
+        * scale(ks)[:, None, :]
+    return _kernel_rows(A, v, cfg.causal)
+
+
+def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record,
+               layer: int = 0, draw: int = 0) -> Any:
     n = x.shape[0]
     H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
     rec[f"{name}.q"] = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias)
@@ -73,10 +141,13 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
     if cfg.n_rep > 1:
         k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
         rec[f"{name}.k_shared"], rec[f"{name}.v_shared"] = k, v
-    s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
-    if cfg.causal:
-        s = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), s, -jnp.inf)
-    a = jnp.einsum("hij,hjd->hid", jax.nn.softmax(s, axis=-1), v)
+    if cfg.attention == "softmax":
+        s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
+        if cfg.causal:
+            s = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), s, -jnp.inf)
+        a = jnp.einsum("hij,hjd->hid", jax.nn.softmax(s, axis=-1), v)
+    else:
+        a = _other_attention(p, name, q, k, v, cfg, layer, draw)
     rec[f"{name}.heads"] = a
     rec[f"{name}.out"] = _proj(p, f"{name}.out", a.transpose(1, 0, 2).reshape(n, H * dh),
                                "W_O", "b_O", cfg.attn_bias)
@@ -124,7 +195,7 @@ def _sinusoidal(n: int, d: int) -> Any:
     return jnp.where(i % 2 == 0, jnp.sin(angle), jnp.cos(angle))
 
 
-def _sequence(params: Params, tokens: Any, cfg: TransformerConfig) -> Record:
+def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0) -> Record:
     """The model on one sequence ``(n,)``, recording its intermediates."""
     rec: Record = {}
     n = tokens.shape[0]
@@ -139,11 +210,11 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig) -> Record:
         if cfg.placement == "pre":
             rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
             x = rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", rec[f"{b}.norm1"],
-                                                    cfg, rec)
+                                                    cfg, rec, layer, draw)
             rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
             x = rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", rec[f"{b}.norm2"], cfg, rec)
         else:
-            rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", x, cfg, rec)
+            rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", x, cfg, rec, layer, draw)
             x = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", rec[f"{b}.resid1"], cfg)
             rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", x, cfg, rec)
             x = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", rec[f"{b}.resid2"], cfg)
@@ -156,7 +227,7 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig) -> Record:
 
 
 def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
-                  targets: Any = None) -> dict[str, Any]:
+                  targets: Any = None, *, draw: int = 0) -> dict[str, Any]:
     r"""Every recorded value of the model, keyed by the graph node holding the same value.
 
     Keys (``b = blocks.{l}``): ``embed``, ``x0`` (the stream entering block 0);
@@ -178,13 +249,15 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
         tokens: ``(n,)`` or a batch ``(B, n)`` of token ids; with a batch, every value
             gains a leading axis ``B``.
         targets: optional, the tokens' shape (see :func:`loss`).
+        draw: the redraw number of the random features (FAVOR, FAVOR+:
+            ``cfg.feature_draws(layer, draw)``; the graph's constants are draw 0).
     """
     tokens = jnp.asarray(tokens)
     params = {k: jnp.asarray(v) for k, v in params.items()}
     if tokens.ndim == 1:
-        rec = _sequence(params, tokens, cfg)
+        rec = _sequence(params, tokens, cfg, draw)
     elif tokens.ndim == 2:
-        rec = jax.vmap(lambda t: _sequence(params, t, cfg))(tokens)
+        rec = jax.vmap(lambda t: _sequence(params, t, cfg, draw))(tokens)
     else:
         raise ValueError(f"intermediates: argument 'tokens': expected shape (n,) or (B, n), "
                          f"got {tuple(tokens.shape)}")
@@ -197,10 +270,10 @@ def _output(rec: Mapping[str, Any]) -> Any:
     return rec["logits_tempered"] if "logits_tempered" in rec else rec["logits"]
 
 
-def logits(params: Params, tokens: Any, cfg: TransformerConfig) -> Any:
+def logits(params: Params, tokens: Any, cfg: TransformerConfig, *, draw: int = 0) -> Any:
     r"""Logits :math:`Z/T \in \mathbb R^{n \times V}` (or ``(B, n, V)``), already divided
-    by the temperature :math:`T`."""
-    return _output(intermediates(params, tokens, cfg))
+    by the temperature :math:`T` (``draw``: see :func:`intermediates`)."""
+    return _output(intermediates(params, tokens, cfg, draw=draw))
 
 
 def _mean_nll(z: Any, targets: Any) -> Any:

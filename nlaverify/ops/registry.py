@@ -18,6 +18,7 @@ from nlaverify.ops import (
     activations,
     embedding,
     linear,
+    linear_attention,
     loss,
     moe,
     norms,
@@ -182,6 +183,103 @@ def R(name: str, dims: tuple[str | int, ...], kind: ArgKind = "real",
     return Arg(name, dims, kind, ignore)
 _NUM = (1, 4)
 
+
+def _kernel_condition(causal: bool) -> Callable[[list[Any]], float]:
+    r"""Condition of :func:`~nlaverify.ops.linear_attention.kernel_attention` at
+    ``[Qf, Kf, V]``: input magnitudes times the cancellation of the normaliser,
+    :math:`\max_i \sum_j |s_{ij}| / |\sum_j s_{ij}|` with :math:`s = (Q_f K_f^\top) \circ
+    M` (features of either sign can make :math:`D` small; positive ones give 1)."""
+    def condition(args: list[Any]) -> float:
+        import numpy as np
+
+        from nlaverify.tolerance import magnitude_condition
+
+        Qf, Kf = (np.asarray(a, dtype=np.float64) for a in args[:2])
+        S = Qf @ np.swapaxes(Kf, -1, -2)
+        if causal:
+            S = S * np.tril(np.ones(S.shape[-2:]))
+        ratio = float(np.max(np.abs(S).sum(-1) / np.abs(S.sum(-1))))
+        return magnitude_condition(*args) * max(1.0, ratio)
+
+    return condition
+
+
+def _linear_attention_specs() -> list[OpSpec]:
+    """The ops of :mod:`nlaverify.ops.linear_attention` (Baggag & Saad §4.3, §4.4)."""
+    la = linear_attention
+    small = (1, 3)
+    qkv = [R("Q", ("n", "d")), R("K", ("n", "d")), R("V", ("n", "d_v"))]
+    qkv_sizes = {"n": small, "d": small, "d_v": (1, 2)}
+    kernel_stmt = (r"\bar Y = [G, -\operatorname{rowsum}(G\odot O)]/D,\ "
+                   r"\bar Q_f = \bar Y (K_f^\top C)^\top,\ \bar K_f = C\,\bar Y^\top Q_f,\ "
+                   r"\bar V = (K_f Q_f^\top \bar Y)_{:, :d_v}")
+    causal_stmt = (r"\text{as kernel attention, with prefix sums } S_i = \textstyle"
+                   r"\sum_{j\le i} K_{f,j} C_j^\top,\ \bar Q_{f,i} = S_i \bar Y_i,\ "
+                   r"R_j = \textstyle\sum_{i\ge j} Q_{f,i}\bar Y_i^\top,\ "
+                   r"\bar K_{f,j} = R_j C_j")
+    favor_stmt = (r"\bar{\tilde X} = \operatorname{trig\_vjp}(D_X \bar X_f) + "
+                  r"\operatorname{rowsum}(\bar X_f\odot X_f)\,\tilde x,\ \bar X = "
+                  r"\bar{\tilde X}/d^{1/4}\ (X \in \{Q, K\},\ X_f = D_X\phi(\tilde X))")
+    plus_stmt = (r"\bar Z = \bar X_f\odot X_f,\ \bar X = (\bar Z W - \operatorname{rowsum}"
+                 r"(\bar Z)\,\tilde x)/d^{1/4}\ (X_f = e^{Z - c}/\sqrt m\text{; the shift }c"
+                 r"\text{ cancels: no cotangent})")
+    out = []
+    for causal in (False, True):
+        pre, st = ("causal_", {"causal": True}) if causal else ("", {})
+        out += [
+            _spec(pre + "kernel_attention", la.kernel_attention, la.kernel_attention_vjp,
+                  [R("Qf", ("n", "m")), R("Kf", ("n", "m")), R("V", ("n", "d_v"))],
+                  "Baggag & Saad §4.3", causal_stmt if causal else kernel_stmt,
+                  {"n": 2, "m": 2, "d_v": 1}, {"n": small, "m": small, "d_v": (1, 2)},
+                  static=st, condition=_kernel_condition(causal)),
+            _spec(pre + "favor_attention", la.favor_attention, la.favor_attention_vjp,
+                  [*qkv, R("W", ("m", "d"), "fixed"), R("b", ("m",), "fixed")],
+                  "Baggag & Saad §4.4", favor_stmt, {"n": 2, "d": 1, "d_v": 1, "m": 2},
+                  {**qkv_sizes, "m": (8, 12)}, static=st),
+            _spec(pre + "favor_plus_attention", la.favor_plus_attention,
+                  la.favor_plus_attention_vjp, [*qkv, R("W", ("m", "d"), "fixed")],
+                  "Baggag & Saad §4.4", plus_stmt, {"n": 2, "d": 1, "d_v": 1, "m": 2},
+                  {**qkv_sizes, "m": small}, static=st),
+            _spec(pre + "elu1_attention", la.elu1_attention, la.elu1_attention_vjp, qkv,
+                  "Baggag & Saad §4.3",
+                  r"\bar Q = \bar Q_f\odot\phi'(Q),\ \bar K = \bar K_f\odot\phi'(K),\ "
+                  # d = 2: with one feature phi(q_i) cancels from its row (no Q cotangent)
+                  r"\phi = \operatorname{elu} + 1", {"n": 2, "d": 2, "d_v": 1}, qkv_sizes,
+                  static=st),
+        ]
+    out += [
+        _spec("elu1", la.elu1, la.elu1_vjp, [R("x", ("n", "d"))], "Baggag & Saad §4.3",
+              r"\bar x = g\odot(\mathbb 1[x>0] + e^{x}\,\mathbb 1[x\le 0])",
+              {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+        _spec("trig_features", la.trig_features, la.trig_features_vjp,
+              [R("X", ("n", "d")), R("W", ("m", "d"), "fixed"), R("b", ("m",), "fixed")],
+              "Baggag & Saad §4.4",
+              r"\bar X = -\bigl(G\odot\sqrt{2/m}\,\sin(XW^\top + b)\bigr)W",
+              {"n": 1, "d": 2, "m": 2}, {"n": small, "d": small, "m": small}),
+        _spec("positive_features", la.positive_features, la.positive_features_vjp,
+              [R("X", ("n", "d")), R("W", ("m", "d"), "fixed")], "Baggag & Saad §4.4",
+              r"\bar Z = G\odot\Phi,\ \bar X = \bar Z W - \operatorname{rowsum}(\bar Z)\,x",
+              {"n": 1, "d": 2, "m": 2}, {"n": small, "d": small, "m": small}),
+        _spec("hyperbolic_features", la.hyperbolic_features, la.hyperbolic_features_vjp,
+              [R("X", ("n", "d")), R("W", ("m", "d"), "fixed")], "Baggag & Saad §4.4",
+              r"\bar E = G\odot\Phi,\ \bar X = (\bar E_+ - \bar E_-)W - "
+              r"\operatorname{rowsum}(\bar E)\,x", {"n": 1, "d": 2, "m": 1},
+              {"n": small, "d": small, "m": small}),
+        _spec("efficient_attention", la.efficient_attention, la.efficient_attention_vjp, qkv,
+              "Baggag & Saad §4.3",
+              r"\bar X = P_Q^\top G,\ \bar V = P_K\bar X,\ \bar Q = \operatorname{softmax\_vjp}"
+              r"_{\mathrm{rows}}(G X^\top),\ \bar K = \operatorname{softmax\_vjp}_{\mathrm{cols}}"
+              r"(V\bar X^\top)", {"n": 2, "d": 2, "d_v": 1}, qkv_sizes),
+        _spec("linformer_attention", la.linformer_attention, la.linformer_attention_vjp,
+              [*qkv, R("E", ("k", "n")), R("F", ("k", "n"))], "Baggag & Saad §4.4",
+              r"\bar Q = dS\,EK,\ \bar K = E^\top dS^\top Q,\ \bar E = dS^\top Q K^\top,\ "
+              r"\bar V = F^\top P^\top G,\ \bar F = P^\top G V^\top",
+              # k = 2: with one projected key the softmax is 1 and Q, K, E get no cotangent
+              {"n": 2, "d": 1, "d_v": 1, "k": 2}, {**qkv_sizes, "k": small}),
+    ]
+    return out
+
+
 OPS: dict[str, OpSpec] = {s.name: s for s in [
     _spec("affine", linear.affine, linear.affine_vjp,
           [R("X", ("n", "d_in")), R("W", ("d_in", "d_out")), R("b", ("d_out",))],
@@ -332,6 +430,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\bar Z_i = \tfrac{g}{N}\,\mathbb 1[t_i\neq\varnothing]\,(p_i - y_i),\ "
           r"N = \#\{i: t_i \neq \varnothing\}",
           {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)}),
+    *_linear_attention_specs(),
 ]}
 
 

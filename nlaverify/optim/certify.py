@@ -128,19 +128,17 @@ def _exact(value: Any, name: str) -> Fraction:
 
 
 def _exact_coeffs(coeffs: Any, name: str = "coeffs") -> Exact:
-    if not isinstance(coeffs, (tuple, list)) or not coeffs:
+    if isinstance(coeffs, (str, bytes)) or not _ns._is_row(coeffs) or not len(coeffs):
         raise ArgumentError(f"{name}: expected a non-empty tuple (a_1, a_3, ...), got {coeffs!r}")
-    return tuple(_exact(c, f"{name}[{i}]") for i, c in enumerate(coeffs))
+    return tuple(_exact(c.item() if getattr(c, "ndim", None) == 0 else c, f"{name}[{i}]")
+                 for i, c in enumerate(coeffs))
 
 
 def exact_schedule(coeffs: Any, steps: int) -> list[Exact]:
     """:func:`~nlaverify.optim.newton_schulz.schedule` with every coefficient an exact
-    Fraction (one tuple repeated, or a per-step schedule of tuples)."""
-    if not isinstance(coeffs, (tuple, list)) or not coeffs:
-        raise ArgumentError(f"coeffs: expected a coefficient tuple or a schedule of tuples, "
-                            f"got {coeffs!r}")
+    Fraction (one tuple repeated, or a per-step schedule of tuples or a 2-d array)."""
     plan = _ns.schedule(coeffs, steps)
-    if not isinstance(coeffs[0], (tuple, list)):  # one tuple: convert (and check) it once
+    if not _ns.is_schedule(coeffs):  # one tuple: convert (and check) it once
         return [_exact_coeffs(coeffs)] * len(plan)
     return [_exact_coeffs(c, f"coeffs[{k}]") for k, c in enumerate(plan)]
 
@@ -275,7 +273,10 @@ def image(coeffs: Exact, lo: Fraction, hi: Fraction) -> tuple[Fraction, Fraction
 def certified_trajectory(coeffs: Any, steps: int, lower: Any,
                          upper: Any = 1) -> list[tuple[Fraction, Fraction]]:
     r"""The exact rational enclosures :math:`R_0 = [\ell, u], R_1, \dots, R_k` of the ranges
-    after each step (see the module docstring); ``coeffs`` as for :func:`certified_interval`."""
+    after each step (see the module docstring); ``coeffs`` as for :func:`certified_interval`.
+    A diverging iteration stops early: the list ends at the first enclosure beyond
+    :data:`DIVERGED` (:math:`2^{1100}`, outside the float range), so it has fewer than
+    :math:`k + 1` entries and the later ranges are only known to be outside the floats."""
     lo, hi = _exact(lower, "lower"), _exact(upper, "upper")
     if not 0 <= lo <= hi:
         raise ArgumentError(f"lower, upper: expected 0 <= lower <= upper, got lower={lower!r}, "
@@ -283,9 +284,20 @@ def certified_trajectory(coeffs: Any, steps: int, lower: Any,
     plan = exact_schedule(coeffs, steps)
     out = [(lo, hi)]
     for c in plan:
+        if _diverged(lo, hi):  # the next image would only grow: stop (the rest is +-inf)
+            break
         lo, hi = image(c, lo, hi)
         out.append((lo, hi))
     return out
+
+
+#: an enclosure beyond this magnitude has left the float range (max float < 2**1024): its
+#: images are not computed (their exact rationals would grow by the degree in bits per step)
+DIVERGED = Fraction(2) ** 1100
+
+
+def _diverged(lo: Fraction, hi: Fraction) -> bool:
+    return max(abs(lo), abs(hi)) > DIVERGED
 
 
 def certified_interval(coeffs: Any, steps: int, lower: Any, upper: Any = 1) -> CertifiedInterval:
@@ -295,8 +307,20 @@ def certified_interval(coeffs: Any, steps: int, lower: Any, upper: Any = 1) -> C
     or a per-step schedule of ``steps`` tuples. Baggag & Saad §5.5.
 
     Returns a :class:`CertifiedInterval` whose ``lo``/``hi`` are rounded outward to floats,
-    so the exact range is inside :math:`[\mathrm{lo}, \mathrm{hi}]`."""
-    lo, hi = certified_trajectory(coeffs, steps, lower, upper)[-1]
+    so the exact range is inside :math:`[\mathrm{lo}, \mathrm{hi}]`; a diverging iteration
+    (an enclosure beyond :data:`DIVERGED`) returns :math:`(-\infty, \infty)` at once
+    instead of growing exact rationals of billions of bits."""
+    traj = certified_trajectory(coeffs, steps, lower, upper)
+    return interval_of(traj, steps)
+
+
+def interval_of(traj: list[tuple[Fraction, Fraction]], steps: int) -> CertifiedInterval:
+    r"""The :class:`CertifiedInterval` of the last enclosure of a
+    :func:`certified_trajectory` of ``steps`` steps (:math:`(-\infty, \infty)` and error
+    :math:`\infty` when the trajectory stopped early, diverging)."""
+    if len(traj) < steps + 1:
+        return CertifiedInterval(-math.inf, math.inf, math.inf, steps)
+    lo, hi = traj[steps]
     error = max(abs(1 - lo), abs(hi - 1))
     return CertifiedInterval(_to_float(lo, False), _to_float(hi, True), _to_float(error, True),
                              steps)
@@ -325,6 +349,9 @@ def absorbing_interval(coeffs: Any, lower: Any = Fraction(1, 1000), upper: Any =
                     return AbsorbingInterval(_to_float(J[0], False), _to_float(J[1], True),
                                              _to_float(K[0], False), _to_float(K[1], True), n)
                 J = (min(J[0], K[0]) - _widen(K[0]), max(J[1], K[1]) + _widen(K[1]))
+        if _diverged(lo, hi):
+            raise ArgumentError(f"coeffs: the iteration from [{lower}, {upper}] diverges "
+                                f"(beyond 2**1100 after {n} steps): no absorbing interval")
         prev, (lo, hi) = (lo, hi), image(c, lo, hi)
     raise ArgumentError(f"coeffs: no absorbing interval certified within max_steps={max_steps} "
                         f"steps from [{lower}, {upper}]")
@@ -348,7 +375,18 @@ def iterate_map(coeffs: Any, steps: int, x: Any) -> np.ndarray:
 
 
 __all__ = [
-    "AbsorbingInterval", "CertifiedInterval", "Enclosure", "FixedPoint", "absorbing_interval",
-    "certified_interval", "certified_trajectory", "critical_points", "exact_schedule",
-    "fixed_points", "image", "iterate_map",
+    "DIVERGED",
+    "AbsorbingInterval",
+    "CertifiedInterval",
+    "Enclosure",
+    "FixedPoint",
+    "absorbing_interval",
+    "certified_interval",
+    "certified_trajectory",
+    "critical_points",
+    "exact_schedule",
+    "fixed_points",
+    "image",
+    "interval_of",
+    "iterate_map",
 ]

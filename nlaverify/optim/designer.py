@@ -31,6 +31,7 @@ precision (late steps of a design, where :math:`E_j \ll 10^{-16}` anyway).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -39,10 +40,22 @@ from typing import Any
 import mpmath
 
 from nlaverify.errors import ArgumentError
-from nlaverify.optim.newton_schulz import CUBIC, MUON, QUINTIC, Coefficients
+from nlaverify.optim.newton_schulz import (
+    CUBIC,
+    MUON,
+    QUINTIC,
+    Coefficients,
+    newton_schulz_family,
+)
 
 #: decimal digits of the Remez computation
 DIGITS = 40
+#: the designer stops at a step error :math:`E_j` below this: the float64 coefficients
+#: that run carry rounding errors of about :math:`10^{-16}\sum|a_i|` in :math:`p(x)`, so a
+#: minimax polynomial on :math:`[1 - E_j, 1 + E_j]` cannot do better than the Newton–Schulz
+#: polynomial of the same degree (exact dyadic coefficients, error :math:`O(E_j^{m+1})`),
+#: which the remaining steps use (:func:`design`)
+STOP_ERROR = Fraction(1, 2**50)
 
 
 @dataclass(frozen=True)
@@ -136,24 +149,38 @@ def _exchange(ctx: Any, c: list[Any], lo: Any, hi: Any) -> list[Any]:
     return [lo, *_critical_points(ctx, c, lo, hi), hi]
 
 
+def working_digits(digits: int, m: int, lower: Any, upper: Any) -> int:
+    r"""The working precision of :func:`minimax_odd` on :math:`[\ell, u]`: ``digits`` plus
+    :math:`(m + 2)\,w` with :math:`w = \lceil -\log_{10}((u - \ell)/u) \rceil` the decimal
+    digits that :math:`\ell` and :math:`u` share. On a narrow interval
+    :math:`[1 - E, 1 + E]` (the late steps of a design) the reference points agree in
+    :math:`w` digits and the Vandermonde-like system in :math:`x, x^3, \dots, x^{2m+1}` loses
+    about :math:`(m + 1)w` digits, so a fixed precision finds too few critical points or a
+    singular matrix once :math:`E^{m+1}` nears :math:`10^{-\text{digits}}`."""
+    width = (Fraction(upper) - Fraction(lower)) / Fraction(upper)
+    shared = max(0, width.denominator.bit_length() - width.numerator.bit_length())
+    return digits + (m + 2) * math.ceil(shared * math.log10(2))
+
+
 def minimax_odd(degree: int, lower: Any, upper: Any = 1, *, digits: int = DIGITS,
                 max_iterations: int = 100) -> Minimax:
     r"""The odd polynomial :math:`p` of degree ``degree`` minimising
     :math:`\max_{x \in [\ell, u]} |1 - p(x)|` on :math:`[\ell, u]` = ``[lower, upper]``
     (:math:`0 < \ell < u`), by the Remez exchange (module docstring) in ``digits``
-    decimal digits, from Chebyshev points of :math:`[\ell, u]`. Returns a :class:`Minimax`
+    decimal digits (more on a narrow interval: :func:`working_digits`), from Chebyshev
+    points of :math:`[\ell, u]`. Returns a :class:`Minimax`
     whose error equioscillates at ``degree // 2 + 2`` points. Amsel et al. (2025), §4."""
     m = _check_degree(degree)
     _check_interval(lower, upper)
     if not isinstance(digits, int) or digits < 20:
         raise ArgumentError(f"digits: expected an integer >= 20, got {digits!r}")
     ctx = mpmath.MPContext()
-    ctx.dps = digits
+    ctx.dps = working_digits(digits, m, lower, upper)
     lo, hi = _mp(ctx, lower), _mp(ctx, upper)
     n = m + 2
     ref = [(lo + hi) / 2 - (hi - lo) / 2 * ctx.cospi(ctx.mpf(j) / (n - 1)) for j in range(n)]
     ref[0], ref[-1] = lo, hi
-    stop, floor = ctx.mpf(10) ** (6 - digits), ctx.mpf(10) ** (4 - digits)
+    stop, floor = ctx.mpf(10) ** (6 - digits), ctx.mpf(10) ** (4 - ctx.dps)
     it = 0
     while it < max_iterations:
         it += 1
@@ -244,7 +271,10 @@ class Design:
     ``degree``, ``step_errors`` (:math:`E_j = \max |1 - p_j|` on :math:`[\ell_j, u_j]`, each
     greedy step's error in high precision, before rounding the coefficients),
     ``certified`` (:func:`nlaverify.optim.certify.certified_interval` of ``schedule`` on
-    :math:`[\varepsilon, 1]`) and ``error`` = ``certified.error``."""
+    :math:`[\varepsilon, 1]`), ``error`` = ``certified.error`` and ``designed`` (the number
+    of minimax steps; the ``steps - designed`` later ones are the Newton–Schulz fallback of
+    :func:`design`, whose ``step_errors`` are the certified errors of the schedule after
+    them)."""
 
     schedule: list[Coefficients]
     lower: Fraction
@@ -253,6 +283,7 @@ class Design:
     step_errors: tuple[float, ...]
     certified: Any
     error: float
+    designed: int = 0
 
 
 def _image(ctx: Any, c: list[Any], lo: Any, hi: Any) -> tuple[Any, Any]:
@@ -282,8 +313,16 @@ def design(steps: int, lower: Any, degree: int = 5, *, digits: int = DIGITS,
       growing so steeply that rounding is amplified (the paper uses :math:`c \approx 0.024`).
 
     With a tweak the next interval is the exact image of :math:`[\ell_j, u_j]` under the
-    applied polynomial (endpoints and critical points, in ``digits`` digits). The result
-    is certified by :func:`nlaverify.optim.certify.certified_interval`."""
+    applied polynomial (endpoints and critical points, in ``digits`` digits).
+
+    Once a step's error :math:`E_j` falls below :data:`STOP_ERROR` (:math:`2^{-50}`, the
+    rounding level of the float64 coefficients), designing stops and every later step is
+    the Newton–Schulz polynomial of the same degree
+    (:func:`~nlaverify.optim.newton_schulz.newton_schulz_family`, exact in float64,
+    superattracting at 1): a minimax polynomial on :math:`[1 - E_j, 1 + E_j]` would gain
+    nothing over the coefficient rounding, and would need ever more working digits. The
+    result is certified by :func:`nlaverify.optim.certify.certified_trajectory` on the
+    schedule that runs, fallback included."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ArgumentError(f"steps: expected an integer >= 1, got {steps!r}")
     _check_degree(degree)
@@ -297,7 +336,13 @@ def design(steps: int, lower: Any, degree: int = 5, *, digits: int = DIGITS,
     lo, hi = Fraction(lower), Fraction(1)
     plan: list[Coefficients] = []
     errors: list[float] = []
+    fallback = newton_schulz_family((degree - 1) // 2)
+    designed = steps
     for j in range(steps):
+        if j and max(1 - lo, hi - 1) < STOP_ERROR:
+            designed = j
+            plan.extend([fallback] * (steps - j))
+            break
         l_design = max(lo, Fraction(cushion) * hi)
         mm = minimax_odd(degree, l_design, hi, digits=digits)
         c = [_mp(ctx, a) for a in mm.coeffs]
@@ -315,10 +360,14 @@ def design(steps: int, lower: Any, degree: int = 5, *, digits: int = DIGITS,
             pmin, pmax = _image(ctx, c, _mp(ctx, lo), _mp(ctx, hi))
             lo, hi = _fraction(pmin), _fraction(pmax)
         errors.append(float(max(1 - lo, hi - 1)))
-    from nlaverify.optim.certify import certified_interval
+    from nlaverify.optim.certify import certified_trajectory, interval_of
 
-    cert = certified_interval(plan, steps, Fraction(lower), 1)
-    return Design(plan, Fraction(lower), steps, degree, tuple(errors), cert, cert.error)
+    traj = certified_trajectory(plan, steps, Fraction(lower), 1)
+    cert = interval_of(traj, steps)
+    for lo_j, hi_j in traj[designed + 1:]:  # the fallback steps: certified errors
+        errors.append(float(max(abs(1 - lo_j), abs(hi_j - 1))))
+    return Design(plan, Fraction(lower), steps, degree, tuple(errors), cert, cert.error,
+                  designed)
 
 
 def compare(steps: int, lower: Any, degree: int = 5) -> list[dict[str, Any]]:

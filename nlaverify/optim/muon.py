@@ -24,8 +24,12 @@ with :math:`\mathrm{NS}_k` the Newton–Schulz polar iteration of
 * ``"none"``: 1; a number :math:`c` (optax's ``consistent_rms``): :math:`c\sqrt{\max(m,n)}`.
 
 Keller Jordan's reference applies no bias correction (``bias_correction=False``: then
-:math:`\tilde M_t = \beta M_t + (1-\beta)G_t`); it only rescales :math:`\tilde M_t` before
-the normalisation, so with :math:`\epsilon = 0` it does not change the update.
+:math:`\tilde M_t = \beta M_t + (1-\beta)G_t`). Without Nesterov the correction only
+rescales :math:`M_t` by :math:`1/(1-\beta^t)` before the normalisation, so with
+:math:`\epsilon = 0` it does not change the update; with Nesterov (the default) it does:
+:math:`M_t` and :math:`G_t` are divided by different factors, :math:`1-\beta^{t+1}` and
+:math:`1-\beta^t`, which changes the direction of :math:`\tilde M_t` (most at the first
+steps; ``tests/test_optim_rules.py`` checks both statements).
 Parameters that are not matrices (``is_matrix(name, shape)`` false; by default
 ``len(shape) != 2``) go to a fallback rule, by default optax's: AdamW with Muon's
 :math:`\epsilon`, no weight decay and Nesterov when Muon has it.
@@ -40,7 +44,7 @@ from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.curvature import shampoo as _sh
-from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.errors import ArgumentError, DTypeError, ShapeError
 from nlaverify.optim import newton_schulz as _ns
 from nlaverify.optim import rules as _r
 from nlaverify.optim.rules import Params, Rule, State
@@ -58,8 +62,11 @@ def default_is_matrix(name: str, shape: tuple[int, ...]) -> bool:
 def shape_scale(xp: Namespace, shape: tuple[int, ...], scaling: Any = "optax") -> Any:
     r"""Muon's shape scale :math:`s(m, n)` of a ``(..., m, n)`` update (module docstring):
     ``"optax"`` :math:`\sqrt{\max(1, n/m)}`, ``"jordan"`` :math:`\sqrt{\max(1, m/n)}`,
-    ``"none"`` 1, a number :math:`c`: :math:`c\sqrt{\max(m, n)}`; exact on SymPy."""
+    ``"none"`` 1, a number :math:`c`: :math:`c\sqrt{\max(m, n)}`; exact on SymPy. An
+    empty matrix (:math:`m = 0` or :math:`n = 0`) has scale 1 (its update is empty)."""
     m, n = int(shape[-2]), int(shape[-1])
+    if m == 0 or n == 0:  # an empty matrix: its update is empty, any scale will do
+        return 1
     if scaling == "optax":
         return xp.const_sqrt(max(m, n), m)
     if scaling == "jordan":
@@ -106,10 +113,15 @@ def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
     check("muon", "beta", beta, lo=0, hi=1, hi_open=True)
     check("muon", "eps", eps, lo=0)
     check("muon", "weight_decay", weight_decay, lo=0)
+    _r.check_flag("muon", "nesterov", nesterov)
+    _r.check_flag("muon", "bias_correction", bias_correction)
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
         raise ArgumentError(f"muon: argument 'ns_steps': expected an integer >= 0, got "
                             f"{ns_steps!r}")
-    _ns.schedule(ns_coeffs, ns_steps)  # validates the coefficients against the steps
+    try:  # validates the coefficients against the steps
+        _ns.schedule(ns_coeffs, ns_steps)
+    except (ArgumentError, DTypeError) as exc:
+        raise ArgumentError(f"muon: argument 'ns_coeffs': {exc}") from exc
     if scaling not in SCALINGS:
         if isinstance(scaling, str):
             raise ArgumentError(f"muon: argument 'scaling': expected one of {SCALINGS} or a "
@@ -139,6 +151,7 @@ def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        _r.check_state("muon", state, ("count", "mu", "adam"))
         _r.check_tree("muon", "grads", grads, params if params is not None else grads)
         mats, rest = split(grads)
         _r.check_tree("muon", "grads", mats, state["mu"], "the state's matrices")
@@ -159,7 +172,7 @@ def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
         out.update(rest_out)
         return {k: out[k] for k in grads}, {"count": t, "mu": mu, "adam": adam_state}
 
-    return Rule("muon", init, update)
+    return Rule("muon", init, _r.typed(update))
 
 
 def shampoo(lr: _r.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
@@ -187,6 +200,7 @@ def shampoo(lr: _r.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        _r.check_state("shampoo", state, ("count", "stats"))
         _r.check_tree("shampoo", "grads", grads, {k: _Shaped(tuple(
             int(S.shape[0]) for S in v)) for k, v in state["stats"].items()}, "the state")
         eta = _r.learning_rate(xp, lr, state["count"])
@@ -198,7 +212,7 @@ def shampoo(lr: _r.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
                for k, g in grads.items()}
         return out, {"count": state["count"] + 1, "stats": stats}
 
-    return Rule("shampoo", init, update)
+    return Rule("shampoo", init, _r.typed(update))
 
 
 def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping: Any = 1e-3
@@ -230,6 +244,7 @@ def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping
         from nlaverify.curvature import natural as _nat
         from nlaverify.curvature import solvers as _sol
 
+        _r.check_state("natural_gradient", state, ("count",))
         if params is None:
             raise ArgumentError("natural_gradient: argument 'params': required (the "
                                 "curvature is evaluated there), got None")
@@ -253,7 +268,7 @@ def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping
             i += n
         return out, {"count": state["count"] + 1}
 
-    return Rule("natural_gradient", init, update)
+    return Rule("natural_gradient", init, _r.typed(update))
 
 
 class _Shaped:

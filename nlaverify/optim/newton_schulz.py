@@ -33,13 +33,14 @@ the certified interval of :mod:`nlaverify.optim.certify`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.errors import ArgumentError, DTypeError, ShapeError
 
 #: coefficients ``(a_1, a_3, a_5, ...)`` of an odd polynomial
 Coefficients = tuple[Any, ...]
@@ -78,21 +79,69 @@ def newton_schulz_family(order: int) -> Coefficients:
     return tuple(out)
 
 
+def _is_row(x: Any) -> bool:
+    """A coefficient tuple inside a schedule: a list/tuple or a 1-d array (not a string)."""
+    if isinstance(x, (str, bytes)):
+        return False
+    ndim = getattr(x, "ndim", None)
+    return ndim == 1 if ndim is not None else isinstance(x, Sequence)
+
+
+def is_schedule(coeffs: Any) -> bool:
+    """Whether ``coeffs`` is a per-step schedule (a sequence of coefficient tuples, or a 2-d
+    array with one row per step) rather than one tuple ``(a_1, a_3, ...)``."""
+    ndim = getattr(coeffs, "ndim", None)
+    if ndim is not None:
+        return ndim == 2
+    return isinstance(coeffs, Sequence) and not isinstance(coeffs, (str, bytes)) and \
+        len(coeffs) > 0 and _is_row(coeffs[0])
+
+
+def _check_coefficient(c: Any, where: str) -> Any:
+    """A real coefficient (int, Fraction, float, a real NumPy scalar, SymPy, mpmath, FLINT);
+    NumPy scalars become Python numbers. :class:`ArgumentError` naming it otherwise."""
+    if hasattr(c, "ndim") and getattr(c, "ndim", None) == 0 and hasattr(c, "item"):
+        kind = getattr(getattr(c, "dtype", None), "kind", "f")
+        if kind not in "biuf" and "float" not in str(c.dtype):
+            raise ArgumentError(f"{where}: expected a real number, got dtype {c.dtype}")
+        if kind == "b":
+            raise ArgumentError(f"{where}: expected a real number, got a boolean")
+        c = c.item()
+    if isinstance(c, bool):
+        raise ArgumentError(f"{where}: expected a real number, got {c!r}")
+    if isinstance(c, numbers.Real) or type(c).__module__.split(".")[0] in (
+            "sympy", "mpmath", "flint"):
+        return c
+    raise ArgumentError(f"{where}: expected a real number, got {type(c).__name__} {c!r}")
+
+
+def _check_row(c: Any, where: str) -> Coefficients:
+    if not _is_row(c):
+        raise ArgumentError(f"{where}: expected a tuple (a_1, a_3, ...) or a 1-d array, got "
+                            f"{type(c).__name__} {c!r}")
+    row = tuple(_check_coefficient(a, f"{where}[{i}]") for i, a in enumerate(c))
+    if not row:
+        raise ArgumentError(f"{where}: no coefficients")
+    return row
+
+
 def schedule(coeffs: Coefficients | Sequence[Coefficients], steps: int) -> list[Coefficients]:
-    """One coefficient tuple per step: ``coeffs`` repeated ``steps`` times, or, when
-    ``coeffs`` is already a sequence of tuples (a designed schedule), exactly those."""
+    """One coefficient tuple per step: ``coeffs`` (a tuple, list or 1-d array
+    ``(a_1, a_3, ...)``) repeated ``steps`` times, or, when ``coeffs`` is a schedule
+    (:func:`is_schedule`: a sequence of such tuples, or a 2-d array, one row per step; e.g. a
+    designed one), exactly those rows. Raises :class:`ArgumentError` for a schedule of another
+    length, an empty tuple or a coefficient that is not a real number (a string, a complex
+    number)."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
         raise ArgumentError(f"steps: expected an integer >= 0, got {steps!r}")
-    if len(coeffs) and isinstance(coeffs[0], (tuple, list)):
+    if isinstance(coeffs, (str, bytes)) or not (_is_row(coeffs) or is_schedule(coeffs)):
+        raise ArgumentError(f"coeffs: expected a tuple (a_1, a_3, ...) or a schedule of "
+                            f"tuples, got {type(coeffs).__name__} {coeffs!r}")
+    if is_schedule(coeffs):
         if len(coeffs) != steps:
             raise ArgumentError(f"coeffs: a schedule of {len(coeffs)} steps, but steps={steps}")
-        out = [tuple(c) for c in coeffs]
-    else:
-        out = [tuple(coeffs)] * steps
-    for k, c in enumerate(out):
-        if not c:
-            raise ArgumentError(f"coeffs: step {k} has no coefficients")
-    return out
+        return [_check_row(c, f"coeffs[{k}]") for k, c in enumerate(coeffs)]
+    return [_check_row(coeffs, "coeffs")] * steps
 
 
 def _coef(xp: Namespace, c: Any) -> Any:
@@ -162,16 +211,44 @@ def newton_schulz(
     singular values of the result are :math:`p_k \circ \dots \circ p_1(\sigma_i /
     (\|G\|_F + \epsilon))`, whose range :mod:`nlaverify.optim.certify` encloses. Baggag &
     Saad §5.5, Muon (Jordan et al. 2024)."""
+    _check_input(xp, G, "newton_schulz")
     shape = _shape(G)
     if len(shape) < 2:
         raise ShapeError(f"newton_schulz: G must be a matrix (..., m, n), got shape {shape}")
     plan = schedule(coeffs, steps)
+    if normalize:
+        _check_eps(eps)
     X = frobenius_normalize(xp, G, eps) if normalize else G
     tall = transpose and shape[-2] > shape[-1]
     X = _to_wide(xp, X, tall)
     for c in plan:
         X = newton_schulz_step(xp, X, c)
     return _from_wide(xp, X, tall)
+
+
+def _check_input(xp: Namespace, G: Any, fn: str) -> None:
+    """``G`` is an array of ``xp`` with a real dtype: :class:`ArgumentError` for a list or a
+    scalar, :class:`DTypeError` for a complex, boolean or non-numeric dtype."""
+    if not hasattr(G, "shape") or not hasattr(G, "dtype"):
+        raise ArgumentError(f"{fn}: argument 'G': expected an array of the {xp.name} namespace "
+                            f"(xp.asarray(...)), got {type(G).__name__}")
+    if xp.object_arrays:
+        return
+    from nlaverify.backends.host import dtype_name
+
+    name = dtype_name(G.dtype)
+    if not name.startswith(("float", "bfloat", "int", "uint")):
+        raise DTypeError(f"{fn}: argument 'G': expected a real floating-point array, got dtype "
+                         f"{name}")
+
+
+def _check_eps(eps: Any) -> None:
+    if type(eps).__module__.startswith("sympy") or getattr(eps, "shape", None) == ():
+        return
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (
+            math.isfinite(float(eps)) and eps >= 0):
+        raise ArgumentError(f"newton_schulz: argument 'eps': expected a finite number >= 0, got "
+                            f"{eps!r}")
 
 
 def _to_wide(xp: Namespace, X: Any, tall: bool) -> Any:
@@ -251,7 +328,11 @@ def matmul_flops(m: int, n: int, coeffs: Coefficients | Sequence[Coefficients] =
     e.g. :math:`5 \cdot 6n^3 = 30n^3` for five quintic steps on a square matrix. The
     elementwise terms (:math:`O(dm^2 + mn)` per step, the normalisation :math:`O(mn)`)
     are left out: below :math:`1/n` of the total."""
-    m, n = min(m, n), max(m, n)
+    for name, v in (("m", m), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ArgumentError(f"matmul_flops: argument '{name}': expected an integer >= 0, "
+                                f"got {v!r}")
+    m, n = min(int(m), int(n)), max(int(m), int(n))
     total = 0
     for c in schedule(coeffs, steps):
         if len(c) >= 2:

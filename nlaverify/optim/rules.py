@@ -65,13 +65,24 @@ def check_hyper(rule: str, name: str, value: Any, *, lo: float | None = None,
     ``schedule``. Raises :class:`ArgumentError` naming the argument."""
     if schedule and callable(value):
         return value
-    if _symbolic(value) or (getattr(value, "shape", None) == () and not isinstance(
-            value, numbers.Real)):
+    if _symbolic(value):
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ArgumentError(f"{rule}: argument '{name}': expected a real number"
-                            f"{' or a schedule' if schedule else ''}, got {value!r}")
-    f = float(value)
+    expected = f"expected a real number{' or a schedule' if schedule else ''}"
+    if getattr(value, "shape", None) == () and not isinstance(value, numbers.Real):
+        # a 0-d array: its dtype must be real; a concrete one is range-checked like a number,
+        # a traced one (no value yet, inside jax.jit) passes unchecked
+        if getattr(getattr(value, "dtype", None), "kind", "f") in "bcOSUV" and \
+                "float" not in str(getattr(value, "dtype", "")):
+            raise ArgumentError(f"{rule}: argument '{name}': {expected}, got a 0-d array of "
+                                f"dtype {value.dtype}")
+        try:
+            f = float(value)
+        except Exception:  # a tracer: checked where it becomes concrete
+            return value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{rule}: argument '{name}': {expected}, got {value!r}")
+    else:
+        f = float(value)
     bad = not math.isfinite(f)
     if lo is not None:
         bad |= f <= lo if lo_open else f < lo
@@ -125,11 +136,77 @@ def zero_count(xp: Namespace) -> Any:
     return xp.asarray(0, dtype=xp.int32)
 
 
-def count_as(xp: Namespace, count: Any, like: Any) -> Any:
-    """The counter as a scalar of ``like``'s dtype (so :math:`\\beta^t` does not promote)."""
+def check_flag(rule: str, name: str, value: Any) -> bool:
+    """A boolean switch (``nesterov``, ``bias_correction``): ``True`` or ``False`` only (a
+    string such as ``"no"`` is truthy); :class:`ArgumentError` naming it otherwise."""
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{rule}: argument '{name}': expected True or False, got "
+                            f"{value!r}")
+    return value
+
+
+def check_state(rule: str, state: Any, keys: tuple[str, ...]) -> None:
+    """``state`` is a state of this rule's ``init`` (a dict with exactly ``keys``); an
+    :class:`ArgumentError` naming the argument otherwise (e.g. another rule's state)."""
+    if not isinstance(state, dict) or set(state) != set(keys):
+        got = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ArgumentError(f"{rule}: argument 'state': expected the state of {rule}'s init "
+                            f"(keys {sorted(keys)}), got {got}")
+
+
+def _power_dtype(xp: Namespace) -> Any:
+    r"""The dtype of :math:`\beta^t`: float64 where the backend has it (optax computes
+    :math:`1 - \beta^t` in the default float, never in the moment's dtype)."""
+    return getattr(xp, "float64", None) or xp.float32
+
+
+def count_as(xp: Namespace, count: Any, like: Any = None) -> Any:
+    r"""The counter :math:`t` (an exact int32 in the state) as the exponent of
+    :math:`\beta^t`: a float64 scalar (float32 without float64), *not* in ``like``'s dtype:
+    in bfloat16 :math:`\beta_2 = 0.999` rounds to 1 and :math:`1 - \beta_2^t` to 0. Exact on
+    the object namespaces. ``like`` is accepted for compatibility and unused."""
     if xp.object_arrays:
         return xp.asarray(count)[()]
-    return xp.astype(xp.asarray(count), like.dtype)
+    return xp.astype(xp.asarray(count), _power_dtype(xp))
+
+
+def bias_factor(xp: Namespace, beta: Any, count: Any, like: Any) -> Any:
+    r""":math:`1 - \beta^t`, computed in float64 (:func:`count_as`) and only then cast to
+    ``like``'s dtype (optax's ``tree_bias_correction``: the power in low precision rounds to
+    1), so that the division by it runs in the moment's dtype. Exact on SymPy."""
+    f = 1 - const(xp, beta) ** count_as(xp, count)
+    return f if xp.object_arrays else xp.astype(f, like.dtype)
+
+
+def keep_dtypes(xp: Namespace, new: Any, old: Any) -> Any:
+    """``new`` with every array leaf cast to the dtype of the matching leaf of ``old`` (same
+    tree): NumPy's bfloat16 (ml_dtypes) promotes ``array * python_float`` to float32, JAX
+    does not; casting back keeps updates and state in the parameters' dtypes everywhere."""
+    if xp.object_arrays:
+        return new
+    if isinstance(new, dict) and isinstance(old, dict):
+        return {k: keep_dtypes(xp, v, old[k]) if k in old else v for k, v in new.items()}
+    if isinstance(new, (tuple, list)) and isinstance(old, (tuple, list)) and len(new) == len(
+            old):
+        items = [keep_dtypes(xp, a, b) for a, b in zip(new, old, strict=True)]
+        return type(new)(*items) if hasattr(new, "_fields") else type(new)(items)
+    dt = getattr(old, "dtype", None)
+    if dt is not None and getattr(new, "dtype", dt) != dt:
+        return xp.astype(new, dt)
+    return new
+
+
+def typed(update: Callable[..., tuple[Params, State]]) -> Callable[..., tuple[Params, State]]:
+    """``update`` with its updates in the gradients' dtypes and its new state in the old
+    state's dtypes (:func:`keep_dtypes`); a no-op where they already agree (JAX)."""
+
+    def wrapped(xp: Namespace, grads: Params, state: State,
+                params: Params | None = None) -> tuple[Params, State]:
+        out, new = update(xp, grads, state, params)
+        return keep_dtypes(xp, out, grads), keep_dtypes(xp, new, state)
+
+    wrapped.__doc__ = update.__doc__
+    return wrapped
 
 
 def learning_rate(xp: Namespace, lr: LearningRate, count: Any) -> Any:
@@ -161,8 +238,10 @@ def ema(xp: Namespace, m: Any, g: Any, beta: Any) -> Any:
 def bias_correction(xp: Namespace, m: Any, beta: Any, count: Any) -> Any:
     r"""The bias-corrected moment :math:`\hat m_t = m_t / (1 - \beta^t)` (Kingma & Ba 2015;
     Baggag & Saad §2.4): the weights :math:`(1-\beta)\beta^{t-k}/(1-\beta^t)` of the
-    gradients sum to 1, so a constant gradient :math:`g` gives :math:`\hat m_t = g`."""
-    return m / (1 - const(xp, beta) ** count_as(xp, count, m))
+    gradients sum to 1, so a constant gradient :math:`g` gives :math:`\hat m_t = g`. The
+    factor :math:`1 - \beta^t` is computed in float64 (:func:`bias_factor`), the division in
+    ``m``'s dtype (optax)."""
+    return m / bias_factor(xp, beta, count, m)
 
 
 def nesterov_moment(xp: Namespace, m: Any, g: Any, beta: Any, count: Any = None) -> Any:
@@ -212,10 +291,11 @@ def nesterov_trace(xp: Namespace, trace: Any, g: Any, beta: Any) -> Any:
 def adagrad_direction(xp: Namespace, s: Any, g: Any, eps: Any) -> Any:
     r"""Adagrad's direction with the accumulated squares :math:`s_t = s_0 + \sum_{k\le t}
     g_k^2` (Duchi et al. 2011; Baggag & Saad §2.4.2, eqs. 2.4.7–2.4.8):
-    :math:`g_t/\sqrt{s_t + \epsilon}` entrywise, and 0 where :math:`s_t = 0` (optax)."""
+    :math:`g_t/\sqrt{s_t + \epsilon}` entrywise, and :math:`0\cdot g_t` where :math:`s_t`
+    is not positive (optax: 0, and NaN for a NaN or infinite gradient, which is not hidden)."""
     pos = xp.greater(s, 0)
     safe = xp.where(pos, s, xp.ones_like(s))
-    return xp.where(pos, g / xp.sqrt(safe + const(xp, eps)), xp.zeros_like(g))
+    return xp.where(pos, g / xp.sqrt(safe + const(xp, eps)), xp.zeros_like(g) * g)
 
 
 def rms_direction(xp: Namespace, nu: Any, g: Any, eps: Any) -> Any:
@@ -276,13 +356,14 @@ def sgd(lr: LearningRate, weight_decay: Any = 0.0) -> Rule:
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
         _check_params("sgd", grads)
+        check_state("sgd", state, ("count",))
         _params_for("sgd", grads, grads if params is None else params, params, wd, "params")
         eta = learning_rate(xp, lr, state["count"])
         out = {k: scale(xp, eta, decoupled_decay(xp, g, params[k], weight_decay) if wd else g)
                for k, g in grads.items()}
         return out, {"count": state["count"] + 1}
 
-    return Rule("sgd", init, update)
+    return Rule("sgd", init, typed(update))
 
 
 def momentum(lr: LearningRate, beta: Any = 0.9, nesterov: bool = False) -> Rule:
@@ -292,6 +373,7 @@ def momentum(lr: LearningRate, beta: Any = 0.9, nesterov: bool = False) -> Rule:
     (:func:`nesterov_trace`). Baggag & Saad §2.4."""
     check_hyper("momentum", "lr", lr, lo=0, lo_open=True, schedule=True)
     check_hyper("momentum", "beta", beta, lo=0, hi=1, hi_open=True)
+    check_flag("momentum", "nesterov", nesterov)
     name = "nesterov" if nesterov else "momentum"
 
     def init(xp: Namespace, params: Params) -> State:
@@ -299,6 +381,7 @@ def momentum(lr: LearningRate, beta: Any = 0.9, nesterov: bool = False) -> Rule:
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        check_state(name, state, ("count", "trace"))
         _params_for(name, grads, state["trace"], params, False)
         eta = learning_rate(xp, lr, state["count"])
         trace = {k: heavy_ball(xp, state["trace"][k], g, beta) for k, g in grads.items()}
@@ -307,7 +390,7 @@ def momentum(lr: LearningRate, beta: Any = 0.9, nesterov: bool = False) -> Rule:
         return ({k: scale(xp, eta, v) for k, v in d.items()},
                 {"count": state["count"] + 1, "trace": trace})
 
-    return Rule(name, init, update)
+    return Rule(name, init, typed(update))
 
 
 def adagrad(lr: LearningRate, initial_accumulator_value: Any = 0.1, eps: Any = 1e-7) -> Rule:
@@ -327,13 +410,14 @@ def adagrad(lr: LearningRate, initial_accumulator_value: Any = 0.1, eps: Any = 1
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        check_state("adagrad", state, ("count", "sum_of_squares"))
         _params_for("adagrad", grads, state["sum_of_squares"], params, False)
         eta = learning_rate(xp, lr, state["count"])
         s = {k: g * g + state["sum_of_squares"][k] for k, g in grads.items()}
         out = {k: scale(xp, eta, adagrad_direction(xp, s[k], g, eps)) for k, g in grads.items()}
         return out, {"count": state["count"] + 1, "sum_of_squares": s}
 
-    return Rule("adagrad", init, update)
+    return Rule("adagrad", init, typed(update))
 
 
 def rmsprop(lr: LearningRate, decay: Any = 0.9, eps: Any = 1e-8, initial_scale: Any = 0.0,
@@ -348,6 +432,7 @@ def rmsprop(lr: LearningRate, decay: Any = 0.9, eps: Any = 1e-8, initial_scale: 
     check_hyper("rmsprop", "decay", decay, lo=0, hi=1, hi_open=True)
     check_hyper("rmsprop", "eps", eps, lo=0)
     check_hyper("rmsprop", "initial_scale", initial_scale, lo=0)
+    check_flag("rmsprop", "nesterov", nesterov)
     if momentum is not None:
         check_hyper("rmsprop", "momentum", momentum, lo=0, hi=1, hi_open=True)
 
@@ -362,6 +447,8 @@ def rmsprop(lr: LearningRate, decay: Any = 0.9, eps: Any = 1e-8, initial_scale: 
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        check_state("rmsprop", state, ("count", "nu", "trace") if momentum is not None
+                    else ("count", "nu"))
         _params_for("rmsprop", grads, state["nu"], params, False)
         eta = learning_rate(xp, lr, state["count"])
         nu = {k: ema(xp, state["nu"][k], g * g, decay) for k, g in grads.items()}
@@ -374,7 +461,7 @@ def rmsprop(lr: LearningRate, decay: Any = 0.9, eps: Any = 1e-8, initial_scale: 
                 if nesterov else trace
         return out, new
 
-    return Rule("rmsprop", init, update)
+    return Rule("rmsprop", init, typed(update))
 
 
 def adamw(lr: LearningRate, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8,
@@ -398,6 +485,7 @@ def adamw(lr: LearningRate, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8,
     check_hyper(name, "eps", eps, lo=0)
     check_hyper(name, "eps_root", eps_root, lo=0)
     check_hyper(name, "weight_decay", weight_decay, lo=0)
+    check_flag(name, "nesterov", nesterov)
     wd = _decays(weight_decay)
 
     def init(xp: Namespace, params: Params) -> State:
@@ -406,6 +494,7 @@ def adamw(lr: LearningRate, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8,
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
+        check_state(name, state, ("count", "mu", "nu"))
         _params_for(name, grads, state["mu"], params, wd)
         t0 = state["count"]
         eta, t = learning_rate(xp, lr, t0), t0 + 1
@@ -419,7 +508,7 @@ def adamw(lr: LearningRate, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8,
             out[k] = scale(xp, eta, decoupled_decay(xp, d, params[k], weight_decay) if wd else d)
         return out, {"count": t, "mu": mu, "nu": nu}
 
-    return Rule("nadamw" if nesterov else name, init, update)
+    return Rule("nadamw" if nesterov else name, init, typed(update))
 
 
 def adam(lr: LearningRate, b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8, *,
@@ -442,8 +531,30 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [  # and, from nlaverify.optim.muon: muon, shampoo, natural_gradient
-    "LearningRate", "Params", "Rule", "State", "adagrad", "adagrad_direction", "adam",
-    "adam_direction", "adamw", "apply_updates", "bias_correction", "decoupled_decay", "ema",
-    "heavy_ball", "momentum", "nesterov_moment", "nesterov_trace", "rms_direction", "rmsprop",
-    "scale", "sgd",
+    "LearningRate",
+    "Params",
+    "Rule",
+    "State",
+    "adagrad",
+    "adagrad_direction",
+    "adam",
+    "adam_direction",
+    "adamw",
+    "apply_updates",
+    "bias_correction",
+    "bias_factor",
+    "check_flag",
+    "check_state",
+    "decoupled_decay",
+    "ema",
+    "heavy_ball",
+    "keep_dtypes",
+    "momentum",
+    "nesterov_moment",
+    "nesterov_trace",
+    "rms_direction",
+    "rmsprop",
+    "scale",
+    "sgd",
+    "typed",
 ]

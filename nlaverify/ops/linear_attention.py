@@ -1,0 +1,761 @@
+r"""Linearized and randomized attention: the kernel view (Baggag & Saad §4.3, §4.4).
+
+Softmax attention :math:`D^{-1} A V`, :math:`A_{ij} = \kappa(q_i, k_j) =
+\exp(q_i^\top k_j/\sqrt d)`, costs :math:`O(n^2)`. If the kernel factors through a
+feature map, :math:`\kappa(q, k) \approx \phi(q)^\top \phi(k)`, the product can be
+re-associated (§4.3.2): with :math:`Q_f = \phi(Q)`, :math:`K_f = \phi(K)` (``(..., n, m)``)
+and :math:`C = [V, \mathbf 1]`,
+
+.. math:: X = K_f^\top C,\qquad Y = Q_f X,\qquad
+   \operatorname{out} = Y_{:, :d_v} \,/\, Y_{:, d_v},
+
+in :math:`O(n m d_v)` (:func:`kernel_attention`); the ones column carries the normaliser
+:math:`D = \operatorname{diag}(Q_f K_f^\top \mathbf 1)`. Causal masking keeps the linear
+cost with prefix sums over positions, :math:`Y_i = Q_{f,i}^\top \sum_{j\le i} K_{f,j}
+C_j^\top` ("Transformers are RNNs"). Feature maps: :func:`elu1` (Katharopoulos et al.),
+:func:`trig_features` (random Fourier features of the Gaussian kernel, FAVOR, §4.4),
+:func:`positive_features` and :func:`hyperbolic_features` (FAVOR+, Choromanski et al.
+2021). Two other linear forms: :func:`efficient_attention` (Shen et al., §4.3) and
+:func:`linformer_attention` (Wang et al., low-rank projections of keys and values, §4.4).
+
+Every forward has its VJP ``<name>_vjp`` and JVP ``<name>_jvp`` next to it; leading
+batch/head axes ``(..., n, d)`` are supported throughout (:math:`W`, :math:`b`, :math:`E`,
+:math:`F` broadcast over them, and their cotangents are summed over the axes they lack).
+
+**Prefix sums.** On the array backends the causal sums are ``cumulative_sum`` (linear in
+:math:`n`); the object namespaces (SymPy, mpmath) have none, and there the same sums are
+the product with the lower-triangular ones matrix :math:`L` (:math:`O(n^2)`, exact, and the
+form the proofs compare with the masked quadratic form). The linear cost claim is for the
+array backends.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nlaverify.backends.base import Namespace
+from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.ops._tangent import jvp_rule, lin, tangents, tsum
+from nlaverify.ops._validate import check_args
+from nlaverify.ops.softmaxes import (
+    softmax,
+    softmax_jvp_from_output,
+    softmax_vjp_from_output,
+)
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _expand(xp: Namespace, x: Any, axis: int) -> Any:
+    """Insert a length-1 axis at ``axis`` (negative, counted on the result)."""
+    shape = list(x.shape)
+    pos = len(shape) + axis + 1
+    return xp.reshape(x, (*shape[:pos], 1, *shape[pos:]))
+
+
+def _sqnorm(xp: Namespace, X: Any) -> Any:
+    r"""Row norms :math:`\|x_i\|^2`, keepdims ``(..., n, 1)``."""
+    return xp.sum(X * X, axis=-1, keepdims=True)
+
+
+def _root4(xp: Namespace, d: int) -> Any:
+    r""":math:`d^{1/4}`: exact on SymPy (:math:`\sqrt{\sqrt d}`), a float elsewhere."""
+    if xp.object_arrays:
+        return xp.sqrt(xp.asarray([xp.const_sqrt(d)]))[0]
+    return math.sqrt(xp.const_sqrt(d))
+
+
+def _sum_to(xp: Namespace, X: Any, ndim: int) -> Any:
+    """Sum the leading axes of ``X`` that an argument of ``ndim`` axes broadcast over."""
+    extra = len(X.shape) - ndim
+    return xp.sum(X, axis=tuple(range(extra))) if extra > 0 else X
+
+
+def _prefix_sum(xp: Namespace, X: Any, axis: int, reverse: bool = False) -> Any:
+    r"""Inclusive prefix sums :math:`S_i = \sum_{j \le i} X_j` along ``axis`` (negative);
+    ``reverse``: suffix sums :math:`\sum_{j \ge i} X_j`. ``cumulative_sum`` on the array
+    backends; on the object namespaces the product with the lower (upper) triangular ones
+    matrix (see the module docstring)."""
+    ax = len(X.shape) + axis
+    if not xp.object_arrays:
+        if reverse:
+            return xp.flip(xp.cumulative_sum(xp.flip(X, axis=ax), axis=ax), axis=ax)
+        return xp.cumulative_sum(X, axis=ax)
+    n = X.shape[ax]
+    L = xp.tril(xp.ones((n, n)))
+    L = xp.matrix_transpose(L) if reverse else L
+    moved = xp.permute_dims(X, (*range(ax), *range(ax + 1, len(X.shape)), ax))
+    summed = xp.matmul(moved, xp.matrix_transpose(L))  # row i of L: the j <= i
+    back = list(range(len(X.shape) - 1))
+    back.insert(ax, len(X.shape) - 1)
+    return xp.permute_dims(summed, tuple(back))
+
+
+def _ones_column(xp: Namespace, V: Any) -> Any:
+    r""":math:`C = [V, \mathbf 1]`, ``(..., n, d_v + 1)``."""
+    return xp.concat([V, xp.ones((*V.shape[:-1], 1), dtype=V.dtype)], axis=-1)
+
+
+def _readout(xp: Namespace, Qf: Any, Kf: Any, C: Any, causal: bool) -> Any:
+    r""":math:`Y = Q_f (K_f^\top C)`, or causally :math:`Y_i = Q_{f,i}^\top \sum_{j \le i}
+    K_{f,j} C_j^\top` (trilinear in :math:`Q_f, K_f, C`)."""
+    if not causal:
+        return xp.matmul(Qf, xp.matmul(xp.matrix_transpose(Kf), C))
+    S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)  # (..., n, m, c)
+    return xp.sum(_expand(xp, Qf, -1) * S, axis=-2)
+
+
+def _readout_vjp(xp: Namespace, dY: Any, Qf: Any, Kf: Any, C: Any, causal: bool
+                 ) -> tuple[Any, Any, Any]:
+    r"""Cotangents of :func:`_readout`: bidirectional :math:`\bar Q_f = \bar Y X^\top`,
+    :math:`\bar X = Q_f^\top \bar Y`, :math:`\bar K_f = C \bar X^\top`, :math:`\bar C = K_f
+    \bar X`; causal, with the prefix sums :math:`S_i` and the suffix sums :math:`R_j =
+    \sum_{i \ge j} Q_{f,i} \bar Y_i^\top`: :math:`\bar Q_{f,i} = S_i \bar Y_i`,
+    :math:`\bar K_{f,j} = R_j C_j`, :math:`\bar C_j = R_j^\top K_{f,j}`."""
+    if not causal:
+        X = xp.matmul(xp.matrix_transpose(Kf), C)
+        dX = xp.matmul(xp.matrix_transpose(Qf), dY)
+        return (xp.matmul(dY, xp.matrix_transpose(X)), xp.matmul(C, xp.matrix_transpose(dX)),
+                xp.matmul(Kf, dX))
+    S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)
+    R = _prefix_sum(xp, _expand(xp, Qf, -1) * _expand(xp, dY, -2), axis=-3, reverse=True)
+    return (xp.sum(S * _expand(xp, dY, -2), axis=-1), xp.sum(R * _expand(xp, C, -2), axis=-1),
+            xp.sum(R * _expand(xp, Kf, -1), axis=-2))
+
+
+def _readout_jvp(xp: Namespace, dQf: Any, dKf: Any, dC: Any, Qf: Any, Kf: Any, C: Any,
+                 causal: bool) -> Any:
+    r""":math:`\dot Y` of the trilinear :func:`_readout`: one term per tangent."""
+    return tsum(lin(dQf, lambda t: _readout(xp, t, Kf, C, causal)),
+                lin(dKf, lambda t: _readout(xp, Qf, t, C, causal)),
+                lin(dC, lambda t: _readout(xp, Qf, Kf, t, causal)))
+
+
+def _normalise(xp: Namespace, Y: Any) -> Any:
+    r""":math:`D^{-1} Y_{:, :d_v}` with :math:`D = \operatorname{diag}(Y_{:, d_v})`."""
+    dv = Y.shape[-1] - 1
+    return Y[..., :dv] / Y[..., dv:]
+
+
+def _normalise_vjp(xp: Namespace, G: Any, Y: Any) -> Any:
+    r""":math:`\bar Y = [G, -\operatorname{rowsum}(G \odot O)]\,/\,D`."""
+    out, D = _normalise(xp, Y), Y[..., Y.shape[-1] - 1:]
+    return xp.concat([G, -xp.sum(G * out, axis=-1, keepdims=True)], axis=-1) / D
+
+
+def _normalise_jvp(xp: Namespace, dY: Any, Y: Any) -> Any:
+    r""":math:`\dot O = (\dot Y_{:, :d_v} - O\, \dot Y_{:, d_v})\,/\,D`."""
+    dv = Y.shape[-1] - 1
+    return (dY[..., :dv] - _normalise(xp, Y) * dY[..., dv:]) / Y[..., dv:]
+
+
+def _check_qkv(op: str, xp: Namespace, Q: Any, K: Any, V: Any, *, q: str = "Q", k: str = "K",
+               m: str = "d", extra: dict[str, tuple[Any, tuple]] | None = None
+               ) -> dict[str, int]:
+    return check_args(op, xp, {q: (Q, ("*", "n", m)), k: (K, ("*", "n", m)),
+                               "V": (V, ("*", "n", "d_v")), **(extra or {})})
+
+
+def _check_weights(op: str, xp: Namespace, W: Any, b: Any, d: int) -> int:
+    """Check ``W`` ``(..., m, d)`` and ``b`` ``(..., m)`` (batch axes of their own, which
+    broadcast over the inputs'); return ``m``."""
+    dims = check_args(op, xp, {"W": (W, ("*", "m", "d")), "b": (b, ("*", "m"))},
+                      bound={"d": d})
+    return dims["m"]
+
+
+# -- feature maps -------------------------------------------------------------------------
+
+
+def elu1(xp: Namespace, x: Any) -> Any:
+    r""":math:`\operatorname{elu}(x) + 1` (:math:`\alpha = 1`), the feature map of linear
+    attention (Baggag & Saad §4.3, Katharopoulos et al.): :math:`x + 1` for :math:`x > 0`,
+    :math:`e^{x}` for :math:`x \le 0`; positive, so the normaliser never vanishes. The
+    exponent is ``where(x > 0, 0, x)``, never positive (no overflow in the branch not
+    taken)."""
+    check_args("elu1", xp, {"x": (x, ("*",))})
+    pos = xp.greater(x, 0)
+    return xp.where(pos, x + 1, xp.exp(xp.where(pos, xp.zeros_like(x), x)))
+
+
+def _elu1_derivative(xp: Namespace, x: Any) -> Any:
+    r""":math:`1` for :math:`x > 0`, :math:`e^{x}` for :math:`x \le 0` (continuous at 0)."""
+    pos = xp.greater(x, 0)
+    return xp.where(pos, xp.ones_like(x), xp.exp(xp.where(pos, xp.zeros_like(x), x)))
+
+
+def elu1_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
+    r"""VJP of :func:`elu1`: :math:`\bar x = g \odot (\mathbb 1[x > 0] + e^{x}\mathbb
+    1[x \le 0])`."""
+    check_args("elu1_vjp", xp, {"x": (x, ("*",)), "G": (G, ("*",))})
+    return (G * _elu1_derivative(xp, x),)
+
+
+@jvp_rule("dx",)
+def elu1_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
+    r"""JVP of :func:`elu1` (Baggag & Saad §4.3): :math:`\dot y = \operatorname{elu1}'(x)
+    \odot \dot x`."""
+    check_args("elu1_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
+    return _elu1_derivative(xp, x) * T[0]
+
+
+def _row(xp: Namespace, b: Any) -> Any:
+    """``b`` ``(..., m)`` as ``(..., 1, m)``: one row broadcast over the positions."""
+    return _expand(xp, b, -2)
+
+
+def _trig_phase(xp: Namespace, X: Any, W: Any, b: Any) -> Any:
+    r""":math:`Z = X W^\top + b`."""
+    return xp.matmul(X, xp.matrix_transpose(W)) + _row(xp, b)
+
+
+def trig_features(xp: Namespace, X: Any, W: Any, b: Any) -> Any:
+    r"""Random Fourier features (Baggag & Saad §4.4, Rahimi & Recht), rows of ``X``:
+
+    .. math:: \phi(x) = \sqrt{2/m}\,\cos(W x + b),\qquad
+       \mathbb E\,\phi(x)^\top\phi(y) = e^{-\|x - y\|^2/2}
+
+    for rows :math:`w_r \sim \mathcal N(0, I)`, :math:`b_r \sim U(0, 2\pi)`. ``X``
+    ``(..., n, d)``, ``W`` ``(m, d)``, ``b`` ``(m,)``; returns ``(..., n, m)``.
+    """
+    d = check_args("trig_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
+    m = _check_weights("trig_features", xp, W, b, d)
+    return xp.const_sqrt(2, m) * xp.cos(_trig_phase(xp, X, W, b))
+
+
+def trig_features_vjp(xp: Namespace, G: Any, X: Any, W: Any, b: Any) -> tuple[Any]:
+    r"""VJP of :func:`trig_features` (``W``, ``b`` fixed):
+    :math:`\bar X = -\bigl(G \odot \sqrt{2/m}\,\sin Z\bigr) W`."""
+    d = check_args("trig_features_vjp", xp, {"X": (X, ("*", "n", "d")),
+                                              "G": (G, ("*", "n", "m"))})["d"]
+    m = _check_weights("trig_features_vjp", xp, W, b, d)
+    dZ = -G * xp.const_sqrt(2, m) * xp.sin(_trig_phase(xp, X, W, b))
+    return (xp.matmul(dZ, W),)
+
+
+@jvp_rule("dX",)
+def trig_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any, b: Any) -> Any:
+    r"""JVP of :func:`trig_features` (Baggag & Saad §4.4):
+    :math:`\dot\Phi = -\sqrt{2/m}\,\sin Z \odot (\dot X W^\top)`."""
+    d = check_args("trig_features_jvp", xp, {"X": (X, ("*", "n", "d")),
+                                              "dX": (T[0], ("*", "n", "d"))})["d"]
+    m = _check_weights("trig_features_jvp", xp, W, b, d)
+    return -xp.const_sqrt(2, m) * xp.sin(_trig_phase(xp, X, W, b)) * xp.matmul(
+        T[0], xp.matrix_transpose(W))
+
+
+def _positive_exponent(xp: Namespace, X: Any, W: Any) -> Any:
+    r""":math:`Z = X W^\top - \tfrac12 \|x\|^2 \mathbf 1^\top`."""
+    return xp.matmul(X, xp.matrix_transpose(W)) - _sqnorm(xp, X) * xp.rational(1, 2)
+
+
+def _positive_exponent_vjp(xp: Namespace, dZ: Any, X: Any, W: Any) -> Any:
+    r""":math:`\bar X = \bar Z W - \operatorname{rowsum}(\bar Z)\, x`."""
+    return xp.matmul(dZ, W) - xp.sum(dZ, axis=-1, keepdims=True) * X
+
+
+def _positive_exponent_jvp(xp: Namespace, dX: Any, X: Any, W: Any) -> Any:
+    r""":math:`\dot Z = \dot X W^\top - \langle x, \dot x\rangle \mathbf 1^\top`."""
+    return xp.matmul(dX, xp.matrix_transpose(W)) - xp.sum(X * dX, axis=-1, keepdims=True)
+
+
+def positive_features(xp: Namespace, X: Any, W: Any) -> Any:
+    r"""Positive random features (FAVOR+, Choromanski et al. 2021, Lemma 1), rows of ``X``:
+
+    .. math:: \phi(x) = \frac{1}{\sqrt m}\exp\bigl(W x - \tfrac12\|x\|^2\bigr),\qquad
+       \mathbb E\,\phi(x)^\top\phi(y) = e^{x^\top y}
+
+    for rows :math:`w_r \sim \mathcal N(0, I)`. ``X`` ``(..., n, d)``, ``W`` ``(m, d)``.
+    Unstabilised: :func:`favor_plus_attention` shifts the exponents.
+    """
+    d = check_args("positive_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
+    m = _check_weights("positive_features", xp, W, None, d)
+    return xp.exp(_positive_exponent(xp, X, W)) / xp.const_sqrt(m)
+
+
+def positive_features_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any]:
+    r"""VJP of :func:`positive_features` (``W`` fixed): with :math:`\bar Z = G \odot
+    \Phi`, :math:`\bar X = \bar Z W - \operatorname{rowsum}(\bar Z)\, x`."""
+    d = check_args("positive_features_vjp", xp, {"X": (X, ("*", "n", "d")),
+                                                  "G": (G, ("*", "n", "m"))})["d"]
+    _check_weights("positive_features_vjp", xp, W, None, d)
+    return (_positive_exponent_vjp(xp, G * positive_features(xp, X, W), X, W),)
+
+
+@jvp_rule("dX",)
+def positive_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any) -> Any:
+    r"""JVP of :func:`positive_features`: :math:`\dot\Phi = \Phi \odot (\dot X W^\top -
+    \langle x, \dot x\rangle \mathbf 1^\top)`."""
+    d = check_args("positive_features_jvp", xp, {"X": (X, ("*", "n", "d")),
+                                                  "dX": (T[0], ("*", "n", "d"))})["d"]
+    _check_weights("positive_features_jvp", xp, W, None, d)
+    return positive_features(xp, X, W) * _positive_exponent_jvp(xp, T[0], X, W)
+
+
+def _hyperbolic_exponent(xp: Namespace, X: Any, W: Any) -> Any:
+    r""":math:`[X W^\top, -X W^\top] - \tfrac12\|x\|^2 \mathbf 1^\top`, ``(..., n, 2m)``."""
+    U = xp.matmul(X, xp.matrix_transpose(W))
+    return xp.concat([U, -U], axis=-1) - _sqnorm(xp, X) * xp.rational(1, 2)
+
+
+def hyperbolic_features(xp: Namespace, X: Any, W: Any) -> Any:
+    r"""Hyperbolic positive features (Choromanski et al. 2021, Lemma 1), rows of ``X``:
+
+    .. math:: \phi(x) = \frac{e^{-\|x\|^2/2}}{\sqrt{2m}}\bigl[e^{W x}, e^{-W x}\bigr],\qquad
+       \mathbb E\,\phi(x)^\top\phi(y) = e^{x^\top y},
+
+    :math:`m` rows of ``W`` give :math:`2m` features (``(..., n, 2m)``).
+    """
+    d = check_args("hyperbolic_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
+    m = _check_weights("hyperbolic_features", xp, W, None, d)
+    return xp.exp(_hyperbolic_exponent(xp, X, W)) / xp.const_sqrt(2 * m)
+
+
+def hyperbolic_features_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any]:
+    r"""VJP of :func:`hyperbolic_features`: with :math:`\bar E = G \odot \Phi` split in
+    its halves :math:`[\bar E_+, \bar E_-]`, :math:`\bar X = (\bar E_+ - \bar E_-) W -
+    \operatorname{rowsum}(\bar E)\, x`."""
+    d = check_args("hyperbolic_features_vjp", xp, {"X": (X, ("*", "n", "d")),
+                                                    "G": (G, ("*", "n", "m2"))})["d"]
+    m = _check_weights("hyperbolic_features_vjp", xp, W, None, d)
+    dE = G * hyperbolic_features(xp, X, W)
+    return (xp.matmul(dE[..., :m] - dE[..., m:], W)
+            - xp.sum(dE, axis=-1, keepdims=True) * X,)
+
+
+@jvp_rule("dX",)
+def hyperbolic_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any) -> Any:
+    r"""JVP of :func:`hyperbolic_features`: :math:`\dot\Phi = \Phi \odot \bigl([\dot U,
+    -\dot U] - \langle x, \dot x\rangle\mathbf 1^\top\bigr)`, :math:`\dot U = \dot X
+    W^\top`."""
+    d = check_args("hyperbolic_features_jvp", xp, {"X": (X, ("*", "n", "d")),
+                                                    "dX": (T[0], ("*", "n", "d"))})["d"]
+    _check_weights("hyperbolic_features_jvp", xp, W, None, d)
+    dU = xp.matmul(T[0], xp.matrix_transpose(W))
+    dE = xp.concat([dU, -dU], axis=-1) - xp.sum(X * T[0], axis=-1, keepdims=True)
+    return hyperbolic_features(xp, X, W) * dE
+
+
+# -- the linear form ----------------------------------------------------------------------
+
+
+def kernel_attention(xp: Namespace, Qf: Any, Kf: Any, V: Any, *, causal: bool = False) -> Any:
+    r"""Kernelized attention in linear form (Baggag & Saad §4.3, §4.4):
+
+    .. math:: \operatorname{out} = D^{-1}\bigl((Q_f K_f^\top) \circ M\bigr) V,\qquad
+       D = \operatorname{diag}\bigl(((Q_f K_f^\top) \circ M)\mathbf 1\bigr),
+
+    computed without the :math:`n \times n` matrix: :math:`C = [V, \mathbf 1]`,
+    :math:`X = K_f^\top C`, :math:`Y = Q_f X`, output :math:`Y_{:, :d_v} / Y_{:, d_v}`.
+    :math:`M = \mathbf 1 \mathbf 1^\top`, or with ``causal`` the lower triangle
+    (:math:`j \le i`), then :math:`Y_i = Q_{f,i}^\top S_i` with the prefix sums
+    :math:`S_i = \sum_{j \le i} K_{f,j} C_j^\top`. ``Qf``, ``Kf`` ``(..., n, m)`` (any
+    features), ``V`` ``(..., n, d_v)``. A zero normaliser gives inf/nan (positive feature
+    maps never have one).
+    """
+    _check_qkv("kernel_attention", xp, Qf, Kf, V, q="Qf", k="Kf", m="m")
+    return _normalise(xp, _readout(xp, Qf, Kf, _ones_column(xp, V), causal))
+
+
+def kernel_attention_vjp(xp: Namespace, G: Any, Qf: Any, Kf: Any, V: Any, *,
+                         causal: bool = False) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`kernel_attention`: :math:`\bar Y = [G, -\operatorname{rowsum}(G
+    \odot O)]/D`, then through :math:`Y = Q_f(K_f^\top C)`: :math:`\bar Q_f = \bar Y
+    X^\top`, :math:`\bar K_f = C (Q_f^\top \bar Y)^\top`, :math:`\bar V = (K_f Q_f^\top
+    \bar Y)_{:, :d_v}`; causal: prefix sums for :math:`\bar Q_f`, suffix sums
+    :math:`R_j = \sum_{i \ge j} Q_{f,i}\bar Y_i^\top` for :math:`\bar K_f, \bar V`."""
+    _check_qkv("kernel_attention_vjp", xp, Qf, Kf, V, q="Qf", k="Kf", m="m",
+               extra={"G": (G, ("*", "n", "d_v"))})
+    C = _ones_column(xp, V)
+    dY = _normalise_vjp(xp, G, _readout(xp, Qf, Kf, C, causal))
+    dQf, dKf, dC = _readout_vjp(xp, dY, Qf, Kf, C, causal)
+    return dQf, dKf, dC[..., :V.shape[-1]]
+
+
+def kernel_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Qf: Any, Kf: Any, V: Any,
+                         *, causal: bool = False) -> Any:
+    r"""JVP of :func:`kernel_attention`: :math:`Y` is trilinear in :math:`(Q_f, K_f, C)`,
+    so :math:`\dot Y = Y(\dot Q_f, K_f, C) + Y(Q_f, \dot K_f, C) + Y(Q_f, K_f, [\dot V,
+    0])`, and :math:`\dot O = (\dot Y_{:, :d_v} - O\,\dot Y_{:, d_v})/D`."""
+    dQf, dKf, dV = tangents("kernel_attention_jvp", T, ("dQf", "dKf", "dV"))
+    _check_qkv("kernel_attention_jvp", xp, Qf, Kf, V, q="Qf", k="Kf", m="m",
+               extra={"dQf": (dQf, ("*", "n", "m")), "dKf": (dKf, ("*", "n", "m")),
+                      "dV": (dV, ("*", "n", "d_v"))})
+    C = _ones_column(xp, V)
+    dC = lin(dV, lambda t: xp.concat([t, xp.zeros((*V.shape[:-1], 1), dtype=V.dtype)],
+                                     axis=-1))
+    Y = _readout(xp, Qf, Kf, C, causal)
+    return _normalise_jvp(xp, _readout_jvp(xp, dQf, dKf, dC, Qf, Kf, C, causal), Y)
+
+
+# -- FAVOR and FAVOR+ (Baggag & Saad §4.4) ------------------------------------------------
+
+
+def _favor_side(xp: Namespace, X: Any, W: Any, b: Any) -> tuple[Any, Any, Any, Any]:
+    r"""``(X̃, D_X, Φ, D_X Φ)``: :math:`\tilde X = X/d^{1/4}`, :math:`D_X =
+    \exp(\|\tilde x\|^2/2) = \exp(\|x\|^2/(2\sqrt d))` per row, :math:`\Phi` the trig
+    features of :math:`\tilde X`."""
+    Xs = X / _root4(xp, X.shape[-1])
+    Phi = trig_features(xp, Xs, W, b)
+    Dx = xp.exp(_sqnorm(xp, Xs) * xp.rational(1, 2))
+    return Xs, Dx, Phi, Dx * Phi
+
+
+def _favor_side_vjp(xp: Namespace, dXf: Any, side: tuple[Any, Any, Any, Any], W: Any,
+                    b: Any) -> Any:
+    r""":math:`\bar{\tilde X} = \operatorname{trig\_vjp}(D_X \bar X_f) +
+    \operatorname{rowsum}(\bar X_f \odot X_f)\,\tilde x` (as :math:`\partial D_X/\partial
+    \tilde x = D_X \tilde x`), then :math:`\bar X = \bar{\tilde X}/d^{1/4}`; ``side`` is
+    :func:`_favor_side`'s."""
+    Xs, Dx, _, Xf = side
+    dXs = trig_features_vjp(xp, dXf * Dx, Xs, W, b)[0] + xp.sum(dXf * Xf, axis=-1,
+                                                                keepdims=True) * Xs
+    return dXs / _root4(xp, Xs.shape[-1])
+
+
+def _favor_side_jvp(xp: Namespace, dX: Any, side: tuple[Any, Any, Any, Any], W: Any,
+                    b: Any) -> Any:
+    r""":math:`\dot X_f = D_X\,\operatorname{trig\_jvp}(\dot{\tilde X}) + \langle \tilde x,
+    \dot{\tilde x}\rangle X_f`, :math:`\dot{\tilde X} = \dot X/d^{1/4}`."""
+    Xs, Dx, _, Xf = side
+    dXs = dX / _root4(xp, Xs.shape[-1])
+    return (Dx * trig_features_jvp(xp, (dXs,), Xs, W, b)
+            + xp.sum(Xs * dXs, axis=-1, keepdims=True) * Xf)
+
+
+def _check_favor(op: str, xp: Namespace, Q: Any, K: Any, V: Any, W: Any, b: Any,
+                 extra: dict[str, tuple[Any, tuple]] | None = None) -> None:
+    d = _check_qkv(op, xp, Q, K, V, extra=extra)["d"]
+    _check_weights(op, xp, W, b, d)
+
+
+def favor_attention(xp: Namespace, Q: Any, K: Any, V: Any, W: Any, b: Any, *,
+                    causal: bool = False) -> Any:
+    r"""FAVOR exactly as Baggag & Saad §4.4 describe it. Since
+    :math:`e^{q^\top k/\sqrt d} = e^{\|q\|^2/2\sqrt d}\, e^{\|k\|^2/2\sqrt d}\,
+    e^{-\|q - k\|^2/2\sqrt d}`, :math:`A = D_Q B D_K` with :math:`B` the Gaussian kernel of
+    width :math:`\sigma = d^{1/4}`, estimated by trig features :math:`\hat Q =
+    \phi(Q/d^{1/4})`, :math:`\hat K = \phi(K/d^{1/4})` (:func:`trig_features`, ``W``
+    ``(m, d)`` with :math:`\mathcal N(0, I)` rows, ``b`` ``(m,)`` uniform phases). With
+    :math:`D_Q = \operatorname{diag}(e^{\|q_i\|^2/2\sqrt d})`, :math:`D_K` likewise,
+
+    .. math:: C = [V, \mathbf 1],\quad X = (D_K \hat K)^\top C,\quad Y = (D_Q \hat Q) X,
+       \quad \operatorname{out} = D^{-1} Y_{:, :d_v},\ D = \operatorname{diag}(Y_{:, d_v}),
+
+    i.e. :math:`D^{-1}\hat A V` with :math:`\hat A = D_Q \hat Q \hat K^\top D_K`
+    (:func:`kernel_attention`; ``causal``: its prefix sums). An unbiased estimate of
+    :math:`A`, not of the output; :math:`D` may vanish (trig features are not positive)
+    and :math:`D_Q` overflows for large :math:`\|q\|`: FAVOR+ (:func:`favor_plus_attention`)
+    fixes both.
+    """
+    _check_favor("favor_attention", xp, Q, K, V, W, b)
+    return kernel_attention(xp, _favor_side(xp, Q, W, b)[3], _favor_side(xp, K, W, b)[3], V,
+                            causal=causal)
+
+
+def favor_attention_vjp(xp: Namespace, G: Any, Q: Any, K: Any, V: Any, W: Any, b: Any, *,
+                        causal: bool = False) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`favor_attention` (``W``, ``b`` fixed): :func:`kernel_attention_vjp`
+    gives :math:`\bar Q_f, \bar K_f, \bar V`; each side :math:`X_f = D_X \phi(\tilde X)`
+    then gives :math:`\bar{\tilde X} = \operatorname{trig\_vjp}(D_X \bar X_f) +
+    \operatorname{rowsum}(\bar X_f \odot X_f)\,\tilde x` and :math:`\bar X =
+    \bar{\tilde X}/d^{1/4}`."""
+    _check_favor("favor_attention_vjp", xp, Q, K, V, W, b, {"G": (G, ("*", "n", "d_v"))})
+    sq, sk = _favor_side(xp, Q, W, b), _favor_side(xp, K, W, b)
+    dQf, dKf, dV = kernel_attention_vjp(xp, G, sq[3], sk[3], V, causal=causal)
+    return _favor_side_vjp(xp, dQf, sq, W, b), _favor_side_vjp(xp, dKf, sk, W, b), dV
+
+
+def favor_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any,
+                        W: Any, b: Any, *, causal: bool = False) -> Any:
+    r"""JVP of :func:`favor_attention`: :math:`\dot X_f = D_X\,\operatorname{trig\_jvp}
+    (\dot X/d^{1/4}) + \langle\tilde x, \dot{\tilde x}\rangle X_f` per side, then
+    :func:`kernel_attention_jvp`."""
+    dQ, dK, dV = tangents("favor_attention_jvp", T, ("dQ", "dK", "dV"))
+    _check_favor("favor_attention_jvp", xp, Q, K, V, W, b,
+                 {"dQ": (dQ, ("*", "n", "d")), "dK": (dK, ("*", "n", "d")),
+                  "dV": (dV, ("*", "n", "d_v"))})
+    sq, sk = _favor_side(xp, Q, W, b), _favor_side(xp, K, W, b)
+    return kernel_attention_jvp(xp, (lin(dQ, lambda t: _favor_side_jvp(xp, t, sq, W, b)),
+                                     lin(dK, lambda t: _favor_side_jvp(xp, t, sk, W, b)), dV),
+                                sq[3], sk[3], V, causal=causal)
+
+
+def _favor_plus_side(xp: Namespace, X: Any, W: Any, per_row: bool) -> tuple[Any, Any]:
+    r"""``(X̃, X_f)``: :math:`X_f = \exp(Z - c)/\sqrt m`, :math:`Z = \tilde X W^\top -
+    \tfrac12\|\tilde x\|^2`, :math:`\tilde X = X/d^{1/4}`; the shift :math:`c` is one per
+    row (queries: a row factor, cancelled by :math:`D^{-1}`) or one over all rows and
+    features (keys: a common factor of numerator and normaliser), ``xp.stability_shift``
+    (the maximum on floating backends, so the largest exponent is 0; an opaque symbol on
+    SymPy, so the proofs hold for every shift)."""
+    Xs = X / _root4(xp, X.shape[-1])
+    Z = _positive_exponent(xp, Xs, W)
+    if per_row:
+        c = xp.stability_shift(Z, axis=-1)
+    else:
+        lead = tuple(Z.shape[:-2])
+        flat = xp.reshape(Z, (*lead, Z.shape[-2] * Z.shape[-1]))
+        c = xp.reshape(xp.stability_shift(flat, axis=-1), (*lead, 1, 1))
+    return Xs, xp.exp(Z - c) / xp.const_sqrt(W.shape[-2])
+
+
+def _favor_plus_side_vjp(xp: Namespace, dXf: Any, Xs: Any, Xf: Any, W: Any) -> Any:
+    r""":math:`\bar Z = \bar X_f \odot X_f` (the shift is a constant: the output does not
+    depend on it), :math:`\bar{\tilde X} = \bar Z W - \operatorname{rowsum}(\bar Z)\,
+    \tilde x`, :math:`\bar X = \bar{\tilde X}/d^{1/4}`. ``X_f`` must be the features the
+    forward used (on SymPy each call of ``stability_shift`` is a new symbol)."""
+    return _positive_exponent_vjp(xp, dXf * Xf, Xs, W) / _root4(xp, Xs.shape[-1])
+
+
+def _favor_plus_side_jvp(xp: Namespace, dX: Any, Xs: Any, Xf: Any, W: Any) -> Any:
+    r""":math:`\dot X_f = X_f \odot (\dot{\tilde X} W^\top - \langle\tilde x,
+    \dot{\tilde x}\rangle)`, :math:`\dot{\tilde X} = \dot X/d^{1/4}`."""
+    return Xf * _positive_exponent_jvp(xp, dX / _root4(xp, Xs.shape[-1]), Xs, W)
+
+
+def favor_plus_attention(xp: Namespace, Q: Any, K: Any, V: Any, W: Any, *,
+                         causal: bool = False) -> Any:
+    r"""FAVOR+ (Choromanski et al. 2021; Baggag & Saad §4.4): positive features
+    (:func:`positive_features`) of :math:`\tilde Q = Q/d^{1/4}`, :math:`\tilde K =
+    K/d^{1/4}`, so that :math:`\mathbb E\,\phi(\tilde q)^\top\phi(\tilde k) =
+    e^{q^\top k/\sqrt d}`, in the linear form of :func:`kernel_attention`:
+
+    .. math:: Q_f = e^{Z_Q - c_Q \mathbf 1^\top}/\sqrt m,\quad K_f = e^{Z_K - c_K}/\sqrt m,
+       \quad \operatorname{out} = D^{-1}\bigl((Q_f K_f^\top)\circ M\bigr) V,
+
+    :math:`Z = \tilde X W^\top - \tfrac12\|\tilde x\|^2`. The stabilisers cancel exactly:
+    :math:`c_Q` (one per query row) scales row :math:`i` of the numerator and of
+    :math:`D` alike, :math:`c_K` (one over all keys and features) every entry alike. The
+    normaliser is positive, and nothing overflows for any :math:`\|q\|`.
+    ``W`` ``(m, d)`` (Gaussian or orthogonal rows).
+    """
+    d = _check_qkv("favor_plus_attention", xp, Q, K, V)["d"]
+    _check_weights("favor_plus_attention", xp, W, None, d)
+    return kernel_attention(xp, _favor_plus_side(xp, Q, W, True)[1],
+                            _favor_plus_side(xp, K, W, False)[1], V, causal=causal)
+
+
+def favor_plus_attention_vjp(xp: Namespace, G: Any, Q: Any, K: Any, V: Any, W: Any, *,
+                             causal: bool = False) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`favor_plus_attention` (``W`` fixed): :func:`kernel_attention_vjp`,
+    then per side :math:`\bar Z = \bar X_f \odot X_f`, :math:`\bar X = (\bar Z W -
+    \operatorname{rowsum}(\bar Z)\,\tilde x)/d^{1/4}` (the shifts get no cotangent: the
+    output does not depend on them)."""
+    d = _check_qkv("favor_plus_attention_vjp", xp, Q, K, V,
+                   extra={"G": (G, ("*", "n", "d_v"))})["d"]
+    _check_weights("favor_plus_attention_vjp", xp, W, None, d)
+    (Qs, Qf), (Ks, Kf) = _favor_plus_side(xp, Q, W, True), _favor_plus_side(xp, K, W, False)
+    dQf, dKf, dV = kernel_attention_vjp(xp, G, Qf, Kf, V, causal=causal)
+    return (_favor_plus_side_vjp(xp, dQf, Qs, Qf, W), _favor_plus_side_vjp(xp, dKf, Ks, Kf, W),
+            dV)
+
+
+def favor_plus_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any,
+                             W: Any, *, causal: bool = False) -> Any:
+    r"""JVP of :func:`favor_plus_attention`: :math:`\dot X_f = X_f \odot (\dot{\tilde X}
+    W^\top - \langle\tilde x, \dot{\tilde x}\rangle)` per side, then
+    :func:`kernel_attention_jvp`."""
+    dQ, dK, dV = tangents("favor_plus_attention_jvp", T, ("dQ", "dK", "dV"))
+    d = _check_qkv("favor_plus_attention_jvp", xp, Q, K, V,
+                   extra={"dQ": (dQ, ("*", "n", "d")), "dK": (dK, ("*", "n", "d")),
+                          "dV": (dV, ("*", "n", "d_v"))})["d"]
+    _check_weights("favor_plus_attention_jvp", xp, W, None, d)
+    (Qs, Qf), (Ks, Kf) = _favor_plus_side(xp, Q, W, True), _favor_plus_side(xp, K, W, False)
+    return kernel_attention_jvp(xp, (lin(dQ, lambda t: _favor_plus_side_jvp(xp, t, Qs, Qf, W)),
+                                     lin(dK, lambda t: _favor_plus_side_jvp(xp, t, Ks, Kf, W)),
+                                     dV), Qf, Kf, V, causal=causal)
+
+
+# -- elu+1, Shen et al., Linformer (Baggag & Saad §4.3, §4.4) -----------------------------
+
+
+def elu1_attention(xp: Namespace, Q: Any, K: Any, V: Any, *, causal: bool = False) -> Any:
+    r"""Linear attention with :math:`\phi = \operatorname{elu} + 1` (Baggag & Saad §4.3,
+    Katharopoulos et al.): :func:`kernel_attention` of :math:`\phi(Q), \phi(K)`,
+
+    .. math:: \operatorname{out} = D^{-1}\bigl((\phi(Q)\phi(K)^\top) \circ M\bigr) V,
+
+    causal by prefix sums (the "RNN" form). No :math:`\sqrt d`: :math:`\phi` is not a
+    softmax estimator.
+    """
+    _check_qkv("elu1_attention", xp, Q, K, V)
+    return kernel_attention(xp, elu1(xp, Q), elu1(xp, K), V, causal=causal)
+
+
+def elu1_attention_vjp(xp: Namespace, G: Any, Q: Any, K: Any, V: Any, *,
+                       causal: bool = False) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`elu1_attention`: :func:`kernel_attention_vjp`, then
+    :math:`\bar Q = \bar Q_f \odot \phi'(Q)`, :math:`\bar K = \bar K_f \odot \phi'(K)`."""
+    _check_qkv("elu1_attention_vjp", xp, Q, K, V, extra={"G": (G, ("*", "n", "d_v"))})
+    dQf, dKf, dV = kernel_attention_vjp(xp, G, elu1(xp, Q), elu1(xp, K), V, causal=causal)
+    return elu1_vjp(xp, dQf, Q)[0], elu1_vjp(xp, dKf, K)[0], dV
+
+
+def elu1_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, *,
+                       causal: bool = False) -> Any:
+    r"""JVP of :func:`elu1_attention`: :math:`\dot Q_f = \phi'(Q) \odot \dot Q`, likewise
+    for :math:`K`, then :func:`kernel_attention_jvp`."""
+    dQ, dK, dV = tangents("elu1_attention_jvp", T, ("dQ", "dK", "dV"))
+    _check_qkv("elu1_attention_jvp", xp, Q, K, V,
+               extra={"dQ": (dQ, ("*", "n", "d")), "dK": (dK, ("*", "n", "d")),
+                      "dV": (dV, ("*", "n", "d_v"))})
+    return kernel_attention_jvp(xp, (lin(dQ, lambda t: elu1_jvp(xp, (t,), Q)),
+                                     lin(dK, lambda t: elu1_jvp(xp, (t,), K)), dV),
+                                elu1(xp, Q), elu1(xp, K), V, causal=causal)
+
+
+def efficient_attention(xp: Namespace, Q: Any, K: Any, V: Any) -> Any:
+    r"""Efficient attention (Shen et al.; Baggag & Saad §4.3): softmax over the features of
+    each query row and over the positions of each key column, then the linear order,
+
+    .. math:: \operatorname{out} = \operatorname{softmax}_{\mathrm{rows}}(Q)\,
+       \bigl(\operatorname{softmax}_{\mathrm{cols}}(K)^\top V\bigr),
+
+    no :math:`\sqrt d`, bidirectional only (the column softmax sees every key).
+    """
+    _check_qkv("efficient_attention", xp, Q, K, V)
+    PK = softmax(xp, K, axis=-2)
+    return xp.matmul(softmax(xp, Q, axis=-1), xp.matmul(xp.matrix_transpose(PK), V))
+
+
+def efficient_attention_vjp(xp: Namespace, G: Any, Q: Any, K: Any, V: Any
+                            ) -> tuple[Any, Any, Any]:
+    r"""VJP of :func:`efficient_attention`: with :math:`P_Q, P_K` the two softmaxes and
+    :math:`X = P_K^\top V`: :math:`\bar X = P_Q^\top G`, :math:`\bar V = P_K \bar X`, and
+    the softmax VJPs of :math:`\bar P_Q = G X^\top` (rows) and :math:`\bar P_K = V \bar
+    X^\top` (columns)."""
+    _check_qkv("efficient_attention_vjp", xp, Q, K, V, extra={"G": (G, ("*", "n", "d_v"))})
+    PQ, PK = softmax(xp, Q, axis=-1), softmax(xp, K, axis=-2)
+    X = xp.matmul(xp.matrix_transpose(PK), V)
+    dX = xp.matmul(xp.matrix_transpose(PQ), G)
+    dQ = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(X)), PQ, axis=-1)
+    dK = softmax_vjp_from_output(xp, xp.matmul(V, xp.matrix_transpose(dX)), PK, axis=-2)
+    return dQ, dK, xp.matmul(PK, dX)
+
+
+def efficient_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any
+                            ) -> Any:
+    r"""JVP of :func:`efficient_attention`: :math:`\dot P_Q, \dot P_K` by the softmax JVPs
+    (rows, columns), :math:`\dot X = \dot P_K^\top V + P_K^\top \dot V`,
+    :math:`\dot O = \dot P_Q X + P_Q \dot X`."""
+    dQ, dK, dV = tangents("efficient_attention_jvp", T, ("dQ", "dK", "dV"))
+    _check_qkv("efficient_attention_jvp", xp, Q, K, V,
+               extra={"dQ": (dQ, ("*", "n", "d")), "dK": (dK, ("*", "n", "d")),
+                      "dV": (dV, ("*", "n", "d_v"))})
+    PQ, PK = softmax(xp, Q, axis=-1), softmax(xp, K, axis=-2)
+    X = xp.matmul(xp.matrix_transpose(PK), V)
+    dPK = lin(dK, lambda t: softmax_jvp_from_output(xp, t, PK, axis=-2))
+    dX = None if dK is None and dV is None else tsum(
+        lin(dPK, lambda t: xp.matmul(xp.matrix_transpose(t), V)),
+        lin(dV, lambda t: xp.matmul(xp.matrix_transpose(PK), t)))
+    return tsum(lin(dQ, lambda t: xp.matmul(softmax_jvp_from_output(xp, t, PQ, axis=-1), X)),
+                lin(dX, lambda t: xp.matmul(PQ, t)))
+
+
+def _check_linformer(op: str, xp: Namespace, Q: Any, K: Any, V: Any, E: Any, F: Any,
+                     causal: bool, extra: dict[str, tuple[Any, tuple]] | None = None) -> int:
+    if causal:
+        raise ArgumentError(f"{op}: argument 'causal': expected False (Linformer's projections "
+                            "E K, F V mix every position, so no causal mask applies), got True")
+    dims = _check_qkv(op, xp, Q, K, V, extra=extra)
+    check_args(op, xp, {"E": (E, ("*", "k", "N")), "F": (F, ("*", "k", "N"))})
+    if int(E.shape[-1]) < dims["n"]:
+        raise ShapeError(f"{op}: argument 'E': expected at least n={dims['n']} columns (one "
+                         f"per position; a longer E is the maximum length), got shape "
+                         f"{tuple(int(s) for s in E.shape)}")
+    return dims["d"]
+
+
+def _first(X: Any, n: int) -> Any:
+    """The first ``n`` columns of a projection (the positions present: a sequence shorter
+    than the projection's length is the zero-padded one, :math:`E[K; 0] = E_{:, :n}K`)."""
+    return X if int(X.shape[-1]) == n else X[..., :n]
+
+
+def _padded(xp: Namespace, bar: Any, X: Any) -> Any:
+    """A cotangent of the first ``n`` columns of ``X``, extended by zeros to ``X``'s width."""
+    n = int(bar.shape[-1])
+    return bar if int(X.shape[-1]) == n else xp.concat([bar, xp.zeros_like(X[..., n:])],
+                                                       axis=-1)
+
+
+def _linformer_parts(xp: Namespace, Q: Any, K: Any, V: Any, E: Any, F: Any, d: int
+                     ) -> tuple[Any, Any, Any]:
+    """``(EK, FV, P)`` with :math:`P = \\operatorname{softmax}(Q (EK)^\\top/\\sqrt d)`."""
+    n = int(K.shape[-2])
+    Kp, Vp = xp.matmul(_first(E, n), K), xp.matmul(_first(F, n), V)
+    P = softmax(xp, xp.matmul(Q, xp.matrix_transpose(Kp)) / xp.const_sqrt(d))
+    return Kp, Vp, P
+
+
+def linformer_attention(xp: Namespace, Q: Any, K: Any, V: Any, E: Any, F: Any, *,
+                        causal: bool = False) -> Any:
+    r"""Linformer (Wang et al.; Baggag & Saad §4.4): keys and values projected to
+    :math:`k` rows by ``E``, ``F`` ``(k, N)`` (trained parameters; :math:`N \ge n` the
+    maximum length: a shorter sequence uses the first :math:`n` columns, which is the
+    zero-padded sequence's result),
+
+    .. math:: \operatorname{out} = \operatorname{softmax}\Bigl(\frac{Q (E K)^\top}{\sqrt d}
+       \Bigr) (F V),
+
+    an :math:`n \times k` attention matrix. With :math:`E = F = I_n` it is softmax
+    attention. Bidirectional only.
+
+    Raises:
+        ArgumentError: ``causal=True`` (the projections mix every position).
+    """
+    d = _check_linformer("linformer_attention", xp, Q, K, V, E, F, causal)
+    _, Vp, P = _linformer_parts(xp, Q, K, V, E, F, d)
+    return xp.matmul(P, Vp)
+
+
+def linformer_attention_vjp(xp: Namespace, G: Any, Q: Any, K: Any, V: Any, E: Any, F: Any, *,
+                            causal: bool = False) -> tuple[Any, Any, Any, Any, Any]:
+    r"""VJP of :func:`linformer_attention`: with :math:`\tilde K = EK`, :math:`\tilde V =
+    FV`, :math:`\bar{\tilde V} = P^\top G`, :math:`dS = P \odot (dP - \operatorname{rowsum}
+    (dP \odot P))/\sqrt d` (:math:`dP = G\tilde V^\top`), :math:`\bar Q = dS\,\tilde K`,
+    :math:`\bar{\tilde K} = dS^\top Q`; then :math:`\bar K = E^\top \bar{\tilde K}`,
+    :math:`\bar E = \bar{\tilde K} K^\top`, :math:`\bar V = F^\top \bar{\tilde V}`,
+    :math:`\bar F = \bar{\tilde V} V^\top` (``E``, ``F`` cotangents summed over the batch
+    axes they broadcast over)."""
+    d = _check_linformer("linformer_attention_vjp", xp, Q, K, V, E, F, causal,
+                         {"G": (G, ("*", "n", "d_v"))})
+    Kp, Vp, P = _linformer_parts(xp, Q, K, V, E, F, d)
+    n = int(K.shape[-2])
+    En, Fn = _first(E, n), _first(F, n)
+    dVp = xp.matmul(xp.matrix_transpose(P), G)
+    dS = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(Vp)), P) \
+        / xp.const_sqrt(d)
+    dKp = xp.matmul(xp.matrix_transpose(dS), Q)
+    return (xp.matmul(dS, Kp), xp.matmul(xp.matrix_transpose(En), dKp),
+            xp.matmul(xp.matrix_transpose(Fn), dVp),
+            _padded(xp, _sum_to(xp, xp.matmul(dKp, xp.matrix_transpose(K)), len(E.shape)), E),
+            _padded(xp, _sum_to(xp, xp.matmul(dVp, xp.matrix_transpose(V)), len(F.shape)), F))
+
+
+def linformer_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any, Any, Any], Q: Any, K: Any,
+                            V: Any, E: Any, F: Any, *, causal: bool = False) -> Any:
+    r"""JVP of :func:`linformer_attention`: :math:`\dot{\tilde K} = \dot E K + E \dot K`,
+    :math:`\dot{\tilde V} = \dot F V + F \dot V`, :math:`\dot S = (\dot Q \tilde K^\top +
+    Q \dot{\tilde K}^\top)/\sqrt d`, :math:`\dot P = P \odot (\dot S -
+    \operatorname{rowsum}(\dot S \odot P))`, :math:`\dot O = \dot P \tilde V + P
+    \dot{\tilde V}`."""
+    dQ, dK, dV, dE, dF = tangents("linformer_attention_jvp", T, ("dQ", "dK", "dV", "dE", "dF"))
+    d = _check_linformer("linformer_attention_jvp", xp, Q, K, V, E, F, causal,
+                         {"dQ": (dQ, ("*", "n", "d")), "dK": (dK, ("*", "n", "d")),
+                          "dV": (dV, ("*", "n", "d_v"))})
+    check_args("linformer_attention_jvp", xp, {"dE": (dE, tuple(("*", *E.shape[-2:]))),
+                                               "dF": (dF, tuple(("*", *F.shape[-2:])))})
+    Kp, Vp, P = _linformer_parts(xp, Q, K, V, E, F, d)
+    n = int(K.shape[-2])
+    En, Fn = _first(E, n), _first(F, n)
+    dKp = None if dE is None and dK is None else tsum(
+        lin(dE, lambda t: xp.matmul(_first(t, n), K)), lin(dK, lambda t: xp.matmul(En, t)))
+    dVp = None if dF is None and dV is None else tsum(
+        lin(dF, lambda t: xp.matmul(_first(t, n), V)), lin(dV, lambda t: xp.matmul(Fn, t)))
+    dS = None if dQ is None and dKp is None else tsum(
+        lin(dQ, lambda t: xp.matmul(t, xp.matrix_transpose(Kp))),
+        lin(dKp, lambda t: xp.matmul(Q, xp.matrix_transpose(t))))
+    dP = lin(dS, lambda t: softmax_jvp_from_output(xp, t / xp.const_sqrt(d), P))
+    return tsum(lin(dP, lambda t: xp.matmul(t, Vp)), lin(dVp, lambda t: xp.matmul(P, t)))
