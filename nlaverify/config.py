@@ -44,7 +44,8 @@ class TransformerConfig:
     FAVOR), ``"favor+"`` (positive random features, Performer), ``"elu1"`` (linear
     attention with :math:`\phi = \operatorname{elu} + 1`), ``"efficient"`` (Shen et
     al.) or ``"linformer"`` (trained projections :math:`E, F \in \mathbb R^{k \times
-    n_{ctx}}`, ``k = linformer_k``, so every sequence has exactly ``context`` tokens).
+    n_{ctx}}`, ``k = linformer_k``: sequences of at most ``context`` tokens, a shorter one
+    using the first columns, the zero-padded sequence's result).
     FAVOR and FAVOR+ draw ``random_features`` rows :math:`w_i` per head, orthogonal
     blocks when ``orthogonal_features``, from ``feature_seed`` (:meth:`feature_draws`:
     a pure function of the seed, the draw index, the block and the head). The graph takes

@@ -99,7 +99,7 @@ ZOO: tuple[TransformerConfig, ...] = (
     _member("favor-plus-iid", attention="favor+", random_features=8, feature_seed=1,
             orthogonal_features=False),
     # Linformer: keys and values projected to k = 3 rows by trained E, F (3 x context);
-    # bidirectional, every sequence exactly context = 6 tokens long
+    # bidirectional, sequences of at most context = 6 tokens (shorter ones zero-padded)
     _member("linformer-k3", attention="linformer", linformer_k=3, causal=False, context=6),
 )
 

@@ -214,3 +214,21 @@ def test_a_misapplied_stabiliser_is_detected_by_the_rate(monkeypatch) -> None:
                         lambda xp, X, W, per_row: side(xp, X, W, True))
     slope, se, means = _rate()
     assert abs(slope + 1) > 4 * se, (slope, se, means)
+
+
+@pytest.mark.parametrize("variant", ["favor", "favor+"])
+def test_each_block_uses_its_own_draws(variant: str) -> None:
+    """Two blocks: the graph's logits equal the independent model's, which draws each
+    block's features itself (a graph giving every block layer 0's draws differs by 0.03 to
+    0.9); the blocks' draws differ."""
+    from nlaverify.models.jax_transformer import logits as model_logits
+    from nlaverify.tolerance import tolerance
+
+    cfg = TINY.replace(attention=variant, random_features=16)
+    assert cfg.n_blocks == 2
+    params = init_params(build_transformer(cfg), 0)
+    data = sample_data(cfg.vocab_size, 4, 0)
+    z = _logits(cfg, params, data)
+    tol = tolerance("float64", size=cfg.d_mlp, depth=2 * (4 * cfg.n_blocks + 6))
+    assert tol.compare(np.asarray(model_logits(params, data["tokens"], cfg)), z).ok
+    assert not np.array_equal(cfg.feature_draws(0)["W"], cfg.feature_draws(1)["W"])

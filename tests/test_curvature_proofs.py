@@ -30,12 +30,6 @@ CURVATURE = list(CATALOGUE)
 F64 = "float64"
 
 
-@pytest.mark.parametrize("identity_id", CURVATURE)
-def test_identity_is_proved(identity_id: str) -> None:
-    proof = CATALOGUE[identity_id].derive()
-    assert proof.verdict == "proved", proof.detail
-
-
 def test_the_family_is_complete_and_certifies_the_library() -> None:
     assert len(CURVATURE) == 14
     assert all(x.family == "curvature" for x in CATALOGUE.values())

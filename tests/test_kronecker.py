@@ -54,12 +54,6 @@ def test_the_family_is_registered_with_seed_and_certified_functions() -> None:
                                           for c in identity.certifies)
 
 
-@pytest.mark.parametrize("identity_id", KRONECKER_IDS)
-def test_identity_is_proved(identity_id: str) -> None:
-    proof = get_identity(identity_id).derive()
-    assert proof.verdict == "proved", "\n".join(s.text for s in proof.steps) + proof.detail
-
-
 def _swapped_matvec(xp, A, B, X):
     return xp.matmul(xp.matmul(B, X), xp.matrix_transpose(A))  # (B ⊗ A) instead of (A ⊗ B)
 

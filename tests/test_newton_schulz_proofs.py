@@ -22,11 +22,10 @@ def _verdicts() -> dict[str, str]:
     return {i: get_identity(i).derive().verdict for i in IDS}
 
 
+# (each identity is derived, and must be "proved", once, by tests/test_proofs.py)
 @pytest.mark.parametrize("identity_id", IDS)
-def test_proved(identity_id):
+def test_registered_and_certifies_existing_functions(identity_id):
     identity = get_identity(identity_id)
-    proof = identity.derive()
-    assert proof.verdict == "proved", [s.text for s in proof.steps]
     assert identity.family == "newton_schulz" and identity.seed.startswith("Baggag & Saad §5")
     for name in identity.certifies:  # the certified functions exist under those names
         module, _, attr = name.rpartition(".")

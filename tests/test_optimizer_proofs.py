@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import pytest
@@ -20,14 +19,6 @@ DERIVATIONS = {
     "momentum_moving_sum_and_nesterov": O.derive_momentum,
     "muon_first_step_is_polar": O.derive_muon_polar,
 }
-
-
-@pytest.mark.parametrize("name", DERIVATIONS)
-def test_proved_quickly(name: str) -> None:
-    start = time.monotonic()
-    proof = DERIVATIONS[name]()
-    assert proof.verdict == "proved", [s.text for s in proof.steps]
-    assert time.monotonic() - start < 15  # < 1 s each here; generous for a shared machine
 
 
 def test_registered_in_family() -> None:

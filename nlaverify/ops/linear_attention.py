@@ -22,11 +22,19 @@ Every forward has its VJP ``<name>_vjp`` and JVP ``<name>_jvp`` next to it; lead
 batch/head axes ``(..., n, d)`` are supported throughout (:math:`W`, :math:`b`, :math:`E`,
 :math:`F` broadcast over them, and their cotangents are summed over the axes they lack).
 
-**Prefix sums.** On the array backends the causal sums are ``cumulative_sum`` (linear in
-:math:`n`); the object namespaces (SymPy, mpmath) have none, and there the same sums are
-the product with the lower-triangular ones matrix :math:`L` (:math:`O(n^2)`, exact, and the
-form the proofs compare with the masked quadratic form). The linear cost claim is for the
-array backends.
+**Prefix sums.** On the array backends (NumPy, JAX, strict, CuPy) the causal sums are
+*chunked*: positions split into blocks of :data:`CHUNK` (the last one zero-padded: zero
+features and values contribute nothing); within a block :math:`B` the masked quadratic
+form :math:`((Q_{f,B} K_{f,B}^\top) \circ L) C_B`, across blocks the running state
+:math:`P_B = \sum_{B' < B} K_{f,B'}^\top C_{B'}` (an exclusive ``cumulative_sum`` over the
+:math:`n/c` block states), :math:`Y_B = ((Q_{f,B} K_{f,B}^\top) \circ L) C_B + Q_{f,B}
+P_B`: time :math:`O(ncm + nmd_v)`, memory :math:`O(n(m + d_v) + nc + (n/c) m d_v)`, never
+the :math:`n \times m \times d_v` tensor of outer products; the VJP is blocked likewise
+(exclusive suffix sums of the block cotangents), and the JVP is three blocked readouts.
+The object namespaces (SymPy, mpmath) keep the plain form: the prefix sums are the product
+with the lower-triangular ones matrix :math:`L` (:math:`O(n^2)`, exact, and the form the
+proofs compare with the masked quadratic form); the blocked form is checked numerically
+(tests with a small :data:`CHUNK`, :math:`n` over several ragged blocks).
 """
 
 from __future__ import annotations
@@ -43,6 +51,11 @@ from nlaverify.ops.softmaxes import (
     softmax_jvp_from_output,
     softmax_vjp_from_output,
 )
+
+#: Block size :math:`c` of the chunked causal prefix sums on the array backends (see the
+#: module docstring): the intra-block product costs :math:`O(c\,m)` per position, the
+#: carried states :math:`(n/c)\,m\,(d_v + 1)` numbers. Tests lower it to cover many blocks.
+CHUNK = 64
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -97,11 +110,77 @@ def _ones_column(xp: Namespace, V: Any) -> Any:
     return xp.concat([V, xp.ones((*V.shape[:-1], 1), dtype=V.dtype)], axis=-1)
 
 
+def _blocks(xp: Namespace, X: Any, c: int) -> Any:
+    """``X`` ``(..., n, k)`` as ``(..., n_b, c, k)``, zero-padded to :math:`n_b c` rows."""
+    *lead, n, k = X.shape
+    nb = -(-n // c)
+    if nb * c != n:
+        X = xp.concat([X, xp.zeros((*lead, nb * c - n, k), dtype=X.dtype)], axis=-2)
+    return xp.reshape(X, (*lead, nb, c, k))
+
+
+def _unblocks(xp: Namespace, X: Any, n: int) -> Any:
+    """Inverse of :func:`_blocks`: ``(..., n_b, c, k)`` to ``(..., n, k)``."""
+    *lead, nb, c, k = X.shape
+    X = xp.reshape(X, (*lead, nb * c, k))
+    return X if nb * c == n else X[..., :n, :]
+
+
+def _shift(xp: Namespace, S: Any, reverse: bool) -> Any:
+    """Inclusive block sums to exclusive ones along axis -3: block :math:`B` gets
+    :math:`B - 1`'s (``reverse``: :math:`B + 1`'s), the first (last) block zero."""
+    zero = xp.zeros((*S.shape[:-3], 1, *S.shape[-2:]), dtype=S.dtype)
+    nb = S.shape[-3]
+    if reverse:
+        return xp.concat([S[..., 1:, :, :], zero], axis=-3)
+    return xp.concat([zero, S[..., :nb - 1, :, :]], axis=-3)
+
+
+def _block_mask(xp: Namespace, A: Any) -> Any:
+    r""":math:`A \circ L` for ``A`` ``(..., c, c)``, :math:`L` the lower triangle (incl.)."""
+    idx = xp.arange(A.shape[-1])
+    return xp.where(idx[:, None] >= idx[None, :], A, xp.zeros_like(A))
+
+
+def _chunked_readout(xp: Namespace, Qf: Any, Kf: Any, C: Any) -> Any:
+    r"""Causal :func:`_readout` in blocks of :data:`CHUNK` (array backends):
+    :math:`Y_B = ((Q_{f,B} K_{f,B}^\top)\circ L) C_B + Q_{f,B} P_B`, :math:`P_B =
+    \sum_{B' < B} K_{f,B'}^\top C_{B'}`."""
+    n, c = Qf.shape[-2], min(CHUNK, Qf.shape[-2])
+    Qb, Kb, Cb = (_blocks(xp, X, c) for X in (Qf, Kf, C))
+    A = _block_mask(xp, xp.matmul(Qb, xp.matrix_transpose(Kb)))  # (..., n_b, c, c)
+    P = _shift(xp, _prefix_sum(xp, xp.matmul(xp.matrix_transpose(Kb), Cb), axis=-3), False)
+    return _unblocks(xp, xp.matmul(A, Cb) + xp.matmul(Qb, P), n)
+
+
+def _chunked_readout_vjp(xp: Namespace, dY: Any, Qf: Any, Kf: Any, C: Any
+                         ) -> tuple[Any, Any, Any]:
+    r"""Cotangents of :func:`_chunked_readout`: with :math:`A_B = (Q_{f,B} K_{f,B}^\top)
+    \circ L`, :math:`\bar A_B = (\bar Y_B C_B^\top) \circ L` and the exclusive suffix sums
+    :math:`R_B = \sum_{B' > B} Q_{f,B'}^\top \bar Y_{B'}`: :math:`\bar Q_{f,B} = \bar A_B
+    K_{f,B} + \bar Y_B P_B^\top`, :math:`\bar K_{f,B} = \bar A_B^\top Q_{f,B} + C_B
+    R_B^\top`, :math:`\bar C_B = A_B^\top \bar Y_B + K_{f,B} R_B`."""
+    n, c = Qf.shape[-2], min(CHUNK, Qf.shape[-2])
+    Qb, Kb, Cb, dYb = (_blocks(xp, X, c) for X in (Qf, Kf, C, dY))
+    tr = xp.matrix_transpose
+    A = _block_mask(xp, xp.matmul(Qb, tr(Kb)))
+    dA = _block_mask(xp, xp.matmul(dYb, tr(Cb)))
+    P = _shift(xp, _prefix_sum(xp, xp.matmul(tr(Kb), Cb), axis=-3), False)
+    R = _shift(xp, _prefix_sum(xp, xp.matmul(tr(Qb), dYb), axis=-3, reverse=True), True)
+    dQ = xp.matmul(dA, Kb) + xp.matmul(dYb, tr(P))
+    dK = xp.matmul(tr(dA), Qb) + xp.matmul(Cb, tr(R))
+    dC = xp.matmul(tr(A), dYb) + xp.matmul(Kb, R)
+    return _unblocks(xp, dQ, n), _unblocks(xp, dK, n), _unblocks(xp, dC, n)
+
+
 def _readout(xp: Namespace, Qf: Any, Kf: Any, C: Any, causal: bool) -> Any:
     r""":math:`Y = Q_f (K_f^\top C)`, or causally :math:`Y_i = Q_{f,i}^\top \sum_{j \le i}
-    K_{f,j} C_j^\top` (trilinear in :math:`Q_f, K_f, C`)."""
+    K_{f,j} C_j^\top` (trilinear in :math:`Q_f, K_f, C`): chunked on the array backends
+    (:func:`_chunked_readout`), the triangular-matrix prefix sums on the object ones."""
     if not causal:
         return xp.matmul(Qf, xp.matmul(xp.matrix_transpose(Kf), C))
+    if not xp.object_arrays:
+        return _chunked_readout(xp, Qf, Kf, C)
     S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)  # (..., n, m, c)
     return xp.sum(_expand(xp, Qf, -1) * S, axis=-2)
 
@@ -112,12 +191,15 @@ def _readout_vjp(xp: Namespace, dY: Any, Qf: Any, Kf: Any, C: Any, causal: bool
     :math:`\bar X = Q_f^\top \bar Y`, :math:`\bar K_f = C \bar X^\top`, :math:`\bar C = K_f
     \bar X`; causal, with the prefix sums :math:`S_i` and the suffix sums :math:`R_j =
     \sum_{i \ge j} Q_{f,i} \bar Y_i^\top`: :math:`\bar Q_{f,i} = S_i \bar Y_i`,
-    :math:`\bar K_{f,j} = R_j C_j`, :math:`\bar C_j = R_j^\top K_{f,j}`."""
+    :math:`\bar K_{f,j} = R_j C_j`, :math:`\bar C_j = R_j^\top K_{f,j}` (chunked on the
+    array backends, :func:`_chunked_readout_vjp`)."""
     if not causal:
         X = xp.matmul(xp.matrix_transpose(Kf), C)
         dX = xp.matmul(xp.matrix_transpose(Qf), dY)
         return (xp.matmul(dY, xp.matrix_transpose(X)), xp.matmul(C, xp.matrix_transpose(dX)),
                 xp.matmul(Kf, dX))
+    if not xp.object_arrays:
+        return _chunked_readout_vjp(xp, dY, Qf, Kf, C)
     S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)
     R = _prefix_sum(xp, _expand(xp, Qf, -1) * _expand(xp, dY, -2), axis=-3, reverse=True)
     return (xp.sum(S * _expand(xp, dY, -2), axis=-1), xp.sum(R * _expand(xp, C, -2), axis=-1),
@@ -446,8 +528,9 @@ def favor_attention(xp: Namespace, Q: Any, K: Any, V: Any, W: Any, b: Any, *,
     i.e. :math:`D^{-1}\hat A V` with :math:`\hat A = D_Q \hat Q \hat K^\top D_K`
     (:func:`kernel_attention`; ``causal``: its prefix sums). An unbiased estimate of
     :math:`A`, not of the output; :math:`D` may vanish (trig features are not positive)
-    and :math:`D_Q` overflows for large :math:`\|q\|`: FAVOR+ (:func:`favor_plus_attention`)
-    fixes both.
+    and :math:`D_Q` overflows for large :math:`\|q\|` (:math:`\|q\|^2/2\sqrt d` beyond the
+    exponent range; then the inner :func:`kernel_attention` refuses its non-finite ``Qf``):
+    FAVOR+ (:func:`favor_plus_attention`) fixes both.
     """
     _check_favor("favor_attention", xp, Q, K, V, W, b)
     return kernel_attention(xp, _favor_side(xp, Q, W, b)[3], _favor_side(xp, K, W, b)[3], V,
@@ -526,8 +609,13 @@ def favor_plus_attention(xp: Namespace, Q: Any, K: Any, V: Any, W: Any, *,
 
     :math:`Z = \tilde X W^\top - \tfrac12\|\tilde x\|^2`. The stabilisers cancel exactly:
     :math:`c_Q` (one per query row) scales row :math:`i` of the numerator and of
-    :math:`D` alike, :math:`c_K` (one over all keys and features) every entry alike. The
-    normaliser is positive, and nothing overflows for any :math:`\|q\|`.
+    :math:`D` alike, :math:`c_K` (one over all keys and features) every entry alike. In
+    exact arithmetic the normaliser is positive, and nothing overflows for any
+    :math:`\|q\|` or :math:`\|k\|`. *Limit (floating point, causal only):* the key shift
+    is the maximum over *all* keys, so when a later key's :math:`\|\tilde k\|^2/2`
+    exceeds an early one's by more than the exponent range (about 745 in float64, 87 in
+    float32), the early prefix's features underflow to 0 and its rows are 0/0; a running
+    (prefix) maximum would remove this and is not implemented.
     ``W`` ``(m, d)`` (Gaussian or orthogonal rows).
     """
     d = _check_qkv("favor_plus_attention", xp, Q, K, V)["d"]

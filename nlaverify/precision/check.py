@@ -240,7 +240,7 @@ def prepare(
     t0 = time.perf_counter()
     graph = build_transformer(config)
     params = round_params(init_params(graph, seed), dtype)
-    data = sample_data(config.vocab_size, n, seed, batch=batch)
+    data = sample_data(config.vocab_size, n, seed, batch=batch, pad=config.causal)
     reference = autodiff_reference(graph, params, data)
     timings["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
