@@ -25,7 +25,8 @@ GQA_MOE = TransformerConfig(vocab_size=7, d_model=8, n_heads=4, n_kv_heads=2, n_
                             name="gqa-moe")
 
 
-@pytest.mark.parametrize("batch", [1, 2, 4])
+# B = 1 (a batch axis of one) and B = 4 (every padding length 4..1); B = 2 adds nothing new
+@pytest.mark.parametrize("batch", [1, 4])
 def test_tiny_batched_and_padded_node_by_node_on_every_backend(batch: int) -> None:
     report = verify_pipeline(preset("tiny"), ("numpy", "jax", "strict", "mpmath"), n=5,
                              batch=batch, digits=30)
