@@ -14,7 +14,6 @@ as text, no date) and written atomically.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -24,22 +23,13 @@ import numpy as np
 from nlaverify.attention import estimators as est
 from nlaverify.attention.nadaraya_watson import nadaraya_watson
 from nlaverify.backends import get_namespace
+from nlaverify.symbolic.document import save_svg
 
 __all__ = ["draw_all", "draw_mse", "draw_nadaraya_watson", "mse_curves", "oscillatory"]
 
 _RC = {"svg.hashsalt": "nlaverify", "svg.fonttype": "none", "font.size": 9}
 _COLOURS = {"trig": "#1f77b4", "positive": "#d62728", "hyperbolic": "#2ca02c",
             "positive, orthogonal": "#9467bd"}
-
-
-def _save(fig: Any, path: Path | str) -> Path:
-    from nlaverify.symbolic.document import write_atomically
-
-    target = Path(path)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    write_atomically(target.parent, {target.name: buf.getvalue()})
-    return target
 
 
 def _pyplot() -> Any:
@@ -96,7 +86,7 @@ def draw_nadaraya_watson(path: Path | str, *, n: int = 200, noise: float = 0.3,
         ax.set_title("Attention as kernel regression: Nadaraya–Watson vs a cubic fit "
                      "(Baggag & Saad §2.8, Fig. 14)", fontsize=10)
         fig.tight_layout()
-        out = _save(fig, path)
+        out = save_svg(fig, path)
         plt.close(fig)
     return out
 
@@ -176,7 +166,7 @@ def draw_mse(path: Path | str, *, d: int = 8, replicates: int = 2000, seed: int 
         fig.suptitle("Random-feature estimators of exp(xᵀy) and exp(-|x-y|²/2): measured "
                      "vs closed-form MSE (Baggag & Saad §4.4)", fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.94))
-        out = _save(fig, path)
+        out = save_svg(fig, path)
         plt.close(fig)
     return out
 

@@ -27,9 +27,8 @@ import sympy
 
 from nlaverify.attention import estimators as _es
 from nlaverify.attention import features as _fe
-from nlaverify.backends import get_namespace
 from nlaverify.errors import NlaverifyError
-from nlaverify.identities._expectations import _Checks
+from nlaverify.identities._expectations import _Checks, _clean, _obj, _xp
 from nlaverify.identities.core import Identity, Proof, Step, qualname, register
 from nlaverify.ops import linear_attention as _la
 from nlaverify.ops import sdpa as _sd
@@ -44,21 +43,6 @@ PERFORMER = "Choromanski et al. 2021 (Performers), Lemma 2 and Theorem 2"
 _KINDS = ("trig", "positive", "hyperbolic")
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _xp() -> Any:
-    xp = get_namespace("sympy")
-    xp.reset_shifts()
-    return xp
-
-
-def _obj(x: Any) -> np.ndarray:
-    return np.asarray(x, dtype=object)
-
-
-def _clean(x: Any) -> np.ndarray:
-    """Drop the opaque softmax shifts ``c_k`` (lemma ``softmax_shift_invariance``)."""
-    return _obj(get_namespace("sympy").without_shifts(_obj(x)))
 
 
 def _sym(name: str, shape: tuple[int, ...], **assume: Any) -> np.ndarray:

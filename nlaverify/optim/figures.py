@@ -11,7 +11,6 @@ atomically. Baggag & Saad §5.5.
 
 from __future__ import annotations
 
-import io
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.optim.newton_schulz import CUBIC, MUON, QUINTIC, newton_schulz, odd_polynomial
+from nlaverify.symbolic.document import save_svg
 
 #: the figures' number of steps and lower end of the singular values
 STEPS, LOWER = 5, Fraction(1, 1000)
@@ -47,16 +47,6 @@ def _compose(plan: list[tuple], x: np.ndarray, k: int) -> np.ndarray:
             y = odd_polynomial(tuple(float(a) for a in c), y)
         y[~(np.abs(y) <= 10.0)] = np.nan
     return y
-
-
-def _save(fig: Any, path: Path | str) -> Path:
-    from nlaverify.symbolic.document import write_atomically
-
-    target = Path(path)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    write_atomically(target.parent, {target.name: buf.getvalue()})
-    return target
 
 
 def draw_maps(path: Path | str, steps: int = STEPS, lower: Any = LOWER) -> Path:
@@ -96,7 +86,7 @@ def draw_maps(path: Path | str, steps: int = STEPS, lower: Any = LOWER) -> Path:
         fig.suptitle("Newton–Schulz scalar maps and their certified intervals "
                      "(Baggag & Saad §5.5)", fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
-        out = _save(fig, path)
+        out = save_svg(fig, path)
         plt.close(fig)
     return out
 
@@ -160,7 +150,7 @@ def draw_spectra(path: Path | str, steps: int = STEPS, lower: Any = LOWER,
         fig.suptitle(f"Spectra before and after {steps} Newton–Schulz steps (float64), "
                      "with the certified interval (Baggag & Saad §5.5)", fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.93))
-        out = _save(fig, path)
+        out = save_svg(fig, path)
         plt.close(fig)
     return out
 

@@ -88,3 +88,17 @@ def write_atomically(root: Path, files: Mapping[str, str]) -> None:
         raise
     for tmp, target in staged:
         os.replace(tmp, target)
+
+
+
+def save_svg(fig: object, path: Path | str) -> Path:
+    """Write a Matplotlib figure to ``path`` as SVG, reproducibly (no date; the caller
+    sets ``svg.hashsalt``) and atomically (:func:`write_atomically`): the figures of the
+    derivation scripts and benchmarks."""
+    import io
+
+    target = Path(path)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})  # type: ignore[attr-defined]
+    write_atomically(target.parent, {target.name: buf.getvalue()})
+    return target
