@@ -103,17 +103,12 @@ def _shape(x: Any) -> tuple[int, ...]:
 def check_tree(rule: str, what: str, tree: Any, ref: Params, ref_what: str = "params") -> None:
     """``tree`` has the keys of ``ref`` and each leaf its shape; a :class:`ShapeError` names
     the key otherwise."""
-    if not isinstance(tree, dict):
-        raise ShapeError(f"{rule}: argument '{what}': expected a dict name -> array, got "
-                         f"{type(tree).__name__}")
+    _check_arrays(rule, what, tree)
     if set(tree) != set(ref):
         missing, extra = sorted(set(ref) - set(tree)), sorted(set(tree) - set(ref))
         raise ShapeError(f"{rule}: argument '{what}': keys differ from {ref_what}'s: missing "
                          f"{missing}, unexpected {extra}")
     for k, v in tree.items():
-        if not hasattr(v, "shape"):
-            raise ShapeError(f"{rule}: argument '{what}': key {k!r}: expected an array, got "
-                             f"{type(v).__name__}")
         if _shape(v) != _shape(ref[k]):
             raise ShapeError(f"{rule}: argument '{what}': key {k!r}: expected shape "
                              f"{_shape(ref[k])} (as in {ref_what}), got {_shape(v)}")
@@ -325,15 +320,20 @@ def _zeros(xp: Namespace, params: Params) -> Params:
     return {k: xp.zeros_like(v) for k, v in params.items()}
 
 
-def _check_params(rule: str, params: Any) -> Params:
-    if not isinstance(params, dict):
-        raise ShapeError(f"{rule}: argument 'params': expected a dict name -> array, got "
-                         f"{type(params).__name__}")
-    for k, v in params.items():
+def _check_arrays(rule: str, what: str, tree: Any) -> Params:
+    """``tree`` is a dict name -> array, else a ShapeError naming ``what`` (and the key)."""
+    if not isinstance(tree, dict):
+        raise ShapeError(f"{rule}: argument '{what}': expected a dict name -> array, got "
+                         f"{type(tree).__name__}")
+    for k, v in tree.items():
         if not hasattr(v, "shape"):
-            raise ShapeError(f"{rule}: argument 'params': key {k!r}: expected an array, got "
+            raise ShapeError(f"{rule}: argument '{what}': key {k!r}: expected an array, got "
                              f"{type(v).__name__}")
-    return params
+    return tree
+
+
+def _check_params(rule: str, params: Any) -> Params:
+    return _check_arrays(rule, "params", params)
 
 
 def _decays(weight_decay: Any) -> bool:
