@@ -46,6 +46,7 @@ from nlaverify.optim.newton_schulz import (
     QUINTIC,
     Coefficients,
     newton_schulz_family,
+    odd_polynomial,
 )
 
 #: decimal digits of the Remez computation
@@ -105,13 +106,6 @@ def _check_degree(degree: Any) -> int:
             or degree % 2 == 0):
         raise ArgumentError(f"degree: expected an odd integer >= 1, got {degree!r}")
     return (degree - 1) // 2
-
-
-def _horner(ctx: Any, c: Any, x: Any) -> Any:
-    x2, q = x * x, c[-1]
-    for a in reversed(c[:-1]):
-        q = a + q * x2
-    return q * x
 
 
 def _critical_points(ctx: Any, c: Any, lo: Any, hi: Any) -> list[Any]:
@@ -189,7 +183,7 @@ def minimax_odd(degree: int, lower: Any, upper: Any = 1, *, digits: int = DIGITS
         if len(new) != n:
             raise ArithmeticError(f"minimax_odd: the exchange found {len(new)} points, "
                                   f"expected {n} (degree={degree}, [{lower}, {upper}])")
-        errs = [abs(1 - _horner(ctx, c, x)) for x in new]
+        errs = [abs(1 - odd_polynomial(c, x)) for x in new]
         spread = max(errs) - min(errs)
         ref = new
         if spread <= max(stop * abs(E), floor):
@@ -288,7 +282,7 @@ class Design:
 
 def _image(ctx: Any, c: list[Any], lo: Any, hi: Any) -> tuple[Any, Any]:
     """The exact range of ``p`` on ``[lo, hi]`` (endpoints and critical points)."""
-    vals = [_horner(ctx, c, x) for x in _exchange(ctx, c, lo, hi)]
+    vals = [odd_polynomial(c, x) for x in _exchange(ctx, c, lo, hi)]
     return min(vals), max(vals)
 
 
