@@ -16,7 +16,13 @@ from nlaverify.errors import UnknownNameError
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 POSITIONS = ("sinusoidal", "learned", "rope", "none")
-MLPS = ("relu", "gelu", "swiglu")
+#: ``gelu`` is the tanh form (GPT-2/3, HF ``gelu_new``), ``gelu_erf`` the exact one (HF ``gelu``);
+#: ``swiglu`` and ``geglu`` are gated (SiLU / tanh-GELU of the gate times the up projection)
+MLPS = ("relu", "gelu", "gelu_erf", "swiglu", "geglu")
+#: gated MLPs: three projections W_gate, W_up, W_down
+GATED_MLPS = ("swiglu", "geglu")
+#: RoPE frequency scalings (:class:`RopeScaling`)
+ROPE_SCALINGS = ("linear", "llama3")
 #: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
 ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
 #: attentions with random features (the draws are part of the config, see feature_draws)
@@ -30,14 +36,67 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    r"""A rescaling of the RoPE frequencies :math:`\theta_i = b^{-2i/d_h}` for contexts longer
+    than the one trained on (:func:`nlaverify.ops.rotary.rope_frequencies`).
+
+    ``kind="linear"`` (position interpolation, Chen et al. 2023): :math:`\theta_i / s`.
+    ``kind="llama3"`` (Dubey et al. 2024; the released Llama-3.1 ``rope_scaling``): with
+    wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`L` = ``original_context``,
+    :math:`\lambda_{hi} = L/` ``high_freq_factor`` and :math:`\lambda_{lo} = L/`
+    ``low_freq_factor``: :math:`\theta_i` is kept when :math:`\lambda_i < \lambda_{hi}`,
+    divided by :math:`s` = ``factor`` when :math:`\lambda_i > \lambda_{lo}`, and in between
+    :math:`(1-\mu)\theta_i/s + \mu\theta_i` with :math:`\mu = (L/\lambda_i -
+    \text{low})/(\text{high} - \text{low})`.
+    """
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int = 8192
+
+    def __post_init__(self) -> None:
+        import math
+
+        if self.kind not in ROPE_SCALINGS:
+            raise ConfigError(f"RopeScaling.kind: expected one of {', '.join(ROPE_SCALINGS)}, "
+                              f"got {self.kind!r}")
+        for f in ("factor", "low_freq_factor", "high_freq_factor"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                    math.isfinite(v) and v > 0):
+                raise ConfigError(f"RopeScaling.{f}: expected a finite number > 0, got {v!r}")
+        if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ConfigError(f"RopeScaling.high_freq_factor: expected > low_freq_factor="
+                              f"{self.low_freq_factor}, got {self.high_freq_factor}")
+        v = self.original_context
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"RopeScaling.original_context: expected a positive integer, got "
+                              f"{v!r}")
+
+
+@dataclass(frozen=True)
 class TransformerConfig:
     r"""A decoder-only Transformer (tokens are rows, Baggag & Saad §3.3).
 
     ``d_head`` defaults to ``d_model // n_heads`` and ``n_kv_heads`` to ``n_heads``
-    (plain multi-head attention; fewer key/value heads is grouped-query attention).
-    ``mlp="gelu"`` uses the tanh form of GELU (GPT-2/3). ``n_experts > 0`` replaces
-    each MLP by ``n_experts`` routed experts with a softmax top-``top_k`` router.
-    ``temperature`` divides the logits before the output softmax and the loss.
+    (plain multi-head attention; fewer key/value heads is grouped-query attention); an
+    explicit ``d_head`` need not divide ``d_model`` (Gemma-7B: 16 heads of 256, d = 3072).
+    ``mlp="gelu"`` uses the tanh form of GELU (GPT-2/3), ``"gelu_erf"`` the exact one;
+    ``"swiglu"`` and ``"geglu"`` are gated, :math:`(\phi(xW_g)\odot xW_u)W_d` with SiLU or
+    tanh-GELU (Llama; Gemma). ``n_experts > 0`` replaces each MLP by ``n_experts`` routed
+    experts with a softmax top-``top_k`` router, the selected gates renormalised to sum to 1
+    (Mixtral) unless ``moe_renormalize=False`` (the top-k entries of the softmax over all
+    experts). ``temperature`` divides the logits before the output softmax and the loss.
+
+    Options of released architectures (issue 10): ``rope_scaling`` (:class:`RopeScaling`,
+    Llama-3.1), ``sliding_window`` :math:`w` (token :math:`i` sees :math:`j` with
+    :math:`i - w < j \le i`; Mistral), ``qk_norm`` (RMSNorm of each head's query and key
+    before RoPE, gains ``attn.q_norm.gamma``, ``attn.k_norm.gamma`` of size ``d_head``;
+    Qwen3), ``attn_out_bias`` (a bias on the output projection; ``None``: as ``attn_bias``;
+    Qwen2 has Q/K/V biases and none on O), ``embed_scale`` (the embedding times
+    :math:`\sqrt{d}`; Gemma).
 
     ``attention`` chooses the attention node of every block (Baggag & Saad §3.4, §4.3,
     §4.4): ``"softmax"`` (exact), ``"favor"`` (trigonometric random features, the seed's
@@ -82,6 +141,12 @@ class TransformerConfig:
     feature_seed: int = 0
     orthogonal_features: bool = True
     linformer_k: int = 8
+    rope_scaling: RopeScaling | None = None
+    sliding_window: int | None = None
+    qk_norm: bool = False
+    attn_out_bias: bool | None = None
+    moe_renormalize: bool = True
+    embed_scale: bool = False
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -96,9 +161,9 @@ class TransformerConfig:
             if getattr(self, f) not in allowed:
                 raise ConfigError(f"TransformerConfig.{f}: expected one of {', '.join(allowed)},"
                                   f" got {getattr(self, f)!r}")
-        if self.d_model % self.n_heads:
+        if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(f"TransformerConfig.d_model: expected a multiple of n_heads="
-                              f"{self.n_heads}, got {self.d_model}")
+                              f"{self.n_heads} (or an explicit d_head), got {self.d_model}")
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if self.d_head is None:
@@ -118,6 +183,9 @@ class TransformerConfig:
         if self.n_experts and not 1 <= self.top_k <= self.n_experts:
             raise ConfigError(f"TransformerConfig.top_k: expected 1 <= top_k <= n_experts="
                               f"{self.n_experts}, got {self.top_k}")
+        if self.n_experts and self.mlp not in ("relu", "gelu", "swiglu"):
+            raise ConfigError(f"TransformerConfig.mlp: expert MLPs are relu, gelu or swiglu, got "
+                              f"{self.mlp!r} with n_experts={self.n_experts}")
         if self.n_experts and self.mlp_bias:
             raise ConfigError("TransformerConfig.mlp_bias: expert MLPs have no biases; expected "
                               "False when n_experts > 0")
@@ -127,6 +195,32 @@ class TransformerConfig:
         if not self.norm_eps > 0:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
         self._check_attention()
+        self._check_architecture_options()
+
+    def _check_architecture_options(self) -> None:
+        """RoPE scaling only with RoPE, a window >= 1 on causal softmax attention, QK-norm
+        with an RMSNorm model's heads (issue 10's options)."""
+        if isinstance(self.rope_scaling, dict):
+            try:
+                object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+            except TypeError as e:
+                raise ConfigError(f"TransformerConfig.rope_scaling: {e}") from None
+        if self.rope_scaling is not None:
+            if not isinstance(self.rope_scaling, RopeScaling):
+                raise ConfigError(f"TransformerConfig.rope_scaling: expected a RopeScaling, a "
+                                  f"dict or None, got {self.rope_scaling!r}")
+            if self.positions != "rope":
+                raise ConfigError(f"TransformerConfig.rope_scaling: applies to positions='rope',"
+                                  f" got positions={self.positions!r}")
+        w = self.sliding_window
+        if w is not None:
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                raise ConfigError(f"TransformerConfig.sliding_window: expected a positive "
+                                  f"integer or None, got {w!r}")
+            if not (self.causal and self.attention == "softmax"):
+                raise ConfigError("TransformerConfig.sliding_window: applies to causal softmax "
+                                  f"attention, got causal={self.causal}, "
+                                  f"attention={self.attention!r}")
 
     def _check_attention(self) -> None:
         """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""
@@ -145,10 +239,13 @@ class TransformerConfig:
         import math
 
         for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
-                  "orthogonal_features"):
+                  "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")
+        if self.attn_out_bias is not None and not isinstance(self.attn_out_bias, bool):
+            raise ConfigError(f"TransformerConfig.attn_out_bias: expected True, False or None, "
+                              f"got {self.attn_out_bias!r}")
         for f in ("n_kv_heads", "d_head", "n_experts", "top_k", "rope_base"):
             v = getattr(self, f)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
@@ -160,6 +257,12 @@ class TransformerConfig:
         if self.rope_base < 2:
             raise ConfigError(f"TransformerConfig.rope_base: expected an integer >= 2 (the base "
                               f"of the RoPE frequencies b^(-2i/d_h)), got {self.rope_base}")
+
+    @property
+    def out_bias(self) -> bool:
+        """Whether the attention output projection has a bias (``attn_out_bias``, or
+        ``attn_bias`` when that is ``None``)."""
+        return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
 
     @property
     def n_rep(self) -> int:
@@ -278,6 +381,12 @@ _SOFTMAX = {
     "feature_seed": Figure(0, _UNUSED),
     "orthogonal_features": Figure(True, _UNUSED),
     "linformer_k": Figure(8, _UNUSED),
+    "rope_scaling": Figure(None, "no RoPE frequency scaling"),
+    "sliding_window": Figure(None, "full causal attention (no sliding window)"),
+    "qk_norm": Figure(False, "no normalisation of queries and keys"),
+    "attn_out_bias": Figure(None, "as attn_bias"),
+    "moe_renormalize": Figure(True, _UNUSED),
+    "embed_scale": Figure(False, "embeddings not rescaled"),
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)

@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: eight named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: ten named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -84,8 +84,10 @@ ZOO: tuple[TransformerConfig, ...] = (
     _member("moe-gelu-top1-tied", n_experts=4, top_k=1, mlp="gelu", positions="sinusoidal",
             d_mlp=6, tied_embeddings=True, final_norm=False, temperature=0.5, vocab_size=17),
     # SwiGLU experts under GQA and RoPE (default base); pre-RMSNorm with epsilon 0.1
+    # gates not renormalised (the top 2 entries of the softmax over all 3 experts)
     _member("moe-swiglu-gqa", n_heads=4, n_kv_heads=2, d_head=4, n_experts=3, top_k=2,
-            mlp="swiglu", norm="rmsnorm", positions="rope", norm_eps=0.1, d_mlp=6),
+            mlp="swiglu", norm="rmsnorm", positions="rope", norm_eps=0.1, d_mlp=6,
+            moe_renormalize=False),
     # Post-LN LayerNorm, two blocks, epsilon 0.5, every bias, dense GELU, learned positions
     _member("post-layernorm", placement="post", norm_eps=0.5, n_blocks=2, attn_bias=True,
             mlp_bias=True),
@@ -101,6 +103,17 @@ ZOO: tuple[TransformerConfig, ...] = (
     # Linformer: keys and values projected to k = 3 rows by trained E, F (3 x context);
     # bidirectional, sequences of at most context = 6 tokens (shorter ones zero-padded)
     _member("linformer-k3", attention="linformer", linformer_k=3, causal=False, context=6),
+    # Llama-3.1's RoPE scaling with d_h = 6 and L = 512 (one frequency kept, one blended,
+    # one divided by 8), a sliding window of 2 < n, QK-norm (Qwen3), Q/K/V biases without
+    # an output bias (Qwen2), the erf GELU
+    _member("rope-scaled-window-qknorm", d_head=6, norm="rmsnorm", positions="rope",
+            rope_scaling={"kind": "llama3", "factor": 8.0, "original_context": 512},
+            sliding_window=2, qk_norm=True, attn_bias=True, attn_out_bias=False,
+            mlp="gelu_erf"),
+    # Gemma's choices: GeGLU, embeddings times sqrt(d), tied, one key/value head,
+    # 2 heads of 6 on d = 8
+    _member("gemma-like", mlp="geglu", embed_scale=True, tied_embeddings=True,
+            norm="rmsnorm", positions="rope", n_kv_heads=1, d_head=6, d_mlp=10),
 )
 
 #: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
@@ -119,7 +132,8 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "positions": (("gqa-rope-swiglu", "learned"), ("moe-gelu-top1-tied", "learned"),
                   ("post-rmsnorm-bidirectional", "learned")),
     "context": (("post-rmsnorm-bidirectional", 8),),
-    "mlp": (("gqa-rope-swiglu", "gelu"), ("post-rmsnorm-bidirectional", "gelu")),
+    "mlp": (("gqa-rope-swiglu", "gelu"), ("post-rmsnorm-bidirectional", "gelu"),
+            ("rope-scaled-window-qknorm", "gelu"), ("gemma-like", "swiglu")),
     "n_experts": (("moe-relu-top2", 0),),
     "top_k": (("moe-relu-top2", 1),),
     "attn_bias": (("moe-relu-top2", False),),
@@ -135,6 +149,12 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "feature_seed": (("favor-plus-iid", 0),),
     "orthogonal_features": (("favor-plus-iid", True),),
     "linformer_k": (("linformer-k3", 4),),
+    "rope_scaling": (("rope-scaled-window-qknorm", None),),
+    "sliding_window": (("rope-scaled-window-qknorm", None),),
+    "qk_norm": (("rope-scaled-window-qknorm", False),),
+    "attn_out_bias": (("rope-scaled-window-qknorm", True),),
+    "moe_renormalize": (("moe-swiglu-gqa", True),),
+    "embed_scale": (("gemma-like", False),),
 }
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

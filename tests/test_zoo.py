@@ -218,10 +218,10 @@ def test_first_divergence_names_a_model_error(monkeypatch) -> None:
     from nlaverify.graph.compare import accumulation_length
     from nlaverify.pipeline import _first_model_divergence
 
-    def half_pairs(x: Any, base: int) -> Any:
+    def half_pairs(x: Any, cfg: Any) -> Any:
         jnp = model.jnp
         _, n, dh = x.shape
-        theta = base ** (-jnp.arange(0, dh, 2) / dh)
+        theta = cfg.rope_base ** (-jnp.arange(0, dh, 2) / dh)
         phase = jnp.exp(1j * jnp.arange(n)[:, None] * theta[None, :])
         z = (x[..., : dh // 2] + 1j * x[..., dh // 2:]) * phase
         return jnp.concatenate([z.real, z.imag], axis=-1)

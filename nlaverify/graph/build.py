@@ -9,12 +9,13 @@ FAVOR+, constant inputs that hold their ``value`` (:func:`graph_constants`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
 
-from nlaverify.config import TransformerConfig
+from nlaverify.config import GATED_MLPS, TransformerConfig
 from nlaverify.graph.core import add_input, add_op
 
 Shape = tuple[int | str, ...]
@@ -66,16 +67,28 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
     qh = b.op(f"{p}.q_heads", "split_heads", [q], (H, "n", dh), n_heads=H)
     kh = b.op(f"{p}.k_heads", "split_heads", [k], (Hkv, "n", dh), n_heads=Hkv)
     vh = b.op(f"{p}.v_heads", "split_heads", [v], (Hkv, "n", dh), n_heads=Hkv)
+    if cfg.qk_norm:  # RMSNorm over each head's d_h (Qwen3), before RoPE
+        for name, heads in (("q", H), ("k", Hkv)):
+            g = b.param(f"{p}.{name}_norm.gamma", (dh,), "norms.qk", ("one_plus", 0.1), block)
+            node = b.op(f"{p}.{name}_norm", "rmsnorm", [qh if name == "q" else kh, g],
+                        (heads, "n", dh), eps=cfg.norm_eps)
+            qh, kh = (node, kh) if name == "q" else (qh, node)
     if cfg.positions == "rope":
-        qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), base=cfg.rope_base)
-        kh = b.op(f"{p}.k_rope", "rope", [kh], (Hkv, "n", dh), base=cfg.rope_base)
+        rope = {"base": cfg.rope_base}
+        if cfg.rope_scaling is not None:
+            rope["scaling"] = cfg.rope_scaling
+        qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), **rope)
+        kh = b.op(f"{p}.k_rope", "rope", [kh], (Hkv, "n", dh), **rope)
     if cfg.n_rep > 1:
         kh = b.op(f"{p}.k_shared", "repeat_kv", [kh], (H, "n", dh), n_rep=cfg.n_rep)
         vh = b.op(f"{p}.v_shared", "repeat_kv", [vh], (H, "n", dh), n_rep=cfg.n_rep)
     o = _attention_heads(b, p, qh, kh, vh, cfg, block)
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dh))
-    return b.project(f"{p}.out", om, H * dh, d, cfg.attn_bias, comp, block, "W_O", "b_O")
+    return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O")
 
+
+#: the activation op of each dense (ungated) MLP
+DENSE_ACTIVATIONS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "relu": "relu"}
 
 #: the op of each attention variant (:data:`nlaverify.config.ATTENTIONS`)
 ATTENTION_OPS = {"softmax": "attention", "favor": "favor_attention",
@@ -93,7 +106,8 @@ def _attention_heads(b: _Builder, p: str, qh: str, kh: str, vh: str, cfg: Transf
     op = ATTENTION_OPS[cfg.attention]
     shape = (H, "n", dh)
     if cfg.attention == "softmax":
-        return b.op(f"{p}.heads", op, [qh, kh, vh], shape, causal=cfg.causal)
+        window = {} if cfg.sliding_window is None else {"window": cfg.sliding_window}
+        return b.op(f"{p}.heads", op, [qh, kh, vh], shape, causal=cfg.causal, **window)
     if cfg.attention in ("efficient", "linformer"):
         extra = []
         if cfg.attention == "linformer":
@@ -140,16 +154,17 @@ def _mlp(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str
         ws = [b.param(f"{p}.{n}", s, "moe.experts", ("normal", s[1] ** -0.5), block)
               for n, s in names]
         op = "moe_swiglu" if cfg.mlp == "swiglu" else "moe"
+        renorm = {} if cfg.moe_renormalize else {"renormalize": False}
         return b.op(f"{p}.out", op, [x, scores, mask, *ws], ("n", d),
-                    activation="swiglu" if cfg.mlp == "swiglu" else cfg.mlp)
+                    activation="swiglu" if cfg.mlp == "swiglu" else cfg.mlp, **renorm)
     comp = "mlp"
-    if cfg.mlp == "swiglu":
+    if cfg.mlp in GATED_MLPS:
         a = b.project(f"{p}.gate", x, d, m, cfg.mlp_bias, comp, block, "W_gate", "b_gate")
         u = b.project(f"{p}.up", x, d, m, cfg.mlp_bias, comp, block, "W_up", "b_up")
-        h = b.op(f"{p}.act", "swiglu", [a, u], ("n", m))
+        h = b.op(f"{p}.act", cfg.mlp, [a, u], ("n", m))
         return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_down", "b_down")
     u = b.project(f"{p}.in", x, d, m, cfg.mlp_bias, comp, block, "W_in", "b_in")
-    h = b.op(f"{p}.act", "gelu_tanh" if cfg.mlp == "gelu" else "relu", [u], ("n", m))
+    h = b.op(f"{p}.act", DENSE_ACTIVATIONS[cfg.mlp], [u], ("n", m))
     return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_out", "b_out")
 
 
@@ -170,6 +185,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     b.g.nodes["tokens"]["dtype"] = b.g.nodes["targets"]["dtype"] = "int"
     W_E = b.param("embed.W_E", (V, d), "embedding", ("normal", 1.0))
     x = b.op("embed", "embed", ["tokens", W_E], ("n", d))
+    if cfg.embed_scale:  # Gemma: the embedding times sqrt(d), rounded to the working dtype
+        x = b.op("embed_scaled", "scale", [x], ("n", d), c=math.sqrt(d))
     if cfg.positions == "learned":
         W_P = b.param("pos.W_P", (cfg.context, d), "positions", ("normal", 0.5))
         x = b.op("x0", "add_learned_positions", [x, W_P], ("n", d))

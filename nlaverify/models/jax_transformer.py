@@ -53,10 +53,28 @@ def _norm(p: Params, name: str, x: Any, cfg: TransformerConfig) -> Any:
     return p[f"{name}.gamma"] * (x - mu) / jnp.sqrt(var + cfg.norm_eps) + p[f"{name}.beta"]
 
 
-def _rope(x: Any, base: int) -> Any:
+def _frequencies(dh: int, cfg: TransformerConfig) -> Any:
+    """theta_i = base^(-2i/d_h), rescaled as Llama-3.1's released code does it: by wavelength
+    bands, with jnp.where (the ops decide each band in Python)."""
+    theta = cfg.rope_base ** (-jnp.arange(0, dh, 2) / dh)
+    sc = cfg.rope_scaling
+    if sc is None:
+        return theta
+    if sc.kind == "linear":
+        return theta / sc.factor
+    wavelength = 2 * jnp.pi / theta
+    smooth = (sc.original_context / wavelength - sc.low_freq_factor) / (
+        sc.high_freq_factor - sc.low_freq_factor)
+    blended = (1 - smooth) * theta / sc.factor + smooth * theta
+    scaled = jnp.where(wavelength > sc.original_context / sc.low_freq_factor,
+                       theta / sc.factor, blended)
+    return jnp.where(wavelength < sc.original_context / sc.high_freq_factor, theta, scaled)
+
+
+def _rope(x: Any, cfg: TransformerConfig) -> Any:
     """Rotate coordinate pairs (2i, 2i+1) of row t by t*theta_i: complex multiplication."""
     h, n, dh = x.shape
-    theta = base ** (-jnp.arange(0, dh, 2) / dh)
+    theta = _frequencies(dh, cfg)
     phase = jnp.exp(1j * jnp.arange(n)[:, None] * theta[None, :])
     z = (x[..., 0::2] + 1j * x[..., 1::2]) * phase
     return jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, dh)
@@ -135,8 +153,11 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
     q = rec[f"{name}.q"].reshape(n, H, dh).transpose(1, 0, 2)
     k = rec[f"{name}.k"].reshape(n, Hkv, dh).transpose(1, 0, 2)
     v = rec[f"{name}.v"].reshape(n, Hkv, dh).transpose(1, 0, 2)
+    if cfg.qk_norm:
+        q = rec[f"{name}.q_norm"] = _rms(q, p[f"{name}.q_norm.gamma"], cfg.norm_eps)
+        k = rec[f"{name}.k_norm"] = _rms(k, p[f"{name}.k_norm.gamma"], cfg.norm_eps)
     if cfg.positions == "rope":
-        q, k = _rope(q, cfg.rope_base), _rope(k, cfg.rope_base)
+        q, k = _rope(q, cfg), _rope(k, cfg)
         rec[f"{name}.q_rope"], rec[f"{name}.k_rope"] = q, k
     if cfg.n_rep > 1:
         k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
@@ -144,18 +165,29 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
     if cfg.attention == "softmax":
         s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
         if cfg.causal:
-            s = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), s, -jnp.inf)
+            seen = jnp.tril(jnp.ones((n, n), dtype=bool))
+            if cfg.sliding_window is not None:  # the last w positions: a band of the triangle
+                seen = seen & ~jnp.tril(seen, -cfg.sliding_window)
+            s = jnp.where(seen, s, -jnp.inf)
         a = jnp.einsum("hij,hjd->hid", jax.nn.softmax(s, axis=-1), v)
     else:
         a = _other_attention(p, name, q, k, v, cfg, layer, draw)
     rec[f"{name}.heads"] = a
     rec[f"{name}.out"] = _proj(p, f"{name}.out", a.transpose(1, 0, 2).reshape(n, H * dh),
-                               "W_O", "b_O", cfg.attn_bias)
+                               "W_O", "b_O", cfg.out_bias)
     return rec[f"{name}.out"]
 
 
 def _act(cfg: TransformerConfig, u: Any) -> Any:
-    return jax.nn.gelu(u, approximate=True) if cfg.mlp == "gelu" else jax.nn.relu(u)
+    if cfg.mlp in ("gelu", "geglu"):
+        return jax.nn.gelu(u, approximate=True)
+    if cfg.mlp == "gelu_erf":
+        return jax.nn.gelu(u, approximate=False)
+    return jax.nn.silu(u) if cfg.mlp == "swiglu" else jax.nn.relu(u)
+
+
+def _rms(x: Any, gamma: Any, eps: float) -> Any:
+    return gamma * x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
 def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> Any:
@@ -163,7 +195,10 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
         scores = x @ p[f"{name}.W_router"]
         rec[f"{name}.scores"] = scores
         top_vals, top_idx = jax.lax.top_k(scores, cfg.top_k)
-        gates_k = jax.nn.softmax(top_vals, axis=-1)                     # (n, k)
+        if cfg.moe_renormalize:                                         # (n, k)
+            gates_k = jax.nn.softmax(top_vals, axis=-1)
+        else:
+            gates_k = jnp.take_along_axis(jax.nn.softmax(scores, axis=-1), top_idx, axis=-1)
         gates = jnp.zeros_like(scores).at[jnp.arange(x.shape[0])[:, None], top_idx].set(gates_k)
         if cfg.mlp == "swiglu":
             h = jax.nn.silu(jnp.einsum("nd,edm->enm", x, p[f"{name}.W1"])) * jnp.einsum(
@@ -174,10 +209,10 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
             y = jnp.einsum("enm,emd->end", h, p[f"{name}.W_out"])
         rec[f"{name}.out"] = jnp.einsum("ne,end->nd", gates, y)
         return rec[f"{name}.out"]
-    if cfg.mlp == "swiglu":
+    if cfg.mlp in ("swiglu", "geglu"):
         g = _proj(p, f"{name}.gate", x, "W_gate", "b_gate", cfg.mlp_bias)
         u = _proj(p, f"{name}.up", x, "W_up", "b_up", cfg.mlp_bias)
-        rec[f"{name}.gate"], rec[f"{name}.up"], rec[f"{name}.act"] = g, u, jax.nn.silu(g) * u
+        rec[f"{name}.gate"], rec[f"{name}.up"], rec[f"{name}.act"] = g, u, _act(cfg, g) * u
         rec[f"{name}.out"] = _proj(p, f"{name}.out", rec[f"{name}.act"], "W_down", "b_down",
                                    cfg.mlp_bias)
         return rec[f"{name}.out"]
@@ -200,6 +235,8 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
     rec: Record = {}
     n = tokens.shape[0]
     x = rec["embed"] = params["embed.W_E"][tokens]
+    if cfg.embed_scale:
+        x = rec["embed_scaled"] = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
     if cfg.positions == "learned":
         x = x + params["pos.W_P"][:n]
     elif cfg.positions == "sinusoidal":

@@ -1,5 +1,8 @@
 """Transformer ops, each forward next to its VJP and JVP, written once against ``xp``."""
 from nlaverify.ops.activations import (
+    geglu,
+    geglu_jvp,
+    geglu_vjp,
     gelu_erf,
     gelu_erf_jvp,
     gelu_erf_vjp,
@@ -175,5 +178,8 @@ __all__ = [
     "swiglu",
     "swiglu_jvp",
     "swiglu_vjp",
+    "geglu",
+    "geglu_jvp",
+    "geglu_vjp",
     "topk_mask",
 ]

@@ -202,6 +202,32 @@ def swiglu_jvp(xp: Namespace, T: tuple[Any, Any], a: Any, b: Any) -> Any:
                 lin(db, lambda t: silu(xp, a) * t))
 
 
+def geglu(xp: Namespace, a: Any, b: Any) -> Any:
+    r"""GeGLU gate (Shazeer 2020; Gemma's MLP with the tanh GELU):
+    :math:`\operatorname{GELU}_{\tanh}(a) \odot b`, with :math:`a = X W_g`, :math:`b = X W_u`
+    the two branches (Baggag & Saad §3.7.2-3.7.3)."""
+    _check("geglu", xp, a=a, b=b)
+    return gelu_tanh(xp, a) * b
+
+
+def geglu_vjp(xp: Namespace, G: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    r""":math:`\bar a = g \odot b \odot \operatorname{GELU}_{\tanh}'(a)`,
+    :math:`\bar b = g \odot \operatorname{GELU}_{\tanh}(a)`."""
+    _check("geglu_vjp", xp, a=a, b=b, G=G)
+    return G * b * _gelu_tanh_derivative(xp, a), G * gelu_tanh(xp, a)
+
+
+@jvp_rule("da", "db")
+def geglu_jvp(xp: Namespace, T: tuple[Any, Any], a: Any, b: Any) -> Any:
+    r"""JVP of :func:`geglu`, the product rule:
+    :math:`\dot y = \operatorname{GELU}_{\tanh}'(a) \odot b \odot \dot a +
+    \operatorname{GELU}_{\tanh}(a) \odot \dot b` (``None``: a zero tangent)."""
+    da, db = T
+    _check("geglu_jvp", xp, a=a, b=b, da=da, db=db)
+    return tsum(lin(da, lambda t: b * _gelu_tanh_derivative(xp, a) * t),
+                lin(db, lambda t: gelu_tanh(xp, a) * t))
+
+
 def tanh(xp: Namespace, x: Any) -> Any:
     r""":math:`\tanh x`, the hidden activation of the seed's MLP (Baggag & Saad §2.1)."""
     _check("tanh", xp, x=x)

@@ -70,8 +70,22 @@ def topk_mask_vjp(xp: Namespace, G: Any, scores: Any, top_k: int) -> tuple[()]:
     return ()
 
 
-def _gates(xp: Namespace, scores: Any, mask: Any) -> Any:
-    return softmax(xp, xp.where(xp.greater(mask, 0), scores, -xp.inf))
+def _gates(xp: Namespace, scores: Any, mask: Any, renormalize: bool = True
+           ) -> tuple[Any, Any]:
+    r"""``(gates, p)``: the gates and the softmax they are read from. Renormalised
+    (Mixtral): :math:`g = p = \operatorname{softmax}(s + \log M)`; otherwise (e.g. Qwen-MoE
+    with ``norm_topk_prob=False``): :math:`p = \operatorname{softmax}(s)`, :math:`g = M
+    \odot p`, the selected entries of the softmax over all experts."""
+    if renormalize:
+        g = softmax(xp, xp.where(xp.greater(mask, 0), scores, -xp.inf))
+        return g, g
+    p = softmax(xp, scores)
+    return _selected(xp, p, mask), p
+
+
+def _selected(xp: Namespace, A: Any, mask: Any) -> Any:
+    """``A`` at the selected experts, 0 elsewhere."""
+    return xp.where(xp.greater(mask, 0), A, xp.zeros_like(A))
 
 
 def _experts(xp: Namespace, X: Any, weights: tuple[Any, ...], activation: str):
@@ -89,15 +103,17 @@ def _experts(xp: Namespace, X: Any, weights: tuple[Any, ...], activation: str):
 
 
 def moe(xp: Namespace, X: Any, scores: Any, mask: Any, *weights: Any,
-        activation: str = "gelu") -> Any:
+        activation: str = "gelu", renormalize: bool = True) -> Any:
     r"""Routed expert MLPs. ``X`` ``(*, n, d)``, ``scores`` ``(*, n, E)`` router scores,
     ``mask`` ``(*, n, E)`` from :func:`topk_mask`; ``weights`` are ``W_in (E, d, m)``,
     ``W_out (E, m, d)`` or, for SwiGLU, ``W1, W3 (E, d, m)``, ``W2 (E, m, d)``. Routing is
-    per token, so a batch is flattened into rows and the result unflattened."""
+    per token, so a batch is flattened into rows and the result unflattened.
+    ``renormalize=False``: the gates are the selected entries of the softmax over all
+    experts (:func:`_gates`)."""
     _check_moe(xp, X, scores, mask, weights, activation)
     shape = tuple(X.shape)
     X, scores, mask = _rows(xp, X), _rows(xp, scores), _rows(xp, mask)
-    gates = _gates(xp, scores, mask)
+    gates, _ = _gates(xp, scores, mask, renormalize)
     _, Y = _experts(xp, X, weights, activation)                   # (E, n, d)
     return xp.reshape(xp.sum(xp.permute_dims(gates, (1, 0))[:, :, None] * Y, axis=0), shape)
 
@@ -108,11 +124,14 @@ def _rows(xp: Namespace, A: Any) -> Any:
 
 
 def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any,
-            activation: str = "gelu") -> tuple[Any, ...]:
+            activation: str = "gelu", renormalize: bool = True) -> tuple[Any, ...]:
     r"""VJP of :func:`moe` with the routing held fixed:
 
     .. math:: \bar Y_e = g_{\cdot e} \odot G,\quad \bar g_{te} = \langle G_t, Y_{e,t}\rangle,
-       \quad \bar s = \operatorname{softmax\_vjp}(\bar g),
+       \quad \bar s = \operatorname{softmax\_vjp}_p(M \odot \bar g),
+
+    :math:`p` the softmax the gates are read from (:func:`_gates`; renormalised,
+    :math:`p = g` vanishes off the mask so the mask changes nothing),
 
     then each expert's MLP VJP; :math:`\bar X` sums the experts' input cotangents.
 
@@ -122,11 +141,11 @@ def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any
     _check_moe(xp, X, scores, mask, weights, activation)
     x_shape, s_shape = tuple(X.shape), tuple(scores.shape)
     X, scores, mask, G = _rows(xp, X), _rows(xp, scores), _rows(xp, mask), _rows(xp, G)
-    gates = _gates(xp, scores, mask)
+    gates, p = _gates(xp, scores, mask, renormalize)
     hidden, Y = _experts(xp, X, weights, activation)
     gT = xp.permute_dims(gates, (1, 0))[:, :, None]                 # (E, n, 1)
     dgates = xp.permute_dims(xp.sum(G * Y, axis=-1), (1, 0))        # (n, E)
-    dscores = xp.reshape(softmax_vjp_from_output(xp, dgates, gates), s_shape)
+    dscores = xp.reshape(softmax_vjp_from_output(xp, _selected(xp, dgates, mask), p), s_shape)
     dY = gT * G                                                     # (E, n, d)
     XT = xp.matrix_transpose(X)
     if activation == "swiglu":
@@ -147,7 +166,7 @@ def moe_vjp(xp: Namespace, G: Any, X: Any, scores: Any, mask: Any, *weights: Any
 
 
 def moe_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, scores: Any, mask: Any, *weights: Any,
-            activation: str = "gelu") -> Any:
+            activation: str = "gelu", renormalize: bool = True) -> Any:
     r"""JVP of :func:`moe` with the routing held fixed (Baggag & Saad §3.12.2), the
     forward-mode dual of :func:`moe_vjp`. With gates :math:`g_t = \operatorname{softmax}
     (s_t + \log M_t)` and expert outputs :math:`Y_{e}`:
@@ -163,6 +182,10 @@ def moe_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, scores: Any, mask: Any, *
     (SwiGLU: :math:`\dot A` and :math:`\dot B` through :math:`W_1, W_3`, then
     :func:`~nlaverify.ops.activations.swiglu_jvp` and :math:`W_2`).
 
+    Not renormalised (:math:`g = M \odot p`, :math:`p = \operatorname{softmax}(s)`):
+    :math:`\dot g = M \odot \bigl(p \odot (\dot s - \langle \dot s, p\rangle\mathbf 1)
+    \bigr)`.
+
     ``T = (dX, dscores, dW...)``, one per real argument (none for the mask), an entry
     ``None`` meaning a zero tangent.
     """
@@ -177,9 +200,9 @@ def moe_jvp(xp: Namespace, T: tuple[Any, ...], X: Any, scores: Any, mask: Any, *
     shape = tuple(X.shape)
     X, scores, mask = _rows(xp, X), _rows(xp, scores), _rows(xp, mask)
     dX, ds = lin(dX, lambda t: _rows(xp, t)), lin(ds, lambda t: _rows(xp, t))
-    gates = _gates(xp, scores, mask)
+    gates, p = _gates(xp, scores, mask, renormalize)
     hidden, Y = _experts(xp, X, weights, activation)
-    dgates = lin(ds, lambda t: softmax_jvp_from_output(xp, t, gates))      # (n, E)
+    dgates = lin(ds, lambda t: _selected(xp, softmax_jvp_from_output(xp, t, p), mask))  # (n, E)
 
     def proj(dx: Any, W: Any, dw: Any) -> Any:  # tangent of X W (E, n, m), or None
         return _tsum_or_none(lin(dx, lambda t: xp.matmul(t, W)),

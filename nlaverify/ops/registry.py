@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nlaverify.config import RopeScaling
 from nlaverify.errors import UnknownNameError
 from nlaverify.ops import (
     activations,
@@ -313,6 +314,13 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\text{as attention, with } P_{ij} = 0 = dS_{ij} \text{ for } j > i",
           {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
           static={"causal": True}),
+    _spec("sliding_window_attention", sdpa.attention, sdpa.attention_vjp,
+          [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
+          "Baggag & Saad §3.4.4; Jiang et al. 2023 (Mistral, sliding window)",
+          r"\text{as causal attention, with } P_{ij} = 0 = dS_{ij} \text{ unless } "
+          r"i - w < j \le i",
+          {"n": 3, "d_k": 1, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
+          static={"causal": True, "window": 2}),
     _spec("split_heads", sdpa.split_heads, sdpa.split_heads_vjp,
           [R("X", ("n", "hd"))], "Baggag & Saad §3.5.1",
           r"\bar X = \operatorname{merge}(G)", {"n": 2, "hd": 4},
@@ -361,6 +369,11 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           [R("a", ("n", "d")), R("b", ("n", "d"))], "Baggag & Saad §3.7.3",
           r"\bar a = g\odot b\odot\operatorname{SiLU}'(a),\ \bar b = g\odot\operatorname{SiLU}(a)",
           {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
+    _spec("geglu", activations.geglu, activations.geglu_vjp,
+          [R("a", ("n", "d")), R("b", ("n", "d"))], "Baggag & Saad §3.7.2-3.7.3 (Gemma)",
+          r"\bar a = g\odot b\odot\operatorname{GELU}_{\tanh}'(a),\ "
+          r"\bar b = g\odot\operatorname{GELU}_{\tanh}(a)",
+          {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
     _spec("residual_add", linear.add, linear.add_vjp, [R("x", ("n", "d")), R("y", ("n", "d"))],
           "Baggag & Saad §3.8, §3.9", r"\bar x = \bar y = G",
           {"n": 2, "d": 2}, {"n": _NUM, "d": _NUM}),
@@ -391,6 +404,14 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\bar X = G\odot C + R^\top(G\odot S) = G\odot C - R(G\odot S)",
           {"h": 1, "n": 3, "d_h": 4}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
           fix_sizes=_even("d_h")),
+    # Llama-3.1's scaling with d_h = 6 and L = 512: one frequency kept, one blended, one
+    # divided by the factor (all three branches of rope_frequencies)
+    _spec("rope_scaled", rotary.rope, rotary.rope_vjp, [R("X", ("h", "n", "d_h"))],
+          "Baggag & Saad §3.6.2; Dubey et al. 2024 (Llama-3.1 RoPE scaling)",
+          r"\bar X = G\odot C - R(G\odot S),\ C, S \text{ at the scaled } \theta_i'",
+          {"h": 1, "n": 3, "d_h": 6}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
+          static={"scaling": RopeScaling("llama3", 8.0, 1.0, 4.0, 512)},
+          fix_sizes=_even("d_h")),
     _spec("repeat_kv", sdpa.repeat_kv, sdpa.repeat_kv_vjp, [R("X", ("h_kv", "n", "d"))],
           "Baggag & Saad §3.11.2 (grouped-query attention)",
           r"\bar X_j = \textstyle\sum_{r=0}^{n_{\mathrm{rep}}-1} G_{j n_{\mathrm{rep}} + r}",
@@ -414,6 +435,15 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"xW_3^e)W_2^e",
           {"n": 2, "d": 1, "E": 2, "m": 1}, {"n": _NUM, "d": _NUM, "E": (2, 4), "m": _NUM},
           static={"activation": "swiglu"}),
+    _spec("moe_swiglu_topk", moe.moe, moe.moe_vjp,
+          [R("X", ("n", "d")), R("scores", ("n", "E")), R("mask", ("n", "E"), "mask"),
+           R("W1", ("E", "d", "m")), R("W3", ("E", "d", "m")), R("W2", ("E", "m", "d"))],
+          "Baggag & Saad §3.12.2 (gates not renormalised, Qwen-MoE norm_topk_prob=False)",
+          r"g = M\odot\operatorname{softmax}(s),\ "
+          r"\bar s = \operatorname{softmax\_vjp}_p(M\odot\bar g)",
+          # one token, two of three experts selected: not renormalising changes the gates
+          {"n": 1, "d": 1, "E": 3, "m": 1}, {"n": _NUM, "d": _NUM, "E": (3, 4), "m": _NUM},
+          static={"activation": "swiglu", "renormalize": False}),
     _spec("tanh", activations.tanh, activations.tanh_vjp, [R("x", ("n", "d"))],
           "Baggag & Saad §2.1", r"\bar x = g\odot(1-\tanh^2 x)",
           {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),

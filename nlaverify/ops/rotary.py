@@ -2,25 +2,83 @@
 
 Pairs of coordinates :math:`(x_{2i}, x_{2i+1})` of the query/key of the token at
 position :math:`t` are rotated by the angle :math:`t\\,\\theta_i`,
-:math:`\\theta_i = b^{-2i/d_h}` (the interleaved convention of RoFormer). Since
+:math:`\\theta_i = b^{-2i/d_h}` (the interleaved convention of RoFormer; Hugging Face
+pairs :math:`i` with :math:`i + d_h/2`, a permutation of the head's coordinates that
+:mod:`nlaverify.interop.weights` applies to the query and key projections), optionally
+rescaled for long contexts (:class:`~nlaverify.config.RopeScaling`, Llama-3.1). Since
 rotations compose, :math:`\\langle R_s q, R_t k\\rangle = \\langle q, R_{t-s} k\\rangle`:
 scores depend on relative positions only (identity ``rope_relative_position``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 
+if TYPE_CHECKING:
+    from nlaverify.config import RopeScaling
 
-def rope_tables(xp: Namespace, n: int, d: int, base: int = 10000) -> tuple[Any, Any]:
-    r"""``(C, S)``, each ``(n, d)``: :math:`C_{t,2i} = C_{t,2i+1} = \cos(t\theta_i)` and
-    likewise :math:`S` with :math:`\sin`. Exact on SymPy."""
-    exponents = xp.asarray([xp.rational(2 * (k // 2), d) for k in range(d)])
+
+def _exact(xp: Namespace, v: float) -> Any:
+    """The float ``v`` as the exact rational it is, on ``xp``."""
+    f = Fraction(v)
+    return xp.rational(f.numerator, f.denominator)
+
+
+def _scaling_terms(xp: Namespace, d: int, base: int, scaling: RopeScaling
+                   ) -> tuple[list[Any], list[Any]]:
+    r"""Per frequency :math:`i`, exact :math:`(a_i, b_i)` with scaled
+    :math:`\theta_i' = \theta_i (a_i + b_i \mu_i)` (:func:`rope_frequencies`). The band of
+    each frequency (kept, divided by the factor, or blended) is a discrete decision, taken
+    on the float64 wavelength as the reference implementation takes it."""
+    s = _exact(xp, scaling.factor)
+    if scaling.kind == "linear":
+        return [1 / s] * (d // 2), [xp.rational(0)] * (d // 2)
+    L = scaling.original_context
+    short, long_ = L / scaling.high_freq_factor, L / scaling.low_freq_factor
+    a, b = [], []
+    for i in range(d // 2):
+        wavelength = 2 * math.pi * base ** (2 * i / d)
+        if wavelength < short:        # high frequency: kept
+            a.append(xp.rational(1)), b.append(xp.rational(0))
+        elif wavelength > long_:      # low frequency: interpolated by the factor
+            a.append(1 / s), b.append(xp.rational(0))
+        else:                         # blended: (1 - mu)/s + mu
+            a.append(1 / s), b.append(1 - 1 / s)
+    return a, b
+
+
+def rope_frequencies(xp: Namespace, d: int, base: int = 10000,
+                     scaling: RopeScaling | None = None) -> Any:
+    r"""The ``d/2`` rotation frequencies :math:`\theta_i = b^{-2i/d}`, rescaled by
+    ``scaling`` (:class:`~nlaverify.config.RopeScaling`): ``"linear"``
+    :math:`\theta_i/s`; ``"llama3"`` :math:`\theta_i` where the wavelength
+    :math:`2\pi/\theta_i < L/h`, :math:`\theta_i/s` where it exceeds :math:`L/\ell`, else
+    :math:`(1-\mu_i)\theta_i/s + \mu_i\theta_i` with :math:`\mu_i = (L\theta_i/2\pi -
+    \ell)/(h - \ell)` (:math:`L` the original context, :math:`\ell, h` the low and high
+    frequency factors; Dubey et al. 2024, the released Llama-3.1 code). Exact on SymPy."""
+    exponents = xp.asarray([xp.rational(2 * i, d) for i in range(d // 2)])
     theta = xp.exp(-exponents * xp.log(xp.asarray([xp.rational(base)])))
+    if scaling is None:
+        return theta
+    a, b = _scaling_terms(xp, d, base, scaling)
+    lo, hi = _exact(xp, scaling.low_freq_factor), _exact(xp, scaling.high_freq_factor)
+    mu = (xp.rational(scaling.original_context) * theta / (2 * xp.pi) - lo) / (hi - lo)
+    return theta * (xp.asarray(a) + xp.asarray(b) * mu)
+
+
+def rope_tables(xp: Namespace, n: int, d: int, base: int = 10000,
+                scaling: RopeScaling | None = None) -> tuple[Any, Any]:
+    r"""``(C, S)``, each ``(n, d)``: :math:`C_{t,2i} = C_{t,2i+1} = \cos(t\theta_i)` and
+    likewise :math:`S` with :math:`\sin`, :math:`\theta_i` from :func:`rope_frequencies`.
+    Exact on SymPy."""
+    theta = rope_frequencies(xp, d, base, scaling)
+    theta = xp.reshape(xp.stack([theta, theta], axis=-1), (d,))  # theta_{k // 2}
     angle = xp.asarray([[xp.rational(t)] for t in range(n)]) * theta
     return xp.cos(angle), xp.sin(angle)
 
@@ -42,34 +100,38 @@ def _check(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
     return dims
 
 
-def rope(xp: Namespace, X: Any, base: int = 10000) -> Any:
-    r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S`."""
+def rope(xp: Namespace, X: Any, base: int = 10000, scaling: RopeScaling | None = None) -> Any:
+    r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S` (frequencies
+    rescaled by ``scaling``, :func:`rope_frequencies`)."""
     dims = _check("rope", xp, {"X": (X, ("*", "n", "d_h"))})
-    return _rotate(xp, X, dims, base)
+    return _rotate(xp, X, dims, base, scaling)
 
 
-def _rotate(xp: Namespace, X: Any, dims: dict[str, int], base: int) -> Any:
+def _rotate(xp: Namespace, X: Any, dims: dict[str, int], base: int,
+            scaling: RopeScaling | None) -> Any:
     r""":math:`X \odot C + R(X) \odot S`, the tables in ``X``'s dtype."""
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling)
     if not xp.object_arrays:
         C, S = xp.astype(C, X.dtype), xp.astype(S, X.dtype)
     return X * C + rotate_half(xp, X) * S
 
 
-def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000) -> tuple[Any]:
+def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000,
+             scaling: RopeScaling | None = None) -> tuple[Any]:
     r"""VJP of :func:`rope`: the transpose rotation,
     :math:`\bar X = G \odot C + R^\top(G \odot S) = G\odot C - R(G \odot S)`."""
     dims = _check("rope_vjp", xp, {"X": (X, ("*", "n", "d_h")), "G": (G, ("*", "n", "d_h"))})
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling)
     if not xp.object_arrays:
         C, S = xp.astype(C, G.dtype), xp.astype(S, G.dtype)
     return (G * C - rotate_half(xp, G * S),)
 
 
 @jvp_rule("dX",)
-def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -> Any:
+def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000,
+             scaling: RopeScaling | None = None) -> Any:
     r"""JVP of :func:`rope` (Baggag & Saad §3.6.2): RoPE is linear in :math:`X`, so the
     tangent is rotated alike, :math:`\dot Y = \dot X \odot C + R(\dot X) \odot S`."""
     dims = _check("rope_jvp", xp, {"X": (X, ("*", "n", "d_h")),
                                    "dX": (T[0], ("*", "n", "d_h"))})
-    return _rotate(xp, T[0], dims, base)
+    return _rotate(xp, T[0], dims, base, scaling)

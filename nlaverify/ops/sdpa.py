@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
+from nlaverify.errors import ArgumentError
 from nlaverify.ops._tangent import lin, tangents, tsum
 from nlaverify.ops._validate import check_args, check_positive
 from nlaverify.ops.linear import affine, affine_jvp, affine_vjp
@@ -20,38 +21,62 @@ from nlaverify.ops.softmaxes import (
 )
 
 
-def causal_mask(xp: Namespace, n: int) -> Any:
-    r"""Boolean ``(n, n)`` mask, ``True`` where position :math:`j \le i` may be seen.
+def causal_mask(xp: Namespace, n: int, window: int | None = None) -> Any:
+    r"""Boolean ``(n, n)`` mask, ``True`` where position :math:`j \le i` may be seen (and,
+    with a sliding ``window`` :math:`w`, only :math:`i - w < j \le i`: the last :math:`w`
+    positions, the token itself included; Mistral, Jiang et al. 2023).
 
     Adding :math:`M_{ij} = -\infty` for :math:`j > i` makes the attention matrix
-    lower triangular (Baggag & Saad §3.4.4).
+    lower triangular (Baggag & Saad §3.4.4); the window makes it banded.
     """
     idx = xp.arange(n)
-    return idx[:, None] >= idx[None, :]
+    seen = idx[:, None] >= idx[None, :]
+    if window is None:
+        return seen
+    return seen & (idx[:, None] - idx[None, :] < window)
 
 
-def attention_scores(xp: Namespace, Q: Any, K: Any, causal: bool = False) -> Any:
-    r"""Scores :math:`S = Q K^\top/\sqrt{d_k} + M` with :math:`M` the causal mask."""
+def _check_window(op: str, causal: bool, window: int | None) -> None:
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ArgumentError(f"{op}: argument 'window': expected a positive integer or None, "
+                            f"got {window!r}")
+    if not causal:
+        raise ArgumentError(f"{op}: argument 'window': a sliding window is a causal mask; "
+                            "expected causal=True")
+
+
+def attention_scores(xp: Namespace, Q: Any, K: Any, causal: bool = False,
+                     window: int | None = None) -> Any:
+    r"""Scores :math:`S = Q K^\top/\sqrt{d_k} + M` with :math:`M` the causal mask (banded
+    by a sliding ``window``, :func:`causal_mask`)."""
+    _check_window("attention_scores", causal, window)
     dims = check_args("attention_scores", xp, {"Q": (Q, ("*", "n", "d_k")),
                                                "K": (K, ("*", "n", "d_k"))})
     S = xp.matmul(Q, xp.matrix_transpose(K)) / xp.const_sqrt(dims["d_k"])
     if causal:
-        S = xp.where(causal_mask(xp, dims["n"]), S, -xp.inf)
+        S = xp.where(causal_mask(xp, dims["n"], window), S, -xp.inf)
     return S
 
 
-def attention(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = False) -> Any:
+def attention(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = False,
+              window: int | None = None) -> Any:
     r"""Scaled dot-product attention (Baggag & Saad §3.4.2):
 
-    .. math:: A = \operatorname{softmax}\!\Bigl(\frac{Q K^\top}{\sqrt{d_k}} + M\Bigr) V .
+    .. math:: A = \operatorname{softmax}\!\Bigl(\frac{Q K^\top}{\sqrt{d_k}} + M\Bigr) V,
+
+    :math:`M_{ij} = -\infty` where :func:`causal_mask` hides :math:`j` from :math:`i`
+    (``causal``; ``window``: sliding-window attention).
     """
     check_args("attention", xp, {"Q": (Q, ("*", "n", "d_k")), "K": (K, ("*", "n", "d_k")),
                                  "V": (V, ("*", "n", "d_v"))})
-    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal)), V)
+    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal, window)), V)
 
 
 def attention_vjp(
-    xp: Namespace, G: Any, Q: Any, K: Any, V: Any, causal: bool = False
+    xp: Namespace, G: Any, Q: Any, K: Any, V: Any, causal: bool = False,
+    window: int | None = None,
 ) -> tuple[Any, Any, Any]:
     r"""VJP of :func:`attention`. With :math:`P = \operatorname{softmax}(S)`:
 
@@ -66,7 +91,7 @@ def attention_vjp(
                                             "K": (K, ("*", "n", "d_k")),
                                             "V": (V, ("*", "n", "d_v")),
                                             "G": (G, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal))
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window))
     dV = xp.matmul(xp.matrix_transpose(P), G)
     dS = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(V)), P)
     root = xp.const_sqrt(dims["d_k"])
@@ -81,7 +106,8 @@ def _tsum_or_none(*terms: Any) -> Any:
 
 
 def attention_jvp(
-    xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False
+    xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False,
+    window: int | None = None,
 ) -> Any:
     r"""JVP of :func:`attention` (Baggag & Saad §3.4.2, §3.4.4), the forward-mode dual of
     :func:`attention_vjp`. With :math:`P = \operatorname{softmax}(S)`:
@@ -106,7 +132,7 @@ def attention_jvp(
                                             "dQ": (dQ, ("*", "n", "d_k")),
                                             "dK": (dK, ("*", "n", "d_k")),
                                             "dV": (dV, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal))
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window))
     root = xp.const_sqrt(dims["d_k"])
     dS = _tsum_or_none(lin(dQ, lambda t: xp.matmul(t, xp.matrix_transpose(K))),
                        lin(dK, lambda t: xp.matmul(Q, xp.matrix_transpose(t))))

@@ -1,0 +1,290 @@
+r"""Temporary patches of a Hugging Face model: exact arithmetic, and planted mistakes.
+
+Both are context managers on *one* model instance (its modules' ``forward`` replaced on
+the instance, its buffers and weights swapped), plus at most one module-level function
+of the model's ``modeling_*.py`` (the ``rope_pairing`` plant); everything is restored in
+``finally``. :mod:`nlaverify.interop.hf_verify` uses them; torch and transformers are
+imported by the caller.
+
+**Exact arithmetic** (:func:`exact_arithmetic`, :data:`EXACT_PATCHES`). Stock
+``transformers`` (5.24) computes these in float32 even when the model is float64; each
+was found by reading the installed source, and each shows at its own graph node when it
+alone is left unpatched (``tests/test_hf_verify.py``):
+
+- ``"rmsnorm"`` (node ``blocks.{l}.norm1``, the first float32 step of every RMSNorm
+  model): ``models/{llama,mistral,mixtral,qwen2,qwen3}/modeling_*.py``
+  ``*RMSNorm.forward`` (``hidden_states.to(torch.float32)``) and
+  ``models/gemma/modeling_gemma.py`` ``GemmaRMSNorm.forward`` (``x.float()``,
+  ``1 + self.weight.float()``); replaced by :func:`_rmsnorm_exact`,
+  :func:`_gemma_rmsnorm_exact`.
+- ``"rotary"`` (``attn.q_rope``): ``*RotaryEmbedding.forward``
+  (``position_ids.float() * inv_freq.float()``) and the float32 ``inv_freq`` of
+  ``compute_default_rope_parameters`` / ``modeling_rope_utils.py``
+  ``_compute_{linear_scaling,llama3}_parameters``; replaced by :func:`_rotary_exact`.
+- ``"attention_softmax"`` (``attn.heads``): ``models/*/modeling_*.py``
+  ``eager_attention_forward`` (``softmax(..., dtype=torch.float32)``); replaced by
+  :func:`nlaverify.interop.hf_verify.exact_eager_attention`.
+- ``"router_softmax"`` (``mlp.out``): ``models/mixtral/modeling_mixtral.py``
+  ``MixtralTopKRouter.forward`` (``softmax(router_logits.float())``); replaced by
+  :func:`_router_forward`.
+- ``"loss"`` (``loss``): ``loss/loss_utils.py`` ``ForCausalLMLoss``
+  (``logits.float()``); :mod:`~nlaverify.interop.hf_verify` computes the same mean
+  cross-entropy in the model dtype.
+
+The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_frequencies`
+(with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
+checks HF's own float32 ``inv_freq`` against them at float32 precision, so the
+substitution cannot hide a wrong base or scaling. GPT-2 needs no patch but the loss (its
+LayerNorm, tanh-GELU and eager softmax stay in the model dtype).
+
+**Planted mistakes** (:func:`plant_mistake`, :data:`PLANTS`) are test instruments: each
+introduces one known bug in the HF side, which node-by-node verification must report at
+the right graph node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Collection, Iterator
+from typing import Any
+
+import numpy as np
+
+from nlaverify.errors import ArgumentError, UnknownNameError
+
+#: the exact-arithmetic patches, by name, and the stock HF code each replaces
+#: (``transformers/...``); ``verify_hf(exact=...)`` takes all of them (``True``) or a subset
+EXACT_PATCHES: dict[str, str] = {
+    "rmsnorm": "models/{llama,mistral,mixtral,qwen2,qwen3}/modeling_*.py *RMSNorm.forward "
+               "(hidden_states.to(torch.float32)); models/gemma/modeling_gemma.py "
+               "GemmaRMSNorm.forward (x.float(), self.weight.float())",
+    "rotary": "*RotaryEmbedding.forward (position_ids.float() * inv_freq.float()) and the "
+              "float32 inv_freq of compute_default_rope_parameters / modeling_rope_utils.py "
+              "_compute_{linear_scaling,llama3}_parameters",
+    "attention_softmax": "models/*/modeling_*.py eager_attention_forward (softmax(..., "
+                         "dtype=torch.float32))",
+    "router_softmax": "models/mixtral/modeling_mixtral.py MixtralTopKRouter.forward "
+                      "(softmax(router_logits.float()))",
+    "loss": "loss/loss_utils.py ForCausalLMLoss (logits.float())",
+}
+
+#: the planted mistakes (test instruments) and what each does to the HF model
+PLANTS: dict[str, str] = {
+    "transpose_square": "block 0's first square attention projection (q_proj, else o_proj; "
+                        "GPT-2: c_proj) transposed",
+    "rope_pairing": "HF's rotate_half (pairs i, i + d_h/2) swapped for the interleaved one "
+                    "(pairs 2i, 2i+1) while cos/sin keep HF's half layout",
+    "no_renormalize": "Mixtral's top-k router gates not renormalised to sum to 1",
+}
+
+
+class _Restorer:
+    """Undo-list of attribute changes, applied in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Any] = []
+
+    def set_forward(self, module: Any, fn: Any) -> None:
+        had = "forward" in vars(module)
+        old = vars(module).get("forward")
+        module.forward = fn.__get__(module)
+        self._undo.append(lambda: (setattr(module, "forward", old) if had
+                                   else delattr(module, "forward")))
+
+    def set_global(self, namespace: Any, name: str, value: Any) -> None:
+        old = getattr(namespace, name)
+        setattr(namespace, name, value)
+        self._undo.append(lambda: setattr(namespace, name, old))
+
+    def on_exit(self, fn: Any) -> None:
+        self._undo.append(fn)
+
+    def restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def modeling_module(model: Any) -> Any:
+    """The ``modeling_<type>.py`` module of a Hugging Face model (its ``rotate_half``,
+    ``eager_attention_forward``...)."""
+    return sys.modules[type(model).__module__]
+
+
+# --- exact arithmetic ---------------------------------------------------------------
+
+def _rmsnorm_exact(self: Any, hidden_states: Any) -> Any:
+    r"""``LlamaRMSNorm.forward`` (and Mistral, Mixtral, Qwen2, Qwen3) without the float32
+    upcast: :math:`w \odot x / \sqrt{\overline{x^2} + \epsilon}` in the input dtype."""
+    import torch
+
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def _gemma_rmsnorm_exact(self: Any, x: Any) -> Any:
+    r"""``GemmaRMSNorm.forward`` without the float32 upcast: :math:`(1 + w) \odot x /
+    \sqrt{\overline{x^2} + \epsilon}` in the input dtype."""
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
+def _rotary_exact(self: Any, x: Any, position_ids: Any) -> Any:
+    r"""``*RotaryEmbedding.forward`` with float64 angles :math:`t\theta_i` from float64
+    frequencies (``self._nlaverify_inv_freq``), HF's half layout ``cat(freqs, freqs)``;
+    cos and sin returned in ``x``'s dtype, as HF does."""
+    import torch
+
+    inv = self._nlaverify_inv_freq
+    freqs = position_ids[..., None].to(torch.float64) * inv.to(device=x.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scale = self.attention_scaling
+    return (emb.cos() * scale).to(dtype=x.dtype), (emb.sin() * scale).to(dtype=x.dtype)
+
+
+def _router_forward(self: Any, hidden_states: Any, *, exact: bool, renormalize: bool) -> Any:
+    r"""``MixtralTopKRouter.forward`` (models/mixtral/modeling_mixtral.py): router logits
+    :math:`s = xW^\top`, probabilities :math:`\operatorname{softmax}(s)` (float32 in stock
+    HF, the logits' dtype when ``exact``), the ``top_k`` largest, divided by their sum
+    when ``renormalize`` (stock HF always does)."""
+    import torch
+
+    hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+    router_logits = torch.nn.functional.linear(hidden_states, self.weight)
+    probs = torch.nn.functional.softmax(router_logits if exact else router_logits.float(),
+                                        dim=-1)
+    top_value, top_index = torch.topk(probs, self.top_k, dim=-1)
+    if renormalize:
+        top_value = top_value / top_value.sum(dim=-1, keepdim=True)
+    return router_logits, top_value, top_index
+
+
+def _is_mixtral_router(module: Any) -> bool:
+    return type(module).__name__ == "MixtralTopKRouter"
+
+
+def exact_inv_freq(config: Any) -> np.ndarray:
+    r"""The float64 RoPE frequencies :math:`\theta_i` of an nlaverify config (base and
+    scaling), :func:`nlaverify.ops.rotary.rope_frequencies` on NumPy."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.ops.rotary import rope_frequencies
+
+    xp = get_namespace("numpy")
+    return np.asarray(rope_frequencies(xp, config.d_head, config.rope_base,
+                                       config.rope_scaling), dtype=np.float64)
+
+
+@contextlib.contextmanager
+def exact_arithmetic(model: Any, config: Any,
+                     parts: Collection[str] = tuple(EXACT_PATCHES)) -> Iterator[None]:
+    """Patch ``model`` (one instance) to compute in its own dtype where stock HF drops to
+    float32: the ``parts`` among ``"rmsnorm"``, ``"rotary"``, ``"router_softmax"`` (see
+    :data:`EXACT_PATCHES`; attention and the loss are handled by
+    :mod:`~nlaverify.interop.hf_verify`). ``config`` is the nlaverify
+    :class:`~nlaverify.config.TransformerConfig` (RoPE base and scaling). An RMSNorm of an
+    unknown form raises :class:`~nlaverify.errors.UnknownNameError` rather than being left
+    in float32 silently."""
+    import torch
+
+    unknown = sorted(set(parts) - set(EXACT_PATCHES))
+    if unknown:
+        raise UnknownNameError(f"exact_arithmetic: unknown patch {unknown[0]!r}: expected "
+                               f"some of {', '.join(EXACT_PATCHES)}")
+    undo = _Restorer()
+    try:
+        for name, module in model.named_modules():
+            cls = type(module).__name__
+            if cls == "GemmaRMSNorm" and "rmsnorm" in parts:
+                undo.set_forward(module, _gemma_rmsnorm_exact)
+            elif cls.endswith("RMSNorm") and "rmsnorm" in parts:
+                if not hasattr(module, "variance_epsilon"):
+                    raise UnknownNameError(f"exact_arithmetic: module {name!r} ({cls}) is an "
+                                           "RMSNorm of a form nlaverify does not patch")
+                undo.set_forward(module, _rmsnorm_exact)
+            elif cls.endswith("RotaryEmbedding") and "rotary" in parts:
+                if getattr(module, "rope_type", "default") not in ("default", "linear",
+                                                                    "llama3"):
+                    raise UnknownNameError(f"exact_arithmetic: module {name!r}: RoPE type "
+                                           f"{module.rope_type!r} is not one nlaverify models")
+                module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))
+                undo.on_exit(lambda m=module: delattr(m, "_nlaverify_inv_freq"))
+                undo.set_forward(module, _rotary_exact)
+            elif _is_mixtral_router(module) and "router_softmax" in parts:
+                undo.set_forward(module, lambda self, h: _router_forward(
+                    self, h, exact=True, renormalize=True))
+        yield
+    finally:
+        undo.restore()
+
+
+# --- planted mistakes (test instruments) ----------------------------------------------
+
+def _rotate_half_interleaved(x: Any) -> Any:
+    r"""The wrong pairing for HF's layout: :math:`(x_{2i}, x_{2i+1}) \mapsto
+    (-x_{2i+1}, x_{2i})`."""
+    import torch
+
+    pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).reshape(x.shape)
+
+
+def _square_projection(model: Any, model_type: str) -> tuple[str, Any]:
+    """``(name, parameter)`` of block 0's first square attention projection weight."""
+    named = dict(model.named_parameters())
+    if model_type == "gpt2":
+        candidates = ["transformer.h.0.attn.c_proj.weight"]
+    else:
+        candidates = [f"model.layers.0.self_attn.{p}.weight" for p in ("q_proj", "o_proj")]
+    for key in candidates:
+        w = named.get(key)
+        if w is not None and w.ndim == 2 and w.shape[0] == w.shape[1]:
+            return key, w
+    raise ArgumentError(f"plant 'transpose_square': no square projection among "
+                        f"{', '.join(candidates)} (n_heads * d_head != d_model)")
+
+
+@contextlib.contextmanager
+def plant_mistake(model: Any, model_type: str, plant: str | None, *,
+                  exact: bool = False) -> Iterator[str | None]:
+    """Plant the mistake ``plant`` (a key of :data:`PLANTS`, or ``None``) in ``model`` for
+    the duration; yields a one-line description of what was changed. A test instrument:
+    verification must name the node where the planted mistake first shows. ``exact``: the
+    router softmax of ``no_renormalize`` in the model dtype (as :func:`exact_arithmetic`
+    computes it)."""
+    import torch
+
+    if plant is None:
+        yield None
+        return
+    if plant not in PLANTS:
+        raise UnknownNameError(f"plant: unknown mistake {plant!r}: expected one of "
+                               f"{', '.join(PLANTS)}")
+    undo = _Restorer()
+    try:
+        if plant == "transpose_square":
+            key, w = _square_projection(model, model_type)
+            saved = w.detach().clone()
+            with torch.no_grad():
+                w.copy_(saved.T)
+            undo.on_exit(lambda: w.data.copy_(saved))
+            what = f"{key} transposed"
+        elif plant == "rope_pairing":
+            mod = modeling_module(model)
+            if not hasattr(mod, "rotate_half"):
+                raise ArgumentError(f"plant 'rope_pairing': {mod.__name__} has no rotate_half "
+                                    "(a model without RoPE)")
+            undo.set_global(mod, "rotate_half", _rotate_half_interleaved)
+            what = f"{mod.__name__}.rotate_half replaced by the interleaved pairing"
+        else:  # no_renormalize
+            routers = [m for m in model.modules() if _is_mixtral_router(m)]
+            if not routers:
+                raise ArgumentError(f"plant 'no_renormalize': model {model_type!r} has no "
+                                    "Mixtral top-k router")
+            for r in routers:
+                undo.set_forward(r, lambda self, h: _router_forward(
+                    self, h, exact=exact, renormalize=False))
+            what = f"{len(routers)} MixtralTopKRouter gates not renormalised"
+        yield what
+    finally:
+        undo.restore()

@@ -1,0 +1,818 @@
+r"""Node-by-node verification of a Hugging Face model against the nlaverify graph.
+
+``nlaverify verify --hf PATH_OR_CONFIG`` (issue 10, item 3): the HF model
+(``transformers``, float64 on the CPU) and the nlaverify graph (NumPy, float64) run on
+the same weights and tokens. Forward hooks capture HF's intermediates; a registered
+attention function (:data:`CAPTURE_ATTENTION`, in ``transformers``'
+``AttentionInterface``) records each block's query (after RoPE), key and value (before
+``repeat_kv``) and the attention output, then delegates to HF's own eager attention.
+Each capture is mapped to its graph node, undoing HF's conventions: the RoPE
+permutation of each head's coordinates (:func:`nlaverify.interop.weights.rope_permutation`,
+``ours[..., j] = hf[..., perm[j]]``), HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head
+layouts versus the graph's ``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k,
+v), Mixtral's top-k indices (as the 0/1 routing mask), Gemma's scaled embedding (the
+graph's ``x0``). Node values are compared in topological order, each judged by the
+tolerance model of the HF model's dtype exactly as :func:`nlaverify.graph.compare.compare`
+judges a graph evaluation (longest accumulation :math:`k`, the node's depth :math:`D`,
+:math:`\kappa` from the reference's magnitude); the first node beyond its bound is
+:attr:`HFVerifyReport.first_divergence`. Every parameter gradient of HF's
+``loss.backward()`` is compared with the graph's, mapped into HF's state-dict layout by
+:func:`nlaverify.interop.weights.params_to_hf` (``gradients=True``).
+
+**Tokens and loss.** ``tokens`` (``(n,)``) is the input sequence and, as in HF's
+``labels=input_ids``, its own target: position :math:`t` predicts token :math:`t+1`, the
+last position has no target (the graph's targets are ``tokens[1:]`` followed by
+:data:`~nlaverify.ops.loss.IGNORE_INDEX`), and the loss is the mean cross-entropy over
+the :math:`n-1` positions that have one,
+:math:`L = \frac1{n-1}\sum_{t<n} -\log \operatorname{softmax}(z_t)_{x_{t+1}}`.
+Stock mode takes HF's own loss (``model(input_ids, labels=input_ids)``, which upcasts the
+logits to float32); exact mode computes the same mean with ``torch`` in the model dtype.
+
+**Stock and exact.** ``exact=False`` runs HF as shipped and names the first node where it
+departs from the model dtype's arithmetic (for float64 Llama, Mistral, Mixtral, Qwen2,
+Qwen3 and Gemma: ``blocks.0.norm1``, the first RMSNorm; for GPT-2: ``loss``).
+``exact=True`` patches HF for the duration (:mod:`nlaverify.interop.hf_patches`) so that
+it computes in the model dtype everywhere; the two implementations must then agree to
+the tolerance model in every node, the logits, the loss and every gradient.
+
+torch and transformers are imported lazily (the ``[hf]`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
+
+#: the name of nlaverify's capturing attention function in ``AttentionInterface``
+CAPTURE_ATTENTION = "nlaverify_capture"
+#: the HF ``model_type``\ s whose module layout :func:`verify_hf` maps
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+
+
+def _require_hf() -> tuple[Any, Any]:
+    """``(torch, transformers)``, or an ImportError naming the extra to install."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("nlaverify verify --hf needs torch and transformers: "
+                          "pip install 'nlaverify[hf]'") from exc
+    return torch, transformers
+
+
+# --- capture ------------------------------------------------------------------------
+
+@dataclass
+class _Recorder:
+    """HF intermediates of one forward pass: module outputs/inputs by ``(path, where)``
+    and the attention tensors by ``(layer, name)``, as float64 NumPy copies."""
+
+    exact: bool
+    tensors: dict[tuple[Any, str], Any] = field(default_factory=dict)
+
+    def keep(self, key: tuple[Any, str], value: Any) -> None:
+        self.tensors[key] = _detach(value)
+
+
+def _detach(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        out = value.detach()
+        return out.numpy().copy() if out.dtype in (torch.int64, torch.int32) else \
+            out.to(torch.float64).numpy().copy()
+    if isinstance(value, tuple | list):
+        return tuple(_detach(v) for v in value)
+    return value
+
+
+_ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar(
+    "nlaverify_hf_recorder", default=None)
+
+
+def exact_eager_attention(module: Any, query: Any, key: Any, value: Any,
+                          attention_mask: Any, scaling: float | None = None,
+                          dropout: float = 0.0, **kwargs: Any) -> tuple[Any, Any]:
+    r"""HF's ``eager_attention_forward`` (``models/llama/modeling_llama.py``) with the
+    softmax in the model dtype instead of float32:
+    :math:`\operatorname{softmax}(QK^\top s + M)V`, keys and values repeated over the
+    ``num_key_value_groups`` query heads, :math:`M` HF's additive mask (causal, or a
+    sliding window). Returns ``(B, n, H, d_h)`` and the weights, as HF does."""
+    import torch
+
+    if kwargs.get("softcap") is not None:
+        raise ArgumentError("exact_eager_attention: attention logit soft-capping is not "
+                            "modelled by nlaverify")
+    rep = getattr(module, "num_key_value_groups", 1)
+    if rep > 1:
+        b, h, n, d = key.shape
+        key = key[:, :, None].expand(b, h, rep, n, d).reshape(b, h * rep, n, d)
+        value = value[:, :, None].expand(b, h, rep, n, d).reshape(b, h * rep, n, d)
+    s = query.shape[-1] ** -0.5 if scaling is None else scaling
+    weights = torch.matmul(query, key.transpose(2, 3)) * s
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = torch.softmax(weights, dim=-1)
+    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return out, weights
+
+
+def _capture_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                       *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """The registered attention function: records query (after RoPE), key and value
+    (before ``repeat_kv``) and the output, then runs HF's eager attention of the model's
+    own ``modeling_*.py`` (stock), or :func:`exact_eager_attention` (exact)."""
+    from nlaverify.interop.hf_patches import modeling_module
+
+    rec = _ACTIVE.get()
+    if rec is not None and rec.exact:
+        out = exact_eager_attention(module, query, key, value, attention_mask, *args, **kwargs)
+    elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's float32 option
+        out = module._upcast_and_reordered_attn(query, key, value, attention_mask)
+    else:
+        out = modeling_module(module).eager_attention_forward(
+            module, query, key, value, attention_mask, *args, **kwargs)
+    if rec is not None:
+        layer = module.layer_idx
+        for name, t in (("query", query), ("key", key), ("value", value), ("output", out[0])):
+            rec.keep((layer, name), t)
+    return out
+
+
+def _register_attention() -> None:
+    """Register :data:`CAPTURE_ATTENTION` with HF's attention and mask interfaces (the
+    eager mask: additive, causal or sliding-window). Idempotent."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(CAPTURE_ATTENTION, _capture_attention)
+    AttentionMaskInterface.register(CAPTURE_ATTENTION, eager_mask)
+
+
+@contextlib.contextmanager
+def _recording(model: Any, taps: list[_Tap], exact: bool) -> Iterator[_Recorder]:
+    """Forward hooks on every module a tap reads, and the recorder the attention function
+    writes to; all removed on exit."""
+    rec = _Recorder(exact)
+    modules = dict(model.named_modules())
+    handles = []
+    wanted: dict[str, set[str]] = {}
+    for t in taps:
+        if t.path is not None:
+            if t.path not in modules:
+                raise UnknownNameError(f"verify_hf: the HF model has no module {t.path!r} "
+                                       f"(needed for graph node {t.node!r})")
+            wanted.setdefault(t.path, set()).add(t.where)
+    for path, where in wanted.items():
+        def hook(module: Any, args: Any, output: Any, path: str = path,
+                 where: set[str] = where) -> None:
+            if "out" in where:
+                rec.keep((path, "out"), output)
+            if "in" in where:
+                rec.keep((path, "in"), args[0])
+        handles.append(modules[path].register_forward_hook(hook))
+    token = _ACTIVE.set(rec)
+    try:
+        yield rec
+    finally:
+        _ACTIVE.reset(token)
+        for h in handles:
+            h.remove()
+
+
+# --- the map from HF captures to graph nodes ----------------------------------------
+
+@dataclass(frozen=True)
+class _Tap:
+    """Graph node ``node`` is ``convert`` of the capture ``(path, where)`` (a module's
+    ``"out"``/``"in"``; ``path=None``: the attention function's ``(layer, where)``)."""
+
+    node: str
+    path: str | None
+    where: str
+    convert: Callable[[Any], np.ndarray]
+    layer: int | None = None
+
+    @property
+    def source(self) -> str:
+        if self.path is None:
+            return f"attention[{self.layer}].{self.where}"
+        return f"{self.path}.{'output' if self.where == 'out' else 'input'}"
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """``(1, n, c) -> (n, c)`` (a batch of one)."""
+    return a[0] if a.ndim == 3 else a
+
+
+def _layouts(config: Any) -> dict[str, Callable[..., Callable[[Any], np.ndarray]]]:
+    """Converters from HF layouts to the graph's, with the RoPE permutation ``perm`` of
+    each head's last axis when ``positions == "rope"``."""
+    from nlaverify.interop.weights import rope_permutation
+
+    dh = config.d_head
+    perm = rope_permutation(dh) if config.positions == "rope" else np.arange(dh)
+
+    def cols(h: int, permute: bool = True) -> Callable[[Any], np.ndarray]:
+        def f(a: Any) -> np.ndarray:
+            r = _rows(a)
+            p = perm if permute else np.arange(dh)
+            return r.reshape(r.shape[0], h, dh)[..., p].reshape(r.shape[0], h * dh)
+        return f
+
+    def heads_of_rows(h: int, permute: bool = True) -> Callable[[Any], np.ndarray]:
+        def f(a: Any) -> np.ndarray:
+            r = _rows(a)
+            p = perm if permute else np.arange(dh)
+            return r.reshape(r.shape[0], h, dh).transpose(1, 0, 2)[..., p]
+        return f
+
+    def bhnd(permute: bool = True) -> Callable[[Any], np.ndarray]:  # (1, H, n, dh)
+        return lambda a: a[0][..., perm if permute else np.arange(dh)]
+
+    def bnhd(permute: bool = True) -> Callable[[Any], np.ndarray]:  # (1, n, H, dh)
+        return lambda a: a[0].transpose(1, 0, 2)[..., perm if permute else np.arange(dh)]
+
+    return {"cols": cols, "heads_of_rows": heads_of_rows, "bhnd": bhnd, "bnhd": bnhd}
+
+
+def _taps(model_type: str, config: Any) -> list[_Tap]:
+    """Every graph node with an HF counterpart, for a model of ``model_type``."""
+    if model_type == "gpt2":
+        return _gpt2_taps(config)
+    if model_type in LLAMA_LIKE:
+        return _llama_taps(config, model_type)
+    raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
+                           f"{', '.join(LLAMA_LIKE)}")
+
+
+def _gpt2_taps(c: Any) -> list[_Tap]:
+    lay = _layouts(c)
+    d = c.d_model
+    taps = [_Tap("embed", "transformer.wte", "out", _rows),
+            _Tap("x0", "transformer.drop", "out", _rows)]  # wte + wpe (dropout: identity)
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"transformer.h.{layer}"
+        taps += [_Tap(f"{p}.norm1", f"{h}.ln_1", "out", _rows)]
+        for i, x in enumerate("qkv"):  # the fused c_attn output [q | k | v]
+            taps.append(_Tap(f"{p}.attn.{x}", f"{h}.attn.c_attn", "out",
+                             lambda a, i=i: _rows(a)[:, i * d:(i + 1) * d]))
+        for x, where in (("q", "query"), ("k", "key"), ("v", "value")):
+            taps.append(_Tap(f"{p}.attn.{x}_heads", None, where, lay["bhnd"](False), layer))
+        taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{h}.attn.c_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{h}.attn.c_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.ln_2", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.ln_2", "out", _rows),
+                 _Tap(f"{p}.mlp.in", f"{h}.mlp.c_fc", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.mlp.act", "out", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.mlp.c_proj", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _rows)]
+    return [*taps, _Tap("final_norm", "transformer.ln_f", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _onehot(n_experts: int) -> Callable[[Any], np.ndarray]:
+    """Mixtral's router output ``(logits, weights, indices)`` -> the 0/1 routing mask."""
+    def f(out: Any) -> np.ndarray:
+        idx = np.asarray(out[2])
+        mask = np.zeros((idx.shape[0], n_experts))
+        np.put_along_axis(mask, idx, 1.0, axis=-1)
+        return mask
+    return f
+
+
+def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
+    lay = _layouts(c)
+    rope = c.positions == "rope"
+    H, Hkv = c.n_heads, c.n_kv_heads
+    # Gemma's embedding module returns the scaled embedding, the graph's embed_scaled
+    first = "embed_scaled" if c.embed_scale else "embed"
+    taps = [_Tap(first, "model.embed_tokens", "out", _rows),
+            _Tap("x0", "model.embed_tokens", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"model.layers.{layer}"
+        a = f"{h}.self_attn"
+        taps += [_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows),
+                 _Tap(f"{p}.attn.q", f"{a}.q_proj", "out", lay["cols"](H, rope)),
+                 _Tap(f"{p}.attn.k", f"{a}.k_proj", "out", lay["cols"](Hkv, rope)),
+                 _Tap(f"{p}.attn.v", f"{a}.v_proj", "out", _rows),
+                 _Tap(f"{p}.attn.q_heads", f"{a}.q_proj", "out", lay["heads_of_rows"](H, rope)),
+                 _Tap(f"{p}.attn.k_heads", f"{a}.k_proj", "out",
+                      lay["heads_of_rows"](Hkv, rope)),
+                 _Tap(f"{p}.attn.v_heads", None, "value", lay["bhnd"](False), layer)]
+        if getattr(c, "qk_norm", False):
+            taps += [_Tap(f"{p}.attn.q_norm", f"{a}.q_norm", "out", lay["bnhd"](rope)),
+                     _Tap(f"{p}.attn.k_norm", f"{a}.k_norm", "out", lay["bnhd"](rope))]
+        if rope:
+            taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](), layer),
+                     _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](), layer)]
+        taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.o_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
+        m = f"{h}.mlp"
+        if c.n_experts:
+            taps += [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),
+                     _Tap(f"{p}.mlp.route", f"{m}.gate", "out", _onehot(c.n_experts)),
+                     _Tap(f"{p}.mlp.out", m, "out", _rows)]
+        else:
+            taps += [_Tap(f"{p}.mlp.gate", f"{m}.gate_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.up", f"{m}.up_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.act", f"{m}.down_proj", "in", _rows),
+                     _Tap(f"{p}.mlp.out", f"{m}.down_proj", "out", _rows)]
+        taps.append(_Tap(f"{p}.resid2", h, "out", _rows))
+    return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+# --- the report ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HFNodeRow:
+    """One graph node: HF's value (``hf``, the capture it comes from) against the graph's,
+    normwise error and the tolerance model's bound."""
+
+    node: str
+    op: str
+    hf: str
+    error: float
+    bound: float
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.bound
+
+
+@dataclass(frozen=True)
+class HFCheck:
+    """An end-to-end check: a parameter gradient (by its HF state-dict key), or the RoPE
+    frequencies of exact mode."""
+
+    name: str
+    error: float
+    bound: float
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.bound
+
+
+@dataclass
+class HFVerifyReport:
+    """The outcome of :func:`verify_hf`."""
+
+    source: str
+    model_type: str
+    config: Any
+    dtype: str
+    exact: bool
+    weights: str
+    tokens: list[int]
+    #: the exact-arithmetic patches applied (:data:`~nlaverify.interop.hf_patches.
+    #: EXACT_PATCHES`; all of them when ``exact``)
+    patches: list[str] = field(default_factory=list)
+    plant: str | None = None
+    planted: str | None = None
+    rows: list[HFNodeRow] = field(default_factory=list)
+    gradients: list[HFCheck] = field(default_factory=list)
+    checks: list[HFCheck] = field(default_factory=list)
+    #: graph op nodes HF exposes no value for (e.g. ``k_shared``: ``repeat_kv`` runs
+    #: inside HF's attention)
+    unmapped: list[str] = field(default_factory=list)
+    #: the first node, in topological order, whose HF value is beyond its bound
+    first_divergence: str | None = None
+    #: the first parameter (HF state-dict key, in the model's order) whose gradient is
+    #: beyond its bound
+    first_gradient_divergence: str | None = None
+    #: stock mode on a float64 model: the first node beyond the bound of float32, the
+    #: precision stock HF drops to (None: every departure is float32 rounding)
+    first_beyond_float32: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows) and all(g.ok for g in self.gradients) and all(
+            c.ok for c in self.checks)
+
+    def row(self, node: str) -> HFNodeRow:
+        """The row of graph node ``node``."""
+        for r in self.rows:
+            if r.node == node:
+                return r
+        raise UnknownNameError(f"HFVerifyReport.row: no row for node {node!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able (non-finite errors stay floats: write with :mod:`nlaverify.jsonout`)."""
+        def rows(items: list[Any]) -> list[dict[str, Any]]:
+            return [{**{k: getattr(r, k) for k in r.__dataclass_fields__}, "ok": r.ok}
+                    for r in items]
+
+        return {"ok": self.ok, "source": self.source, "model_type": self.model_type,
+                "config": self.config.as_dict(), "dtype": self.dtype, "exact": self.exact,
+                "patches": list(self.patches),
+                "weights": self.weights, "tokens": list(self.tokens), "plant": self.plant,
+                "planted": self.planted, "first_divergence": self.first_divergence,
+                "first_gradient_divergence": self.first_gradient_divergence,
+                "first_beyond_float32": self.first_beyond_float32,
+                "nodes": rows(self.rows), "gradients": rows(self.gradients),
+                "checks": rows(self.checks), "unmapped": list(self.unmapped)}
+
+
+# --- verification -------------------------------------------------------------------
+
+def _is_checkpoint_dir(source: Any) -> bool:
+    if isinstance(source, Mapping) or not os.path.isdir(os.fspath(source)):
+        return False
+    names = os.listdir(os.fspath(source))
+    return any(n.endswith(".safetensors") or n == "model.safetensors.index.json"
+               for n in names)
+
+
+def _check_tokens(tokens: Any, config: Any) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ShapeError(f"verify_hf: argument 'tokens': expected shape (n,), got {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ArgumentError(f"verify_hf: argument 'tokens': expected integer token ids, got "
+                            f"dtype {arr.dtype}")
+    if not 2 <= arr.shape[0] <= config.context:
+        raise ShapeError(f"verify_hf: argument 'tokens': expected 2 <= n <= context="
+                         f"{config.context} (position t predicts token t+1), got n="
+                         f"{arr.shape[0]}")
+    if arr.min() < 0 or arr.max() >= config.vocab_size:
+        raise ArgumentError(f"verify_hf: argument 'tokens': expected ids in [0, vocab_size="
+                            f"{config.vocab_size}), got {int(arr.min())}..{int(arr.max())}")
+    return arr.astype(np.int64)
+
+
+def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
+    """The HF model of ``hf.raw`` (its ``config.json``) in ``dtype``, with the capturing
+    attention function, eval mode (dropout off): HF's own ``from_pretrained`` of the
+    ``checkpoint`` directory (offline), or random init (weights written afterwards)."""
+    _, transformers = _require_hf()
+    _register_attention()
+    raw = {k: v for k, v in dict(hf.raw).items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
+    # experts: HF's loop over experts ("eager"); the default grouped_mm kernel takes no
+    # float64 on the CPU (transformers/integrations/moe.py)
+    extra = {"experts_implementation": "eager"} if getattr(
+        hf_config, "num_local_experts", 0) else {}
+    auto = transformers.AutoModelForCausalLM
+    with _quiet_transformers():
+        if checkpoint is None:
+            model = auto.from_config(hf_config, dtype=dtype,
+                                     attn_implementation=CAPTURE_ATTENTION, **extra)
+        else:
+            model = auto.from_pretrained(checkpoint, config=hf_config, dtype=dtype,
+                                         attn_implementation=CAPTURE_ATTENTION,
+                                         local_files_only=True, **extra)
+    model.eval()
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _load_weights(model: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Copy ``state`` (HF keys) into ``model``: every parameter given, no unknown key, every
+    shape right; checked before anything is written."""
+    import torch
+
+    named = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers())
+    unknown = sorted(set(state) - set(named) - set(buffers))
+    if unknown:
+        raise UnknownNameError(f"verify_hf: the mapped weights hold {unknown[0]!r}, which the "
+                               f"HF model does not have")
+    missing = sorted(set(named) - set(state))
+    if missing:
+        raise UnknownNameError(f"verify_hf: no weight for the HF parameter {missing[0]!r}"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    for key, value in state.items():
+        target = named.get(key, buffers.get(key))
+        if tuple(np.shape(value)) != tuple(target.shape):
+            raise ShapeError(f"verify_hf: weight {key!r}: expected shape {tuple(target.shape)},"
+                             f" got {tuple(np.shape(value))}")
+    with torch.no_grad():
+        for key, value in state.items():
+            target = named.get(key, buffers.get(key))
+            target.copy_(torch.from_numpy(np.asarray(value, dtype=np.float64)))
+
+
+def _hf_forward(model: Any, tokens: np.ndarray, exact: bool) -> Any:
+    """Logits and loss (see the module docstring), then ``loss.backward()``."""
+    import torch
+
+    ids = torch.from_numpy(tokens)[None, :]
+    if exact:
+        logits = model(input_ids=ids, use_cache=False).logits
+        loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+    else:
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+    loss.backward()
+    return loss
+
+
+def _exact_parts(exact: Any, known: Mapping[str, str]) -> frozenset[str]:
+    """The exact-arithmetic patches ``exact`` asks for (``True``: all, ``False``: none)."""
+    if isinstance(exact, bool):
+        return frozenset(known) if exact else frozenset()
+    if isinstance(exact, str) or not isinstance(exact, Collection):
+        raise ArgumentError(f"verify_hf: argument 'exact': expected True, False or a "
+                            f"collection of patch names, got {exact!r}")
+    unknown = sorted(set(exact) - set(known))
+    if unknown:
+        raise UnknownNameError(f"verify_hf: argument 'exact': unknown patch {unknown[0]!r}: "
+                               f"expected some of {', '.join(known)}")
+    return frozenset(exact)
+
+
+def _resolve(source: Any) -> tuple[Any, dict[str, np.ndarray] | None, str, str | None]:
+    """``(hf_config, checkpoint params or None, description, checkpoint directory or
+    None)``; a checkpoint is read and validated whole by
+    :func:`~nlaverify.interop.weights.load_checkpoint` before HF loads it."""
+    from nlaverify.interop.hf_config import load_hf_config
+
+    if isinstance(source, Mapping):
+        return load_hf_config(source), None, "config dict", None
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentError(f"verify_hf: argument 'source': expected a config dict, a "
+                            f"config.json path or a checkpoint directory, got "
+                            f"{type(source).__name__}")
+    if _is_checkpoint_dir(source):
+        from nlaverify.interop.weights import load_checkpoint
+
+        hf, params = load_checkpoint(source)
+        return hf, {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}, \
+            f"checkpoint {os.fspath(source)}", os.fspath(source)
+    return load_hf_config(source), None, os.fspath(source), None
+
+
+def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 0,
+              exact: bool | Collection[str] = False, plant: str | None = None,
+              dtype: str = "float64") -> HFVerifyReport:
+    r"""Run the Hugging Face model of ``source`` and the nlaverify graph on the same weights
+    and tokens; compare every mapped node, the loss and every parameter gradient.
+
+    Args:
+        source: an HF config dict, a ``config.json`` path or a directory holding one
+            (weights: nlaverify's seeded :func:`~nlaverify.graph.run.init_params`, written
+            into HF with :func:`~nlaverify.interop.weights.params_to_hf`), or a checkpoint
+            directory (``config.json`` + safetensors,
+            :func:`~nlaverify.interop.weights.load_checkpoint`).
+        tokens: the input ids ``(n,)``, ``2 <= n <= context`` (default: ``seq_len`` seeded
+            ids, :func:`~nlaverify.graph.run.sample_data`); position :math:`t` predicts
+            token :math:`t+1` (module docstring).
+        exact: patch HF to compute in the model dtype where it drops to float32
+            (:func:`~nlaverify.interop.hf_patches.exact_arithmetic`): ``True`` (every
+            patch), ``False`` (stock HF), or a subset of
+            :data:`~nlaverify.interop.hf_patches.EXACT_PATCHES` (to locate each upcast).
+        plant: a planted mistake (test instrument, :data:`~nlaverify.interop.hf_patches.
+            PLANTS`).
+        dtype: the HF model's dtype (``"float64"`` or ``"float32"``); the graph runs in
+            float64 and the bounds are those of ``dtype``.
+
+    Returns:
+        :class:`HFVerifyReport`; ``first_divergence`` names the first graph node (in
+        topological order) whose HF value is beyond the tolerance model's bound.
+    """
+    torch, _ = _require_hf()
+    from nlaverify.graph.build import build_transformer
+    from nlaverify.graph.compare import _depths, _tol, accumulation_length
+    from nlaverify.graph.run import init_params, run_graph, sample_data
+    from nlaverify.interop.hf_patches import EXACT_PATCHES, exact_arithmetic, plant_mistake
+    from nlaverify.interop.weights import params_to_hf
+    from nlaverify.ops.loss import IGNORE_INDEX
+    from nlaverify.tolerance import magnitude_condition, tolerance
+
+    if dtype not in ("float64", "float32"):
+        raise ArgumentError(f"verify_hf: argument 'dtype': expected 'float64' or 'float32', "
+                            f"got {dtype!r}")
+    parts = _exact_parts(exact, EXACT_PATCHES)
+    hf, params, described, checkpoint = _resolve(source)
+    config, model_type = hf.config, hf.model_type
+    graph = build_transformer(config)
+    weights = described if params is not None else f"nlaverify init_params(seed={seed})"
+    if params is None:
+        params = init_params(graph, seed)
+    if tokens is None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not (
+                2 <= seq_len <= config.context):
+            raise ArgumentError(f"verify_hf: argument 'seq_len': expected an integer in [2, "
+                                f"context={config.context}], got {seq_len!r}")
+        tokens = sample_data(config.vocab_size, seq_len, seed)["tokens"]
+    tokens = _check_tokens(tokens, config)
+    n = tokens.shape[0]
+    targets = np.concatenate([tokens[1:], [IGNORE_INDEX]]).astype(np.int64)
+
+    # the nlaverify side: values and every cotangent (hand-derived VJPs), float64
+    ev = run_graph(graph, "numpy", params, {"tokens": tokens, "targets": targets})
+
+    # the HF side
+    taps = _taps(model_type, config)
+    model = _build_hf_model(hf, getattr(torch, dtype), checkpoint)
+    state = params_to_hf(config, model_type, params)
+    weights_check = None
+    if checkpoint is None:
+        _load_weights(model, state)
+    else:  # HF read the checkpoint its own way: does it hold what nlaverify read?
+        weights_check = _weights_check(model, state)
+    report = HFVerifyReport(described, model_type, config, dtype, len(parts) == len(
+        EXACT_PATCHES), weights, tokens.tolist(), patches=sorted(parts), plant=plant)
+    with exact_arithmetic(model, config, parts), plant_mistake(
+            model, model_type, plant, exact="router_softmax" in parts) as planted, \
+            _recording(model, taps, "attention_softmax" in parts) as rec:
+        loss = _hf_forward(model, tokens, "loss" in parts)
+    report.planted = planted
+    hf_values: dict[str, tuple[np.ndarray, str]] = {}
+    for t in taps:
+        if t.node not in graph:
+            raise UnknownNameError(f"verify_hf: graph node {t.node!r} (HF {t.source}) is not "
+                                   f"in the graph of {config.name}")
+        key = (t.layer, t.where) if t.path is None else (t.path, t.where)
+        if key not in rec.tensors:
+            raise UnknownNameError(f"verify_hf: HF never produced {t.source} (graph node "
+                                   f"{t.node!r}): the module layout is not the expected one")
+        hf_values[t.node] = (np.asarray(t.convert(rec.tensors[key]), dtype=np.float64),
+                             t.source)
+    hf_values["loss"] = (np.asarray(float(loss.detach())), "torch cross_entropy in the model "
+                         "dtype" if "loss" in parts else "HF ForCausalLMLoss (loss_utils.py)")
+
+    # node by node, in topological order, as graph.compare judges a graph evaluation
+    import networkx as nx
+
+    k = accumulation_length(graph, n)
+    depth = _depths(graph)
+    judge32 = dtype == "float64" and not report.exact
+    for node in nx.topological_sort(graph):
+        attrs = graph.nodes[node]
+        if attrs["kind"] != "op":
+            continue
+        if node not in hf_values:
+            report.unmapped.append(node)
+            continue
+        ref = np.asarray(ev.values[node], dtype=np.float64)
+        got, src = hf_values[node]
+        tol = _tol(dtype, k, depth[node], ref)
+        if got.shape != ref.shape:
+            row = HFNodeRow(node, attrs["op"], src, float("inf"), tol.rtol,
+                            f"shape {got.shape} vs graph {ref.shape}")
+        else:
+            row = HFNodeRow(node, attrs["op"], src, tol.compare(got, ref).normwise, tol.rtol)
+        report.rows.append(row)
+        if not row.ok and report.first_divergence is None:
+            report.first_divergence = node
+        if (judge32 and report.first_beyond_float32 is None
+                and not row.error <= _tol("float32", k, depth[node], ref).rtol):
+            report.first_beyond_float32 = node
+
+    # every parameter gradient, in HF's layout; the bound of graph.compare's cotangents
+    d_out = depth["loss"]
+    graph_grads = {p: np.asarray(ev.cotangents[p], dtype=np.float64) for p in params}
+    mapped = params_to_hf(config, model_type, graph_grads, gradients=True)
+    named = dict(model.named_parameters(remove_duplicate=False))
+    for key, g_ref in mapped.items():
+        p = named[key]
+        got = (p.grad.detach().to(torch.float64).numpy() if p.grad is not None
+               else np.zeros(tuple(p.shape)))
+        value = p.detach().to(torch.float64).numpy()
+        tol = _tol(dtype, k, 2 * d_out, value)
+        check = HFCheck(key, tol.compare(got, g_ref).normwise, tol.rtol)
+        report.gradients.append(check)
+        if not check.ok and report.first_gradient_divergence is None:
+            report.first_gradient_divergence = key
+
+    if weights_check is not None:
+        report.checks.append(weights_check)
+    if "rotary" in parts and config.positions == "rope":
+        report.checks.append(_rope_check(model, config, tolerance, magnitude_condition))
+    return report
+
+
+def _weights_check(model: Any, state: Mapping[str, np.ndarray]) -> HFCheck:
+    r"""HF's ``from_pretrained`` parameters against ``params_to_hf`` of the parameters
+    nlaverify read from the same checkpoint: the worst normwise difference over the
+    state-dict keys, against one rounding per entry (Gemma's offset
+    :math:`\gamma = 1 + w` and back), :func:`~nlaverify.tolerance.tolerance` in the model
+    dtype."""
+    from nlaverify.backends.host import dtype_name
+    from nlaverify.tolerance import magnitude_condition, tolerance
+
+    named = dict(model.named_parameters(remove_duplicate=False))
+    name = "weights: HF from_pretrained vs params_to_hf(load_checkpoint)"
+    worst = HFCheck(name, 0.0, 1.0)
+    for key, ref in state.items():
+        param = named.get(key)
+        if param is None or tuple(param.shape) != np.shape(ref):
+            have = "no such parameter" if param is None else f"shape {tuple(param.shape)}"
+            return HFCheck(name, math.inf, 0.0, f"{key}: HF has {have}, nlaverify maps "
+                           f"shape {np.shape(ref)}")
+        tol = tolerance(dtype_name(param.dtype), condition=magnitude_condition(ref, power=1))
+        err = tol.compare(param.detach().double().numpy(), ref).normwise
+        if err / tol.rtol >= worst.error / worst.bound:
+            worst = HFCheck(name, err, tol.rtol, f"worst: {key}")
+    return worst
+
+
+def _rope_check(model: Any, config: Any, tolerance: Any, magnitude_condition: Any) -> HFCheck:
+    r"""Exact mode replaces HF's RoPE frequencies by nlaverify's: check HF's own (float32,
+    from the HF config's ``rope_theta`` and ``rope_scaling``) against them at float32
+    precision, so a wrong base or scaling cannot hide behind the substitution. The
+    condition of :math:`b^{-2i/d}` in its exponent is :math:`|{-2i/d}\,\ln b| \le \ln b`."""
+    from nlaverify.interop.hf_patches import exact_inv_freq
+
+    ours = exact_inv_freq(config)
+    rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    theirs = rotary[0].inv_freq.detach().double().numpy()
+    tol = tolerance("float32", size=config.d_head // 2, depth=2,
+                    condition=max(1.0, math.log(config.rope_base)))
+    if theirs.shape != ours.shape:
+        return HFCheck("rotary frequencies (HF float32 vs nlaverify float64)", float("inf"),
+                       tol.rtol, f"shape {theirs.shape} vs {ours.shape}")
+    return HFCheck("rotary frequencies (HF float32 vs nlaverify float64)",
+                   tol.compare(theirs, ours, floor=0.0).normwise, tol.rtol)
+
+
+def format_hf_report(report: HFVerifyReport, per_node: bool = True) -> str:
+    """A table of node errors and bounds (error/bound <= 1 passes), the gradients, and a
+    summary naming the first divergent node."""
+    mode = "exact" if report.exact else (
+        f"stock but {'+'.join(report.patches)}" if report.patches else "stock")
+    lines = [f"Hugging Face {report.model_type} ({report.source}; {report.dtype}, {mode} "
+             f"arithmetic) vs the nlaverify graph; weights: {report.weights}; "
+             f"tokens {report.tokens}"]
+    if report.planted:
+        lines.append(f"planted mistake {report.plant!r}: {report.planted}")
+    if per_node:
+        lines.append(f"{'node':<28} {'op':<18} {'error':>10} {'bound':>10} {'ratio':>9}  HF")
+        for r in report.rows:
+            flag = "" if r.ok else "  <- FAIL"
+            lines.append(f"{r.node:<28} {r.op:<18} {r.error:10.2e} {r.bound:10.2e} "
+                         f"{r.error / r.bound:9.2e}  {r.hf}{flag}"
+                         + (f" ({r.note})" if r.note else ""))
+    bad = [g for g in report.gradients if not g.ok]
+    worst = max(report.gradients, key=lambda g: g.error / g.bound, default=None)
+    if worst is not None:
+        lines.append(f"gradients: {len(report.gradients) - len(bad)}/{len(report.gradients)} "
+                     f"parameters within bound; worst {worst.name} error {worst.error:.2e} "
+                     f"bound {worst.bound:.2e}")
+    for g in bad[:10]:
+        lines.append(f"  gradient {g.name}: error {g.error:.2e} bound {g.bound:.2e}: FAIL")
+    for c in report.checks:
+        lines.append(f"{c.name}: error {c.error:.2e} bound {c.bound:.2e}: "
+                     f"{'ok' if c.ok else 'FAIL'}")
+    if report.unmapped:
+        lines.append(f"graph nodes HF does not expose: {', '.join(report.unmapped)}")
+    if not per_node and report.first_divergence is not None:
+        r = report.row(report.first_divergence)
+        lines.append(f"first divergent node {r.node} ({r.op}, HF {r.hf}): error "
+                     f"{r.error:.2e} bound {r.bound:.2e}")
+    if report.ok:
+        lines.append(f"verify --hf {report.model_type}: ok ({len(report.rows)} nodes, "
+                     f"{len(report.gradients)} gradients)")
+        return "\n".join(lines)
+    lines.append(f"verify --hf {report.model_type}: FAIL; first divergent node: "
+                 f"{report.first_divergence}; first divergent gradient: "
+                 f"{report.first_gradient_divergence}")
+    if report.dtype == "float64" and not report.exact and report.first_divergence:
+        lines.append("stock arithmetic: " + (
+            f"the first node beyond even float32's bound is {report.first_beyond_float32}"
+            if report.first_beyond_float32 else
+            "every departure is within float32's bound (HF computes some steps in "
+            "float32; --hf-exact patches them)"))
+    return "\n".join(lines)
+
+
+def hf_verify_command(source: Any, *, seq_len: int = 6, seed: int = 0, exact: bool = False,
+                      as_json: bool = False) -> int:
+    """``nlaverify verify --hf PATH_OR_CONFIG [--hf-exact]``: print the report (or JSON)
+    and return the exit status (0: every node, the loss and every gradient agree)."""
+    from nlaverify import jsonout
+
+    report = verify_hf(source, seq_len=seq_len, seed=seed, exact=exact)
+    if as_json:
+        jsonout.dump(report.as_dict())
+    else:
+        print(format_hf_report(report))
+    return 0 if report.ok else 1

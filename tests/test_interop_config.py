@@ -1,0 +1,230 @@
+"""nlaverify.interop.hf_config: Hugging Face config.json <-> TransformerConfig.
+
+Oracles: the published config files (``nlaverify/data/hf_configs``) with the figures their
+model cards and papers state, and, where installed, the ``transformers`` config classes
+themselves (their defaults and their own serialisation of each config).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
+from nlaverify.interop.hf_config import SUPPORTED, hf_config_dict, load_hf_config
+
+DATA = Path(__file__).resolve().parents[1] / "nlaverify" / "data" / "hf_configs"
+_LLAMA = {"model_type": "llama", "vocab_size": 13, "hidden_size": 16, "intermediate_size": 24,
+          "num_hidden_layers": 2, "num_attention_heads": 4}
+#: the fields each model type requires (everything else takes the HF class default)
+MINIMAL = {
+    "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
+    **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED if mt != "gpt2"},
+}
+# head counts the class defaults of num_key_value_heads (Mistral, Mixtral 8; Qwen2/3 32;
+# Gemma 16) divide but do not equal, so a wrong default would change the config
+MINIMAL["qwen2"] = {**MINIMAL["qwen2"], "num_attention_heads": 64, "hidden_size": 128}
+MINIMAL["qwen3"] = {**MINIMAL["qwen3"], "num_attention_heads": 64, "hidden_size": 128}
+MINIMAL["mixtral"] = {**MINIMAL["mixtral"], "num_attention_heads": 16, "hidden_size": 32}
+MINIMAL["mistral"] = {**MINIMAL["mistral"], "num_attention_heads": 16, "hidden_size": 32}
+MINIMAL["gemma"] = {**MINIMAL["gemma"], "num_attention_heads": 32}
+
+
+def test_published_configs():
+    c = load_hf_config(DATA / "llama-3.1-405b.json").config
+    assert (c.vocab_size, c.d_model, c.n_blocks, c.n_heads, c.n_kv_heads, c.d_mlp) == (
+        128256, 16384, 126, 128, 8, 53248)
+    assert (c.rope_base, c.norm_eps, c.context, c.mlp, c.tied_embeddings) == (
+        500000, 1e-5, 131072, "swiglu", False)
+    assert c.rope_scaling == RopeScaling("llama3", 8.0, 1.0, 4.0, 8192)
+    c = load_hf_config(DATA / "llama-3.2-1b.json").config
+    assert c.tied_embeddings and c.rope_scaling.factor == 32.0 and c.d_head == 64
+    assert load_hf_config(DATA / "llama-3-8b.json").config.rope_scaling is None
+    c = load_hf_config(DATA / "gemma-2b.json").config
+    assert (c.vocab_size, c.d_model, c.n_blocks, c.n_heads, c.n_kv_heads, c.d_head, c.d_mlp,
+            c.norm_eps, c.rope_base, c.context) == (256000, 2048, 18, 8, 1, 256, 16384, 1e-6,
+                                                    10000, 8192)
+    assert c.mlp == "geglu" and c.embed_scale and c.tied_embeddings  # hidden_act "gelu"
+    c = load_hf_config(DATA / "gemma-7b.json").config
+    assert (c.d_model, c.n_blocks, c.n_heads, c.n_kv_heads, c.d_head, c.d_mlp) == (
+        3072, 28, 16, 16, 256, 24576)
+    assert c.n_heads * c.d_head != c.d_model
+    assert load_hf_config(DATA / "mistral-7b-v0.1.json").config.sliding_window == 4096
+    c = load_hf_config(DATA / "mixtral-8x7b.json").config
+    assert (c.n_experts, c.top_k, c.rope_base, c.sliding_window) == (8, 2, 1000000, None)
+    c = load_hf_config(DATA / "qwen2-7b.json").config
+    assert c.attn_bias and c.attn_out_bias is False and c.sliding_window is None
+    c = load_hf_config(DATA / "gpt2.json").config
+    assert c == TransformerConfig(vocab_size=50257, d_model=768, n_heads=12, n_blocks=12,
+                                  d_mlp=3072, context=1024, mlp="gelu", attn_bias=True,
+                                  mlp_bias=True, tied_embeddings=True)
+
+
+def test_sources_dict_path_directory(tmp_path):
+    d = json.loads((DATA / "gemma-2b.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    a, b, c = (load_hf_config(s) for s in (d, tmp_path / "config.json", tmp_path))
+    assert a.config == b.config == c.config and c.model_type == "gemma"
+    assert c.config.name == tmp_path.name and a.raw == d
+
+
+#: TransformerConfigs each model type can express, with its options in use
+EXPRESSIBLE = {
+    "gpt2": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_blocks=2, d_mlp=24,
+                              context=16, mlp="gelu_erf", attn_bias=True, mlp_bias=True,
+                              tied_embeddings=False, norm_eps=1e-6),
+    "llama": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, d_head=8,
+                               n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                               mlp="swiglu", attn_bias=True, mlp_bias=True, rope_base=500000,
+                               rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 12)),
+    "mistral": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
+                                 n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                                 mlp="swiglu", sliding_window=3,
+                                 rope_scaling=RopeScaling("linear", 2.0)),
+    "mixtral": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
+                                 n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                                 mlp="swiglu", n_experts=4, top_k=2),
+    "qwen2": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, n_blocks=2,
+                               d_mlp=24, norm="rmsnorm", positions="rope", mlp="swiglu",
+                               attn_bias=True, attn_out_bias=False, sliding_window=5,
+                               tied_embeddings=True),
+    "qwen3": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, d_head=8,
+                               n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                               mlp="swiglu", qk_norm=True),
+    "gemma": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=1, d_head=8,
+                               n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                               mlp="geglu", embed_scale=True, tied_embeddings=True,
+                               norm_eps=1e-6),
+}
+
+
+@pytest.mark.parametrize("mt", SUPPORTED)
+def test_round_trips(mt):
+    cfg = EXPRESSIBLE[mt]
+    d = hf_config_dict(cfg, mt)
+    assert load_hf_config(d).config == cfg
+    assert hf_config_dict(load_hf_config(d).config, mt) == d
+    # and a published file survives config -> dict -> config
+    for f in DATA.glob("*.json"):
+        h = load_hf_config(f)
+        if h.model_type == mt:
+            assert load_hf_config(hf_config_dict(h.config, mt)).config == h.config
+
+
+def test_rope_keys_old_new_and_legacy_type():
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    old = {**_LLAMA, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", **scaling}}
+    new = {**_LLAMA, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+                                         **scaling}}
+    assert load_hf_config(old).config == load_hf_config(new).config
+    assert load_hf_config(new).config.rope_base == 500000
+    linear = load_hf_config({**_LLAMA, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    assert linear.config.rope_scaling == RopeScaling("linear", 2.0)
+    # original_max_position_embeddings defaults to max_position_embeddings (standardize)
+    no_orig = {k: v for k, v in scaling.items() if k != "original_max_position_embeddings"}
+    c = load_hf_config({**_LLAMA, "max_position_embeddings": 64,
+                        "rope_scaling": {"rope_type": "llama3", **no_orig}}).config
+    assert c.rope_scaling.original_context == 64
+
+
+def test_activations_and_sliding_windows():
+    gpt2 = MINIMAL["gpt2"]
+    for act, mlp in (("gelu_new", "gelu"), ("gelu_pytorch_tanh", "gelu"), ("gelu", "gelu_erf"),
+                     ("relu", "relu")):
+        assert load_hf_config({**gpt2, "activation_function": act}).config.mlp == mlp
+    for act in ("gelu", "gelu_pytorch_tanh"):  # HF Gemma forces the tanh form for "gelu"
+        assert load_hf_config({**MINIMAL["gemma"], "hidden_act": act}).config.mlp == "geglu"
+    assert load_hf_config({**_LLAMA, "hidden_act": "gelu_pytorch_tanh"}).config.mlp == "geglu"
+    q = {**MINIMAL["qwen2"], "sliding_window": 7}
+    assert load_hf_config(q).config.sliding_window is None  # use_sliding_window false
+    on = {**q, "use_sliding_window": True}
+    assert load_hf_config({**on, "max_window_layers": 0}).config.sliding_window == 7
+    assert load_hf_config({**on, "max_window_layers": 2}).config.sliding_window is None
+    with pytest.raises(ConfigError, match="some layers only"):
+        load_hf_config({**on, "max_window_layers": 1})
+    # Mistral's class default window is 4096
+    assert load_hf_config(MINIMAL["mistral"]).config.sliding_window == 4096
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"model_type": "falcon"}, "model_type.*'falcon'"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_type.*'yarn'"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}},
+     r"missing required field 'rope_scaling\.high_freq_factor'"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}},
+     r"'rope_scaling\.beta_fast'"),
+    ({"rope_theta": 10000.5}, r"'rope_theta'.*integral.*10000\.5"),
+    ({"rope_theta": 10000.0, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}},
+     "contradicts"),
+    ({"hidden_act": "gelu"}, r"'hidden_act'.*'gelu'"),
+    ({"hidden_act": "swish"}, r"'hidden_act'.*'swish'"),
+    ({"attention_bias": "yes"}, r"'attention_bias'.*true or false"),
+    ({"some_new_option": 1}, r"unsupported key 'some_new_option'"),
+    ({"vocab_size": None}, r"'vocab_size'.*an integer"),
+])
+def test_bad_llama_configs_name_the_key(change, match):
+    with pytest.raises(ConfigError, match=match):
+        load_hf_config({**_LLAMA, **change})
+
+
+@pytest.mark.parametrize("mt", SUPPORTED)
+def test_missing_required_fields(mt):
+    for key in MINIMAL[mt]:
+        if key == "model_type":
+            continue
+        bad = {k: v for k, v in MINIMAL[mt].items() if k != key}
+        with pytest.raises(ConfigError, match=f"missing required field '{key}'"):
+            load_hf_config(bad)
+    with pytest.raises(ConfigError, match="missing required field 'model_type'"):
+        load_hf_config({k: v for k, v in MINIMAL[mt].items() if k != "model_type"})
+
+
+def test_other_unsupported_values():
+    for change, match in (({"scale_attn_by_inverse_layer_idx": True}, "only False"),
+                          ({"n_ctx": 7}, "n_ctx"), ({"hidden_size": 32}, "contradicts")):
+        with pytest.raises(ConfigError, match=match):
+            load_hf_config({**MINIMAL["gpt2"], **change})
+    with pytest.raises(ConfigError, match=r"'hidden_activation'.*'gelu'"):
+        load_hf_config({**MINIMAL["gemma"], "hidden_activation": "gelu"})
+    with pytest.raises(ConfigError, match=r"'hidden_act'.*'gelu_pytorch_tanh'"):
+        load_hf_config({**MINIMAL["mixtral"], "hidden_act": "gelu_pytorch_tanh"})
+    with pytest.raises(ConfigError, match="no such file"):
+        load_hf_config(DATA / "no-such-model.json")
+
+
+@pytest.mark.parametrize(("mt", "change", "field"), [
+    ("llama", {"norm": "layernorm"}, "norm"),
+    ("gpt2", {"positions": "rope", "norm": "layernorm"}, "positions"),
+    ("gpt2", {"attn_bias": False}, "attn_bias"),
+    ("mistral", {"attn_bias": True}, "attn_bias"),
+    ("qwen2", {"attn_out_bias": None}, "attn_out_bias"),
+    ("llama", {"qk_norm": True}, "qk_norm"),
+    ("llama", {"sliding_window": 4}, "sliding_window"),
+    ("gemma", {"mlp": "swiglu"}, "mlp"),
+    ("mixtral", {"moe_renormalize": False}, "moe_renormalize"),
+    ("llama", {"placement": "post"}, "placement"),
+])
+def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):
+    cfg = EXPRESSIBLE[mt].replace(**change)
+    with pytest.raises(ConfigError, match=rf"TransformerConfig\.{field}\b"):
+        hf_config_dict(cfg, mt)
+
+
+# --- against transformers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mt", SUPPORTED)
+def test_defaults_and_serialisation_agree_with_transformers(mt):
+    """Absent fields take the installed config class's defaults: the minimal dict and HF's
+    own serialisation of it (every field written out) give the same config; HF accepts
+    ``hf_config_dict`` and serialises it back to the same config."""
+    transformers = pytest.importorskip("transformers")
+    minimal = MINIMAL[mt]
+    full = transformers.AutoConfig.for_model(**minimal).to_dict()
+    assert load_hf_config(full).config == load_hf_config(minimal).config
+    cfg = EXPRESSIBLE[mt]
+    d = hf_config_dict(cfg, mt)
+    assert load_hf_config(transformers.AutoConfig.for_model(**d).to_dict()).config == cfg
