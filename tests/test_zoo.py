@@ -39,7 +39,6 @@ from nlaverify.models import jax_transformer as model
 from nlaverify.ops import embedding, moe, rotary
 from nlaverify.ops.activations import swiglu, swiglu_vjp
 from nlaverify.ops.registry import OPS
-from nlaverify.ops.softmaxes import softmax
 from nlaverify.pipeline import format_report
 from nlaverify.tolerance import tolerance
 
@@ -303,17 +302,17 @@ def plant_norm_eps_ignored(mp) -> None:
 def plant_rope_frequencies(mp) -> None:
     """theta_i = b^(-i/d) instead of b^(-2i/d), in the tables both forward and VJP use."""
     tables = rotary.rope_tables
-    mp.setattr(rotary, "rope_tables", lambda xp, n, d, base=10000: tuple(
-        T[:, :d] for T in tables(xp, n, 2 * d, base)))
+    mp.setattr(rotary, "rope_tables", lambda xp, n, d, base=10000, scaling=None: tuple(
+        T[:, :d] for T in tables(xp, n, 2 * d, base, scaling)))
 
 
 def plant_rope_pairing(mp) -> None:
     """Rotate pairs (i, i + d/2) (the rotate-half convention) instead of (2i, 2i+1)."""
     tables = rotary.rope_tables
 
-    def half_tables(xp, n, d, base=10000):
+    def half_tables(xp, n, d, base=10000, scaling=None):
         return tuple(xp.concat([T[:, 0::2], T[:, 0::2]], axis=-1) for T in
-                     tables(xp, n, d, base))
+                     tables(xp, n, d, base, scaling))
 
     def rotate_half(xp, x):
         h = x.shape[-1] // 2
@@ -324,9 +323,11 @@ def plant_rope_pairing(mp) -> None:
 
 
 def plant_moe_no_renormalisation(mp) -> None:
-    """Gates = softmax over all experts, masked, not renormalised over the chosen k."""
-    mp.setattr(moe, "_gates", lambda xp, scores, mask: xp.where(
-        xp.greater(mask, 0), softmax(xp, scores), xp.zeros_like(scores)))
+    """Gates = softmax over all experts, masked, not renormalised over the chosen k (the
+    forward only: the VJP below is JAX's of the planted forward)."""
+    gates = moe._gates
+    mp.setattr(moe, "_gates", lambda xp, scores, mask, renormalize=True: gates(
+        xp, scores, mask, False))
     for name in ("moe", "moe_swiglu"):
         mp.setitem(OPS, name, _consistent(OPS[name], OPS[name].forward))
 

@@ -47,7 +47,7 @@ Strictness. ``model_type`` and the sizes (``vocab_size``, the width, the depth, 
 heads and, for the gated models, ``intermediate_size``) are required; every other field takes
 the default of the ``transformers`` config class. A key that is neither interpreted nor in
 :data:`IGNORED` (metadata, generation, dropout and training-only options, listed with the
-reason) is an error naming it, as is an interpreted key with a value nlaverify cannot express.
+reason; some for the model types of :data:`IGNORED_ONLY` only) is an error naming it, as is an interpreted key with a value nlaverify cannot express.
 Keys beginning with ``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
 ``nlaverify/data/hf_configs``). Nothing is silently dropped.
 """
@@ -96,6 +96,17 @@ IGNORED: dict[str, str] = {
     "summary_use_proj": "GPT-2 sequence-summary head", "summary_activation":
     "GPT-2 sequence-summary head", "summary_proj_to_labels": "GPT-2 sequence-summary head",
     "summary_first_dropout": "GPT-2 sequence-summary head",
+}
+
+#: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
+IGNORED_ONLY: dict[str, tuple[str, ...]] = {
+    **{k: ("gpt2",) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop",
+                              "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
+                              "summary_activation", "summary_proj_to_labels",
+                              "summary_first_dropout")},
+    **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
+                                 "router_jitter_noise")},
+    "pretraining_tp": ("llama",),
 }
 
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
@@ -180,8 +191,8 @@ class _Reader:
     def check_unknown(self) -> None:
         import difflib
 
-        extra = [k for k in self.d if k not in self.used and k not in IGNORED
-                 and not str(k).startswith("_")]
+        extra = [k for k in self.d if k not in self.used and not str(k).startswith("_")
+                 and (k not in IGNORED or self.mt not in IGNORED_ONLY.get(k, (self.mt,)))]
         if extra:
             close = difflib.get_close_matches(str(extra[0]), sorted(self.used), n=2)
             hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""

@@ -209,7 +209,8 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
             if c.qk_norm:
                 E.append(_Entry((f"{a}{x}_norm.weight",), ((dh,),),
                                 (f"{p}attn.{x}_norm.gamma",),
-                                _copy, _copy))
+                                _columns(rope_permutation(dh), False, False),
+                                _columns(np.argsort(rope_permutation(dh)), False, False)))
         E.append(_Entry((f"{a}v_proj.weight",), ((Hkv * dh, d),), (f"{p}attn.v.W_V",),
                         _transpose, _transpose))
         if c.attn_bias:

@@ -114,6 +114,9 @@ __all__ = [
     "embed",
     "embed_jvp",
     "embed_vjp",
+    "geglu",
+    "geglu_jvp",
+    "geglu_vjp",
     "gelu_erf",
     "gelu_erf_jvp",
     "gelu_erf_vjp",
@@ -178,8 +181,5 @@ __all__ = [
     "swiglu",
     "swiglu_jvp",
     "swiglu_vjp",
-    "geglu",
-    "geglu_jvp",
-    "geglu_vjp",
     "topk_mask",
 ]
