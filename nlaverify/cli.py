@@ -46,6 +46,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     _check_verify_args(args, backends)
     if args.seq_len is None:
         args.seq_len = 6
+    if args.hf is not None:
+        from nlaverify.interop.hf_verify import hf_verify_command
+
+        return hf_verify_command(args.hf, seq_len=args.seq_len, seed=args.seed,
+                                 exact=args.hf_exact, as_json=args.json)
     if args.zoo:
         from nlaverify.zoo import run_zoo_command
 
@@ -84,10 +89,16 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                                f"{', '.join(sorted(known))}")
     if not backends:
         raise ArgumentError("verify: --backends: expected at least one backend, got none")
+    if args.hf is not None and (args.zoo or args.preset or args.dtype != "float64"
+                                or args.batch is not None):
+        raise ArgumentError("verify: --hf runs the Hugging Face model in its own dtype on one "
+                            "sequence: drop --zoo, --preset, --dtype and --batch")
+    if args.hf_exact and args.hf is None:
+        raise ArgumentError("verify: --hf-exact applies to --hf")
     if args.zoo and (args.preset or args.dtype != "float64"):
         raise ArgumentError("verify: --zoo runs its own configs in float64: drop --preset and "
                             "--dtype")
-    if not (args.zoo or args.preset):
+    if not (args.zoo or args.preset or args.hf):
         given = [f for f, v in (("--dtype", args.dtype != "float64"),
                                 ("--seq-len", args.seq_len is not None),
                                 ("--batch", args.batch is not None)) if v]
@@ -100,10 +111,17 @@ def _cmd_params(args: argparse.Namespace) -> int:
     from nlaverify.config import preset
     from nlaverify.graph.build import build_transformer, parameter_counts
 
-    cfg = preset(args.preset)
+    if (args.preset is None) == (args.config is None):
+        raise ArgumentError("params: expected exactly one of --preset and --config")
+    if args.preset is not None:
+        cfg, source = preset(args.preset), {"preset": args.preset}
+    else:
+        from nlaverify.interop import config_from_file
+
+        cfg, source = config_from_file(args.config), {"config_file": args.config}
     counts = parameter_counts(build_transformer(cfg))
     if args.json:
-        jsonout.dump({"preset": args.preset, "config": cfg.as_dict(), **counts.as_dict()})
+        jsonout.dump({**source, "config": cfg.as_dict(), **counts.as_dict()})
         return 0
     width = max(len(k) for k in counts.by_component)
     for k, v in counts.by_component.items():
@@ -278,10 +296,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for --preset: run the graph in this precision and compare every node "
                         "with float64 autodiff under the tolerance model (float32 on numpy "
                         "and jax, bfloat16 on jax; JAX matmuls pinned to full precision)")
+    v.add_argument("--hf", default=None, metavar="PATH_OR_CONFIG",
+                   help="verify a Hugging Face model node by node against the graph: a "
+                        "checkpoint folder (config.json + safetensors) or a config.json (random "
+                        "weights); needs the [hf] extra (torch, transformers)")
+    v.add_argument("--hf-exact", action="store_true",
+                   help="with --hf: run the Hugging Face model with its float32 islands "
+                        "(RMSNorm, RoPE angles, softmaxes, loss) patched to the model dtype")
     v.set_defaults(func=_cmd_verify)
 
-    pa = sub.add_parser("params", help="parameter counts of a preset, by component")
-    pa.add_argument("--preset", required=True)
+    pa = sub.add_parser("params", help="parameter counts of a preset or a config file, by "
+                                       "component")
+    pa.add_argument("--preset", default=None, help="a preset (nlaverify.config.PRESETS)")
+    pa.add_argument("--config", default=None,
+                    help="a Hugging Face config.json (or a checkpoint folder holding one), or a "
+                         "JSON file of TransformerConfig fields")
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(func=_cmd_params)
 

@@ -345,6 +345,24 @@ PRESETS: dict[str, TransformerConfig] = {
         vocab_size=128256, d_model=16384, n_heads=128, n_kv_heads=8, n_blocks=126,
         d_mlp=53248, norm="layernorm", positions="rope", context=8192, mlp="swiglu",
         mlp_bias=True, final_norm=False, rope_base=500000, name="llama3-405b-seed-table"),
+    # Gemma 2B and 7B (Gemma Team 2024, Table 1; the released config.json): multi-query
+    # attention for 2B, 256-dimensional heads, GeGLU, RMSNorm, embeddings times sqrt(d), tied
+    "gemma-2b": TransformerConfig(vocab_size=256000, d_model=2048, n_heads=8, n_kv_heads=1,
+                                  d_head=256, n_blocks=18, d_mlp=16384, norm="rmsnorm",
+                                  positions="rope", context=8192, mlp="geglu",
+                                  tied_embeddings=True, norm_eps=1e-6, embed_scale=True,
+                                  name="gemma-2b"),
+    "gemma-7b": TransformerConfig(vocab_size=256000, d_model=3072, n_heads=16, n_kv_heads=16,
+                                  d_head=256, n_blocks=28, d_mlp=24576, norm="rmsnorm",
+                                  positions="rope", context=8192, mlp="geglu",
+                                  tied_embeddings=True, norm_eps=1e-6, embed_scale=True,
+                                  name="gemma-7b"),
+    # Llama-3.1 405B: Llama-3 405B with the RoPE scaling of the release and a 128K context
+    "llama3.1-405b": TransformerConfig(
+        vocab_size=128256, d_model=16384, n_heads=128, n_kv_heads=8, n_blocks=126,
+        d_mlp=53248, norm="rmsnorm", positions="rope", context=131072, mlp="swiglu",
+        rope_base=500000, rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
+        name="llama3.1-405b"),
 }
 
 
@@ -480,6 +498,48 @@ PUBLISHED: dict[str, dict[str, Figure]] = {
         **_SOFTMAX,
     },
 }
+_GEMMA = "Gemma Team 2024 (Gemma: Open Models Based on Gemini Research and Technology)"
+_GEMMA_HF = "released google/gemma-{} config.json"
+for _size, _d, _h, _kv, _L, _m in (("2b", 2048, 8, 1, 18, 16384), ("7b", 3072, 16, 16, 28, 24576)):
+    _hf = _GEMMA_HF.format(_size)
+    PUBLISHED[f"gemma-{_size}"] = {
+        **_SOFTMAX,
+        "vocab_size": Figure(256000, f"{_hf} (the paper's Table 1 counts 256,128 embedding "
+                                     "rows)"),
+        "d_model": Figure(_d, f"{_GEMMA} Table 1"),
+        "n_heads": Figure(_h, f"{_GEMMA} Table 1"),
+        "n_blocks": Figure(_L, f"{_GEMMA} Table 1"),
+        "d_mlp": Figure(_m, f"{_hf} (intermediate_size; Table 1's feedforward hidden dims "
+                            f"{2 * _m} count the gate and up projections together)"),
+        "n_kv_heads": Figure(_kv, f"{_GEMMA} Table 1 (multi-query attention for 2B)"),
+        "d_head": Figure(256, f"{_GEMMA} Table 1 (head size 256)"),
+        "norm": Figure("rmsnorm", f"{_GEMMA} §2 (RMSNorm)"),
+        "placement": Figure("pre", "Hugging Face GemmaDecoderLayer (input_layernorm before "
+                                   "attention, post_attention_layernorm before the MLP)"),
+        "positions": Figure("rope", f"{_GEMMA} §2 (RoPE)"),
+        "context": Figure(8192, f"{_GEMMA} §2 (context length of 8192 tokens)"),
+        "mlp": Figure("geglu", f"{_GEMMA} §2 (GeGLU); {_hf} (gelu_pytorch_tanh)"),
+        "n_experts": Figure(0, "dense model"),
+        "top_k": Figure(1, _UNUSED),
+        "attn_bias": Figure(False, f"{_hf} (attention_bias false)"),
+        "mlp_bias": Figure(False, _hf),
+        "tied_embeddings": Figure(True, f"{_GEMMA} §2 (shared input and output embeddings)"),
+        "final_norm": Figure(True, _hf),
+        "causal": Figure(True, "decoder-only language model"),
+        "temperature": Figure(1.0, "training objective (no temperature)"),
+        "norm_eps": Figure(1e-6, f"{_hf} (rms_norm_eps)"),
+        "rope_base": Figure(10000, f"{_hf} (rope_theta)"),
+        "embed_scale": Figure(True, "Hugging Face GemmaModel (embeddings times "
+                                    "sqrt(hidden_size))"),
+    }
+PUBLISHED["llama3.1-405b"] = {
+    **PUBLISHED["llama3-405b"],
+    "context": Figure(131072, "released Llama-3.1-405B config.json (max_position_embeddings; "
+                              f"{_LLAMA} §3.4.2: 128K context)"),
+    "rope_scaling": Figure(RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
+                           "released Llama-3.1-405B config.json (rope_scaling: llama3, factor "
+                           "8, low 1, high 4, original 8192)"),
+}
 PUBLISHED["llama3-405b-seed-table"] = {
     **PUBLISHED["llama3-405b"],
     "norm": Figure("layernorm", f"{_COUNT4}: gamma and beta per norm"),
@@ -495,6 +555,14 @@ PUBLISHED_TOTALS: dict[str, tuple[int, str]] = {
     "llama3-405b-seed-table": (405_872_984_064, f"{_BS} Table 4 and §3.11.3"),
     "llama3-405b": (405_853_388_800, "Hugging Face meta-llama/Llama-3.1-405B, safetensors "
                                      f"total ({_LLAMA} §1: 405B)"),
+    "llama3.1-405b": (405_853_388_800, "Hugging Face meta-llama/Llama-3.1-405B, safetensors "
+                                       "total (RoPE scaling adds no parameter)"),
+    # Table 2 of the paper counts 256,128 embedding rows (524,550,144 + 1,981,884,416 for 2B;
+    # 786,825,216 + 7,751,248,896 for 7B); the released vocabulary has 256,000: 128 d fewer
+    "gemma-2b": (2_506_434_560 - 128 * 2048, f"{_GEMMA} Table 2, less 128 x 2048 embedding "
+                                             "parameters (256,000 released rows)"),
+    "gemma-7b": (8_538_074_112 - 128 * 3072, f"{_GEMMA} Table 2, less 128 x 3072 embedding "
+                                             "parameters (256,000 released rows)"),
 }
 
 

@@ -1,1 +1,48 @@
-"""Interoperability with Hugging Face configs and checkpoints."""
+"""Interoperability with Hugging Face: configs, checkpoints and node-by-node verification.
+
+* :mod:`nlaverify.interop.hf_config`: a :class:`~nlaverify.config.TransformerConfig` from a
+  ``config.json`` (GPT-2, Llama/Llama-3.x with RoPE scaling, Mistral, Mixtral, Qwen2, Qwen3,
+  Gemma) and back;
+* :mod:`nlaverify.interop.weights`: graph parameters from a ``safetensors`` file or a state
+  dict of NumPy arrays and back, every layout convention in one place (torch not needed);
+* :mod:`nlaverify.interop.hf_verify`: the Hugging Face model and the graph on the same
+  weights and tokens, compared node by node (needs the ``[hf]`` extra: torch,
+  transformers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config import SUPPORTED, HFConfig, hf_config_dict, load_hf_config
+
+__all__ = ["SUPPORTED", "HFConfig", "config_from_file", "hf_config_dict", "load_hf_config"]
+
+
+def config_from_file(path: str | os.PathLike) -> TransformerConfig:
+    """The :class:`~nlaverify.config.TransformerConfig` of ``path``: a Hugging Face
+    ``config.json`` (a ``model_type`` key; or a checkpoint folder holding one), read by
+    :func:`~nlaverify.interop.hf_config.load_hf_config`, or a JSON object of
+    ``TransformerConfig`` fields (as ``nlaverify params --json`` prints under ``config``)."""
+    p = Path(path)
+    if p.is_dir():
+        return load_hf_config(p).config
+    try:
+        raw = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r}: no such file") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"config file {str(p)!r}: not readable as JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(p)!r}: expected a JSON object, got "
+                          f"{type(raw).__name__}")
+    if "model_type" in raw:
+        return load_hf_config(raw).config
+    try:
+        return TransformerConfig(**raw)
+    except TypeError as e:
+        raise ConfigError(f"config file {str(p)!r}: not a TransformerConfig ({e}); a Hugging "
+                          "Face config.json needs its model_type") from None
