@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.errors import UnknownNameError
+from nlaverify.errors import NlaverifyError, UnknownNameError
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
@@ -31,7 +31,7 @@ RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
 BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
 
 
-class ConfigError(ValueError):
+class ConfigError(NlaverifyError, ValueError):
     """An invalid :class:`TransformerConfig`; the message names the field."""
 
 
