@@ -163,6 +163,7 @@ def test_activations_and_sliding_windows():
     ({"hidden_act": "swish"}, r"'hidden_act'.*'swish'"),
     ({"attention_bias": "yes"}, r"'attention_bias'.*true or false"),
     ({"some_new_option": 1}, r"unsupported key 'some_new_option'"),
+    ({"router_jitter_noise": 0.1}, r"unsupported key 'router_jitter_noise'"),  # Mixtral's
     ({"vocab_size": None}, r"'vocab_size'.*an integer"),
 ])
 def test_bad_llama_configs_name_the_key(change, match):

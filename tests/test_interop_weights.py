@@ -282,6 +282,17 @@ def test_state_dict_keys_shapes_and_logits_match_hf(hf, models, mt):
     assert c.ok, (mt, c)
 
 
+def test_torch_bfloat16_tensors_become_ml_dtypes(hf, models):
+    torch, _ = hf
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    cfg, model = models["gemma"]
+    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    got = W.params_from_hf((cfg, "gemma"), state)
+    assert got["embed.W_E"].dtype == ml_dtypes.bfloat16
+    assert np.array_equal(got["embed.W_E"].astype(np.float64),
+                          state["model.embed_tokens.weight"].double().numpy())
+
+
 def _plant(mt, cfg, params, monkeypatch):
     """Planted mapping mistakes: ``(name, HF state, graph config)`` that must be caught."""
     if mt == "llama":

@@ -47,7 +47,8 @@ Strictness. ``model_type`` and the sizes (``vocab_size``, the width, the depth, 
 heads and, for the gated models, ``intermediate_size``) are required; every other field takes
 the default of the ``transformers`` config class. A key that is neither interpreted nor in
 :data:`IGNORED` (metadata, generation, dropout and training-only options, listed with the
-reason; some for the model types of :data:`IGNORED_ONLY` only) is an error naming it, as is an interpreted key with a value nlaverify cannot express.
+reason; some for the model types of :data:`IGNORED_ONLY` only) is an error naming it, as is
+an interpreted key with a value nlaverify cannot express.
 Keys beginning with ``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
 ``nlaverify/data/hf_configs``). Nothing is silently dropped.
 """

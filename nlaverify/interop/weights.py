@@ -365,7 +365,8 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
     ``ml_dtypes.bfloat16``, CPU torch tensors via ``.numpy()``).
 
     Every convention is in the module docstring. Dtypes are kept (the Gemma offset
-    :math:`1 + w` is computed in the tensor's dtype).
+    :math:`1 + w` is computed in the tensor's dtype). Torch tensors are copied; a NumPy
+    array that needs no transform (an embedding, a norm gain) is returned as given.
 
     Raises:
         UnknownNameError: an unknown or missing key (named), an untied ``lm_head.weight``
@@ -414,13 +415,14 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
 
 def _to_numpy(v: Any, key: str, fn: str) -> np.ndarray:
     if hasattr(v, "detach") and hasattr(v, "numpy"):  # a torch tensor, without importing torch
+        # copied: an array sharing memory with a live model's parameter would change with it
         v = v.detach().cpu()
         if str(v.dtype) == "torch.bfloat16":  # NumPy has no bfloat16: reinterpret the bits
             import ml_dtypes
             import torch
 
-            return v.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        v = v.numpy()
+            return v.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+        v = v.numpy().copy()
     arr = np.asarray(v)
     if arr.dtype.kind not in "fV" or (arr.dtype.kind == "V" and "bfloat16" not in str(
             arr.dtype)):

@@ -84,7 +84,8 @@ def accumulations(graph: nx.DiGraph, node: str, n: int,
     if op in ("softmax", "log_softmax"):
         m = dims(args[0])[-1]
         return m, m
-    if op in ("gelu_erf", "gelu_tanh", "relu", "silu", "tanh", "swiglu", "mul", "scale"):
+    if op in ("gelu_erf", "gelu_tanh", "relu", "silu", "tanh", "swiglu", "geglu", "mul",
+              "scale"):
         return 1, 1
     if op == "rope":
         return 2, 2
