@@ -21,6 +21,9 @@ POSITIONS = ("sinusoidal", "learned", "rope", "none")
 MLPS = ("relu", "gelu", "gelu_erf", "swiglu", "geglu")
 #: gated MLPs: three projections W_gate, W_up, W_down
 GATED_MLPS = ("swiglu", "geglu")
+#: projections LoRA can adapt: attention's query, key, value, output, and every dense MLP
+#: projection (Hu et al. 2022; Baggag & Saad §4.2)
+LORA_TARGETS = ("q", "k", "v", "o", "mlp")
 #: RoPE frequency scalings (:class:`RopeScaling`)
 ROPE_SCALINGS = ("linear", "llama3")
 #: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
@@ -98,6 +101,12 @@ class TransformerConfig:
     Qwen2 has Q/K/V biases and none on O), ``embed_scale`` (the embedding times
     :math:`\sqrt{d}`; Gemma).
 
+    LoRA (Baggag & Saad §4.2; Hu et al. 2022): ``lora_rank`` :math:`r > 0` adapts each
+    projection named in ``lora_targets`` (:data:`LORA_TARGETS`: ``q``, ``k``, ``v``, ``o``,
+    ``mlp`` for every dense MLP projection) to :math:`X(W_0 + s AB)`, :math:`A \in \mathbb
+    R^{d_{in}\times r}`, :math:`B \in \mathbb R^{r\times d_{out}}`, :math:`s = \alpha/r`
+    (``lora_alpha``; ``None``: :math:`\alpha = r`, :math:`s = 1`).
+
     ``attention`` chooses the attention node of every block (Baggag & Saad §3.4, §4.3,
     §4.4): ``"softmax"`` (exact), ``"favor"`` (trigonometric random features, the seed's
     FAVOR), ``"favor+"`` (positive random features, Performer), ``"elu1"`` (linear
@@ -147,6 +156,9 @@ class TransformerConfig:
     attn_out_bias: bool | None = None
     moe_renormalize: bool = True
     embed_scale: bool = False
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_targets: tuple[str, ...] = ("q", "v")
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -243,6 +255,7 @@ class TransformerConfig:
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")
+        self._check_lora()
         if self.attn_out_bias is not None and not isinstance(self.attn_out_bias, bool):
             raise ConfigError(f"TransformerConfig.attn_out_bias: expected True, False or None, "
                               f"got {self.attn_out_bias!r}")
@@ -257,6 +270,42 @@ class TransformerConfig:
         if self.rope_base < 2:
             raise ConfigError(f"TransformerConfig.rope_base: expected an integer >= 2 (the base "
                               f"of the RoPE frequencies b^(-2i/d_h)), got {self.rope_base}")
+
+    def _check_lora(self) -> None:
+        import math
+
+        r = self.lora_rank
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ConfigError(f"TransformerConfig.lora_rank: expected an integer >= 0 (0: no "
+                              f"LoRA), got {r!r}")
+        a = self.lora_alpha
+        if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not (
+                math.isfinite(a) and a > 0)):
+            raise ConfigError(f"TransformerConfig.lora_alpha: expected a finite number > 0 or "
+                              f"None, got {a!r}")
+        t = self.lora_targets
+        if isinstance(t, list):
+            t = tuple(t)
+            object.__setattr__(self, "lora_targets", t)
+        if not isinstance(t, tuple) or not t or any(x not in LORA_TARGETS for x in t) or len(
+                set(t)) != len(t):
+            raise ConfigError(f"TransformerConfig.lora_targets: expected distinct names among "
+                              f"{', '.join(LORA_TARGETS)}, got {t!r}")
+        if r and self.n_experts and "mlp" in t:
+            raise ConfigError("TransformerConfig.lora_targets: 'mlp' adapts dense MLP "
+                              f"projections; this model routes to n_experts={self.n_experts} "
+                              "experts")
+
+    @property
+    def lora_scale(self) -> float:
+        r"""The LoRA scale :math:`s = \alpha/r` (1 when ``lora_alpha`` is ``None``)."""
+        if not self.lora_rank or self.lora_alpha is None:
+            return 1.0
+        return self.lora_alpha / self.lora_rank
+
+    def lora_adapts(self, target: str) -> bool:
+        """Whether projection ``target`` (:data:`LORA_TARGETS`) carries a LoRA adapter."""
+        return bool(self.lora_rank) and target in self.lora_targets
 
     @property
     def out_bias(self) -> bool:
@@ -405,6 +454,9 @@ _SOFTMAX = {
     "attn_out_bias": Figure(None, "as attn_bias"),
     "moe_renormalize": Figure(True, _UNUSED),
     "embed_scale": Figure(False, "embeddings not rescaled"),
+    "lora_rank": Figure(0, "the pre-trained model (no LoRA adapter)"),
+    "lora_alpha": Figure(None, _UNUSED),
+    "lora_targets": Figure(("q", "v"), _UNUSED),
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)

@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: ten named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: eleven named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -114,6 +114,9 @@ ZOO: tuple[TransformerConfig, ...] = (
     # 2 heads of 6 on d = 8
     _member("gemma-like", mlp="geglu", embed_scale=True, tied_embeddings=True,
             norm="rmsnorm", positions="rope", n_kv_heads=1, d_head=6, d_mlp=10),
+    # LoRA of rank 2, scale alpha/r = 3, on every projection: biased (Q, K, V, O) and not (MLP)
+    _member("lora-r2-all", lora_rank=2, lora_alpha=6.0,
+            lora_targets=("q", "k", "v", "o", "mlp"), attn_bias=True),
 )
 
 #: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
@@ -155,6 +158,9 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "attn_out_bias": (("rope-scaled-window-qknorm", True),),
     "moe_renormalize": (("moe-swiglu-gqa", True),),
     "embed_scale": (("gemma-like", False),),
+    "lora_rank": (("lora-r2-all", 0),),
+    "lora_alpha": (("lora-r2-all", None),),
+    "lora_targets": (("lora-r2-all", ("q", "v")),),
 }
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

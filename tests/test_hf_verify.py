@@ -88,14 +88,17 @@ def test_exact_mode_agrees_in_every_node_loss_and_gradient(name: str) -> None:
 # Stock HF (as shipped) in float64: the first node where it departs from float64
 # arithmetic, found by experiment (transformers 5.24): every RMSNorm model's first RMSNorm
 # (computed in float32), GPT-2's loss (ForCausalLMLoss upcasts the logits to float32).
+# GPT-2 with reorder_and_upcast_attn computes its attention in float32.
 STOCK_FIRST = {"gpt2": "loss", "llama": "blocks.0.norm1", "mixtral": "blocks.0.norm1",
                "mistral": "blocks.0.norm1", "qwen2": "blocks.0.norm1",
-               "qwen3": "blocks.0.norm1", "gemma": "blocks.0.norm1"}
+               "qwen3": "blocks.0.norm1", "gemma": "blocks.0.norm1",
+               "gpt2-upcast": "blocks.0.attn.heads"}
+CONFIGS_STOCK = {**CONFIGS, "gpt2-upcast": dict(CONFIGS["gpt2"], reorder_and_upcast_attn=True)}
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "gemma"])
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-upcast", "llama", "gemma"])
 def test_stock_mode_names_the_first_float32_node(name: str) -> None:
-    r = verify_hf(CONFIGS[name], seq_len=N)
+    r = verify_hf(CONFIGS_STOCK[name], seq_len=N)
     assert not r.ok
     assert r.first_divergence == STOCK_FIRST[name]
     # and every departure is float32 rounding, not a wrong function
@@ -178,6 +181,32 @@ def test_a_graph_missing_an_option_is_caught(monkeypatch: pytest.MonkeyPatch, na
         assert exact.first_divergence == node
 
 
+def test_a_wrong_capture_convention_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The map from HF's captures to graph nodes is itself checked: forget the RoPE
+    permutation of the query columns, or read HF's (B, n, H, d_h) attention output as if it
+    were (B, H, n, d_h), and the node is reported."""
+    from nlaverify.interop import hf_verify
+
+    real = hf_verify._layouts
+
+    def no_permutation(config: object) -> dict:
+        lay = real(config)
+        return {**lay, "cols": lambda h, permute=True: lay["cols"](h, False)}
+
+    monkeypatch.setattr(hf_verify, "_layouts", no_permutation)
+    r = verify_hf(CONFIGS["llama"], seq_len=N, exact=True)
+    assert r.first_divergence == "blocks.0.attn.q"
+
+    def heads_misread(config: object) -> dict:
+        lay = real(config)
+        return {**lay, "bnhd": lambda permute=True: lambda a: np.reshape(
+            a[0], (a.shape[2], a.shape[1], a.shape[3]))}
+
+    monkeypatch.setattr(hf_verify, "_layouts", heads_misread)
+    r = verify_hf(CONFIGS["gpt2"], seq_len=N, exact=True)
+    assert r.first_divergence == "blocks.0.attn.heads"
+
+
 def test_float32_model_passes_at_float32() -> None:
     """Stock HF in float32 (its float32 steps are then no departure) agrees with the graph
     within float32's bounds."""
@@ -188,10 +217,11 @@ def test_float32_model_passes_at_float32() -> None:
 def test_tokens_report_json_and_command(tmp_path: object, capsys: pytest.CaptureFixture
                                         ) -> None:
     tokens = np.array([3, 1, 4, 1, 5, 9])
-    r = verify_hf(CONFIGS["qwen2"], tokens=tokens, exact=True)
+    r = verify_hf(CONFIGS["llama"], tokens=tokens, exact=True)  # RopeScaling in its config
     assert isinstance(r, HFVerifyReport) and r.tokens == tokens.tolist()
     d = json.loads(json.dumps(jsonout.finite(r.as_dict()), allow_nan=False))
-    assert d["ok"] and d["model_type"] == "qwen2" and d["first_divergence"] is None
+    assert d["ok"] and d["model_type"] == "llama" and d["first_divergence"] is None
+    assert d["config"]["rope_scaling"]["kind"] == "llama3"
     assert len(d["nodes"]) == len(r.rows) and d["patches"] == sorted(EXACT_PATCHES)
     path = tmp_path / "config.json"  # type: ignore[operator]
     path.write_text(json.dumps(CONFIGS["gpt2"]))

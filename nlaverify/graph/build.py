@@ -37,14 +37,29 @@ class _Builder:
         return name
 
     def project(self, name: str, x: str, d_in: int, d_out: int, bias: bool, component: str,
-                block: int | None, wname: str = "W", bname: str = "b") -> str:
-        """``x W (+ b)`` with fresh parameters ``name.W`` (and ``name.b``)."""
+                block: int | None, wname: str = "W", bname: str = "b",
+                target: str | None = None) -> str:
+        """``x W (+ b)`` with fresh parameters ``name.W`` (and ``name.b``); when the config
+        adapts ``target`` with LoRA, ``x (W + s AB) (+ b)`` with ``name.lora_A`` ``(d_in, r)``
+        and ``name.lora_B`` ``(r, d_out)`` (component ``lora``)."""
         W = self.param(f"{name}.{wname}", (d_in, d_out), f"{component}.{wname}",
                        ("normal", d_in**-0.5), block)
-        if not bias:
+        b = None if not bias else self.param(f"{name}.{bname}", (d_out,),
+                                             f"{component}.{bname}", ("normal", 0.1), block)
+        cfg = self.g.graph.get("config")
+        if target is not None and cfg is not None and cfg.lora_adapts(target):
+            r = cfg.lora_rank
+            # B is drawn, not zero, so that every LoRA cotangent is exercised by the checks;
+            # a fine-tuning run starts from B = 0 (nlaverify.finetune.lora_init)
+            A = self.param(f"{name}.lora_A", (d_in, r), "lora", ("normal", d_in**-0.5), block)
+            B = self.param(f"{name}.lora_B", (r, d_out), "lora", ("normal", 0.1), block)
+            if b is None:
+                return self.op(name, "lora_linear", [x, W, A, B], ("n", d_out),
+                               scale=cfg.lora_scale)
+            return self.op(name, "lora_affine", [x, W, b, A, B], ("n", d_out),
+                           scale=cfg.lora_scale)
+        if b is None:
             return self.op(name, "linear", [x, W], ("n", d_out))
-        b = self.param(f"{name}.{bname}", (d_out,), f"{component}.{bname}", ("normal", 0.1),
-                       block)
         return self.op(name, "affine", [x, W, b], ("n", d_out))
 
     def norm(self, name: str, x: str, cfg: TransformerConfig, component: str,
@@ -61,9 +76,9 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
     assert Hkv is not None and dh is not None
     comp = "attention"
-    q = b.project(f"{p}.q", x, d, H * dh, cfg.attn_bias, comp, block, "W_Q", "b_Q")
-    k = b.project(f"{p}.k", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_K", "b_K")
-    v = b.project(f"{p}.v", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_V", "b_V")
+    q = b.project(f"{p}.q", x, d, H * dh, cfg.attn_bias, comp, block, "W_Q", "b_Q", "q")
+    k = b.project(f"{p}.k", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_K", "b_K", "k")
+    v = b.project(f"{p}.v", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_V", "b_V", "v")
     qh = b.op(f"{p}.q_heads", "split_heads", [q], (H, "n", dh), n_heads=H)
     kh = b.op(f"{p}.k_heads", "split_heads", [k], (Hkv, "n", dh), n_heads=Hkv)
     vh = b.op(f"{p}.v_heads", "split_heads", [v], (Hkv, "n", dh), n_heads=Hkv)
@@ -84,7 +99,7 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
         vh = b.op(f"{p}.v_shared", "repeat_kv", [vh], (H, "n", dh), n_rep=cfg.n_rep)
     o = _attention_heads(b, p, qh, kh, vh, cfg, block)
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dh))
-    return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O")
+    return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O", "o")
 
 
 #: the activation op of each dense (ungated) MLP
@@ -159,13 +174,15 @@ def _mlp(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str
                     activation="swiglu" if cfg.mlp == "swiglu" else cfg.mlp, **renorm)
     comp = "mlp"
     if cfg.mlp in GATED_MLPS:
-        a = b.project(f"{p}.gate", x, d, m, cfg.mlp_bias, comp, block, "W_gate", "b_gate")
-        u = b.project(f"{p}.up", x, d, m, cfg.mlp_bias, comp, block, "W_up", "b_up")
+        a = b.project(f"{p}.gate", x, d, m, cfg.mlp_bias, comp, block, "W_gate", "b_gate",
+                      "mlp")
+        u = b.project(f"{p}.up", x, d, m, cfg.mlp_bias, comp, block, "W_up", "b_up", "mlp")
         h = b.op(f"{p}.act", cfg.mlp, [a, u], ("n", m))
-        return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_down", "b_down")
-    u = b.project(f"{p}.in", x, d, m, cfg.mlp_bias, comp, block, "W_in", "b_in")
+        return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_down", "b_down",
+                         "mlp")
+    u = b.project(f"{p}.in", x, d, m, cfg.mlp_bias, comp, block, "W_in", "b_in", "mlp")
     h = b.op(f"{p}.act", DENSE_ACTIVATIONS[cfg.mlp], [u], ("n", m))
-    return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_out", "b_out")
+    return b.project(f"{p}.out", h, m, d, cfg.mlp_bias, comp, block, "W_out", "b_out", "mlp")
 
 
 def build_transformer(config: TransformerConfig) -> nx.DiGraph:

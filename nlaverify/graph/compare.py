@@ -78,7 +78,9 @@ def accumulation_length(graph: nx.DiGraph, n: int) -> int:
     return max(dims)
 
 
-def _depths(graph: nx.DiGraph) -> dict[str, int]:
+def node_depths(graph: nx.DiGraph) -> dict[str, int]:
+    """Longest path from an input to each node, in nodes: the depth :math:`D` of the
+    tolerance model for the node's value (its cotangent's is :math:`2D_{out} - D + 1`)."""
     depth: dict[str, int] = {}
     for node in nx.topological_sort(graph):
         preds = list(graph.predecessors(node))
@@ -91,7 +93,9 @@ def _dtype(a: Evaluation, b: Evaluation) -> str:
     return min(a.dtype, b.dtype, key=lambda d: order.get(d, 2))
 
 
-def _tol(dtype: str, k: int, depth: int, ref: Any) -> Tolerance:
+def node_tolerance(dtype: str, k: int, depth: int, ref: Any) -> Tolerance:
+    """The tolerance of one node: ``dtype``, accumulation length ``k``, depth ``depth`` and
+    the magnitude condition of the reference value ``ref``."""
     return tolerance(dtype, size=k, depth=depth, condition=magnitude_condition(ref, power=1))
 
 
@@ -110,7 +114,7 @@ def compare(
     n = int(shape[-1]) if shape else 1
     rows = int(np.prod(shape)) if shape else 1  # weight gradients sum over batch x sequence
     k = max(accumulation_length(graph, n), rows)
-    depth = _depths(graph)
+    depth = node_depths(graph)
     d_out = depth.get(output, max(depth.values()))
     dtype = _dtype(subject, reference)
     result = GraphComparison(subject.label, reference.label)
@@ -122,13 +126,13 @@ def compare(
             continue
         if attrs.get("dtype") == "int":
             continue
-        vt = _tol(dtype, k, depth[node], reference.values[node])
+        vt = node_tolerance(dtype, k, depth[node], reference.values[node])
         vc = vt.compare(subject.values[node], reference.values[node])
         if not vc.ok and result.first_value_divergence is None:
             result.first_value_divergence = node
         ce = cb = None
         if node in reference.cotangents and node in subject.cotangents:
-            ct = _tol(dtype, k, 2 * d_out - depth[node] + 1, reference.values[node])
+            ct = node_tolerance(dtype, k, 2 * d_out - depth[node] + 1, reference.values[node])
             cc = ct.compare(subject.cotangents[node], reference.cotangents[node])
             cot_tol[node] = ct
             ce, cb = cc.normwise, ct.rtol

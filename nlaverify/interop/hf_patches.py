@@ -1,7 +1,7 @@
 r"""Temporary patches of a Hugging Face model: exact arithmetic, and planted mistakes.
 
 Both are context managers on *one* model instance (its modules' ``forward`` replaced on
-the instance, its buffers and weights swapped), plus at most one module-level function
+the instance, an attribute added, a weight swapped), plus at most one module-level function
 of the model's ``modeling_*.py`` (the ``rope_pairing`` plant); everything is restored in
 ``finally``. :mod:`nlaverify.interop.hf_verify` uses them; torch and transformers are
 imported by the caller.

@@ -5,19 +5,30 @@ r"""Node-by-node verification of a Hugging Face model against the nlaverify grap
 the same weights and tokens. Forward hooks capture HF's intermediates; a registered
 attention function (:data:`CAPTURE_ATTENTION`, in ``transformers``'
 ``AttentionInterface``) records each block's query (after RoPE), key and value (before
-``repeat_kv``) and the attention output, then delegates to HF's own eager attention.
-Each capture is mapped to its graph node, undoing HF's conventions: the RoPE
-permutation of each head's coordinates (:func:`nlaverify.interop.weights.rope_permutation`,
-``ours[..., j] = hf[..., perm[j]]``), HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head
-layouts versus the graph's ``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k,
-v), Mixtral's top-k indices (as the 0/1 routing mask), Gemma's scaled embedding (the
-graph's ``x0``). Node values are compared in topological order, each judged by the
-tolerance model of the HF model's dtype exactly as :func:`nlaverify.graph.compare.compare`
-judges a graph evaluation (longest accumulation :math:`k`, the node's depth :math:`D`,
-:math:`\kappa` from the reference's magnitude); the first node beyond its bound is
-:attr:`HFVerifyReport.first_divergence`. Every parameter gradient of HF's
-``loss.backward()`` is compared with the graph's, mapped into HF's state-dict layout by
-:func:`nlaverify.interop.weights.params_to_hf` (``gradients=True``).
+``repeat_kv``) and the attention output, then delegates to HF's own eager attention (stock)
+or to :func:`exact_eager_attention` (exact). Each capture is mapped to its graph node,
+undoing HF's conventions: the RoPE permutation of each head's coordinates
+(:func:`nlaverify.interop.weights.rope_permutation`, ``ours[..., j] = hf[..., perm[j]]``),
+HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
+``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k, v), Mixtral's top-k indices
+(as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
+the graph's ``embed_scaled``). Node values are compared in topological order, each judged
+by the tolerance model of the HF model's dtype exactly as
+:func:`nlaverify.graph.compare.compare` judges a graph evaluation (longest accumulation
+:math:`k`, the node's depth :math:`D`, :math:`\kappa` from the reference's magnitude);
+the first node beyond its bound is :attr:`HFVerifyReport.first_divergence`. Every
+parameter gradient of HF's ``loss.backward()`` is compared with the graph's, mapped into
+HF's state-dict layout by :func:`nlaverify.interop.weights.params_to_hf`
+(``gradients=True``), with the bound :func:`~nlaverify.graph.compare.compare` gives a
+parameter's cotangent.
+
+**Weights.** A config source gets nlaverify's seeded
+:func:`~nlaverify.graph.run.init_params`, written into HF by ``params_to_hf``. A
+checkpoint directory is read twice, independently: by nlaverify
+(:func:`~nlaverify.interop.weights.load_checkpoint`, which validates everything first)
+and by HF's own ``from_pretrained``; a check row compares the two. Mixtral's experts run
+HF's ``"eager"`` experts loop (the default ``grouped_mm`` kernel takes no float64 on the
+CPU).
 
 **Tokens and loss.** ``tokens`` (``(n,)``) is the input sequence and, as in HF's
 ``labels=input_ids``, its own target: position :math:`t` predicts token :math:`t+1`, the
@@ -29,11 +40,20 @@ Stock mode takes HF's own loss (``model(input_ids, labels=input_ids)``, which up
 logits to float32); exact mode computes the same mean with ``torch`` in the model dtype.
 
 **Stock and exact.** ``exact=False`` runs HF as shipped and names the first node where it
-departs from the model dtype's arithmetic (for float64 Llama, Mistral, Mixtral, Qwen2,
-Qwen3 and Gemma: ``blocks.0.norm1``, the first RMSNorm; for GPT-2: ``loss``).
-``exact=True`` patches HF for the duration (:mod:`nlaverify.interop.hf_patches`) so that
-it computes in the model dtype everywhere; the two implementations must then agree to
-the tolerance model in every node, the logits, the loss and every gradient.
+departs from the model dtype's arithmetic. Found by experiment (``transformers`` 5.24,
+float64): ``blocks.0.norm1`` (the first RMSNorm, computed in float32) for Llama, Mistral,
+Mixtral, Qwen2, Qwen3 and Gemma; ``loss`` for GPT-2 (its LayerNorm, GELU and eager
+attention stay in float64), or ``blocks.0.attn.heads`` with ``reorder_and_upcast_attn``.
+The float32 islands behind them, each located at its own node by leaving its patch out
+(:data:`~nlaverify.interop.hf_patches.EXACT_PATCHES`): every RMSNorm (``norm1``,
+``norm2``, ``final_norm``, Qwen3's ``q_norm``/``k_norm``), the RoPE angles (``q_rope``),
+the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``) and the loss.
+In stock mode :attr:`HFVerifyReport.first_beyond_float32` also judges every node with
+float32's bound: ``None`` means every departure is float32 rounding; a node there is a
+real difference (a planted mistake shows there). ``exact=True`` patches HF for the
+duration (:mod:`nlaverify.interop.hf_patches`) so that it computes in the model dtype
+everywhere; the two implementations must then agree to the tolerance model in every
+node, the logits, the loss and every gradient.
 
 torch and transformers are imported lazily (the ``[hf]`` extra).
 """
@@ -137,7 +157,12 @@ def _capture_attention(module: Any, query: Any, key: Any, value: Any, attention_
     if rec is not None and rec.exact:
         out = exact_eager_attention(module, query, key, value, attention_mask, *args, **kwargs)
     elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's float32 option
-        out = module._upcast_and_reordered_attn(query, key, value, attention_mask)
+        # its float32 scores + the model-dtype mask would fail HF's own dtype assertion
+        # (models/gpt2/modeling_gpt2.py, transformers 5.24, float64 models): mask in float32
+        import torch
+
+        mask = None if attention_mask is None else attention_mask.to(torch.float32)
+        out = module._upcast_and_reordered_attn(query, key, value, mask)
     else:
         out = modeling_module(module).eager_attention_forward(
             module, query, key, value, attention_mask, *args, **kwargs)
@@ -394,7 +419,7 @@ class HFVerifyReport:
     unmapped: list[str] = field(default_factory=list)
     #: the first node, in topological order, whose HF value is beyond its bound
     first_divergence: str | None = None
-    #: the first parameter (HF state-dict key, in the model's order) whose gradient is
+    #: the first parameter (HF state-dict key, in params_to_hf's order) whose gradient is
     #: beyond its bound
     first_gradient_divergence: str | None = None
     #: stock mode on a float64 model: the first node beyond the bound of float32, the
@@ -599,12 +624,11 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     """
     torch, _ = _require_hf()
     from nlaverify.graph.build import build_transformer
-    from nlaverify.graph.compare import _depths, _tol, accumulation_length
+    from nlaverify.graph.compare import accumulation_length, node_depths, node_tolerance
     from nlaverify.graph.run import init_params, run_graph, sample_data
     from nlaverify.interop.hf_patches import EXACT_PATCHES, exact_arithmetic, plant_mistake
     from nlaverify.interop.weights import params_to_hf
     from nlaverify.ops.loss import IGNORE_INDEX
-    from nlaverify.tolerance import magnitude_condition, tolerance
 
     if dtype not in ("float64", "float32"):
         raise ArgumentError(f"verify_hf: argument 'dtype': expected 'float64' or 'float32', "
@@ -642,7 +666,8 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         EXACT_PATCHES), weights, tokens.tolist(), patches=sorted(parts), plant=plant)
     with exact_arithmetic(model, config, parts), plant_mistake(
             model, model_type, plant, exact="router_softmax" in parts) as planted, \
-            _recording(model, taps, "attention_softmax" in parts) as rec:
+            _recording(model, taps, "attention_softmax" in parts) as rec, \
+            _quiet_transformers():
         loss = _hf_forward(model, tokens, "loss" in parts)
     report.planted = planted
     hf_values: dict[str, tuple[np.ndarray, str]] = {}
@@ -663,7 +688,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     import networkx as nx
 
     k = accumulation_length(graph, n)
-    depth = _depths(graph)
+    depth = node_depths(graph)
     judge32 = dtype == "float64" and not report.exact
     for node in nx.topological_sort(graph):
         attrs = graph.nodes[node]
@@ -674,7 +699,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
             continue
         ref = np.asarray(ev.values[node], dtype=np.float64)
         got, src = hf_values[node]
-        tol = _tol(dtype, k, depth[node], ref)
+        tol = node_tolerance(dtype, k, depth[node], ref)
         if got.shape != ref.shape:
             row = HFNodeRow(node, attrs["op"], src, float("inf"), tol.rtol,
                             f"shape {got.shape} vs graph {ref.shape}")
@@ -684,21 +709,25 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         if not row.ok and report.first_divergence is None:
             report.first_divergence = node
         if (judge32 and report.first_beyond_float32 is None
-                and not row.error <= _tol("float32", k, depth[node], ref).rtol):
+                and not row.error <= node_tolerance("float32", k, depth[node], ref).rtol):
             report.first_beyond_float32 = node
 
-    # every parameter gradient, in HF's layout; the bound of graph.compare's cotangents
+    # every parameter gradient, in HF's layout, with the bound graph.compare gives a
+    # cotangent, depth 2 D_out - depth + 1 = 2 D_out (parameters are sources, depth 1)
     d_out = depth["loss"]
     graph_grads = {p: np.asarray(ev.cotangents[p], dtype=np.float64) for p in params}
     mapped = params_to_hf(config, model_type, graph_grads, gradients=True)
     named = dict(model.named_parameters(remove_duplicate=False))
     for key, g_ref in mapped.items():
-        p = named[key]
-        got = (p.grad.detach().to(torch.float64).numpy() if p.grad is not None
-               else np.zeros(tuple(p.shape)))
-        value = p.detach().to(torch.float64).numpy()
-        tol = _tol(dtype, k, 2 * d_out, value)
-        check = HFCheck(key, tol.compare(got, g_ref).normwise, tol.rtol)
+        p = named.get(key)
+        if p is None or tuple(p.shape) != g_ref.shape:
+            check = HFCheck(key, math.inf, 0.0, "no such HF parameter" if p is None else
+                            f"HF shape {tuple(p.shape)} vs mapped {g_ref.shape}")
+        else:
+            got = (p.grad.detach().to(torch.float64).numpy() if p.grad is not None
+                   else np.zeros(tuple(p.shape)))  # no gradient reached it: zero
+            tol = node_tolerance(dtype, k, 2 * d_out, p.detach().to(torch.float64).numpy())
+            check = HFCheck(key, tol.compare(got, g_ref).normwise, tol.rtol)
         report.gradients.append(check)
         if not check.ok and report.first_gradient_divergence is None:
             report.first_gradient_divergence = key
@@ -706,7 +735,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     if weights_check is not None:
         report.checks.append(weights_check)
     if "rotary" in parts and config.positions == "rope":
-        report.checks.append(_rope_check(model, config, tolerance, magnitude_condition))
+        report.checks.append(_rope_check(model, config))
     return report
 
 
@@ -735,12 +764,13 @@ def _weights_check(model: Any, state: Mapping[str, np.ndarray]) -> HFCheck:
     return worst
 
 
-def _rope_check(model: Any, config: Any, tolerance: Any, magnitude_condition: Any) -> HFCheck:
+def _rope_check(model: Any, config: Any) -> HFCheck:
     r"""Exact mode replaces HF's RoPE frequencies by nlaverify's: check HF's own (float32,
     from the HF config's ``rope_theta`` and ``rope_scaling``) against them at float32
     precision, so a wrong base or scaling cannot hide behind the substitution. The
     condition of :math:`b^{-2i/d}` in its exponent is :math:`|{-2i/d}\,\ln b| \le \ln b`."""
     from nlaverify.interop.hf_patches import exact_inv_freq
+    from nlaverify.tolerance import tolerance
 
     ours = exact_inv_freq(config)
     rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]

@@ -39,8 +39,16 @@ Record = dict[str, Any]
 IGNORE_INDEX = -100
 
 
-def _proj(p: Params, name: str, x: Any, w: str, b: str, bias: bool) -> Any:
-    y = x @ p[f"{name}.{w}"]
+def _proj(p: Params, name: str, x: Any, w: str, b: str, bias: bool,
+          lora: tuple[str, TransformerConfig] | None = None) -> Any:
+    """x W (+ b); with ``lora = (target, cfg)`` adapting it: x (W + (alpha/r) A B) (+ b),
+    the merged form (the graph computes the unmerged one)."""
+    W = p[f"{name}.{w}"]
+    if lora is not None and lora[1].lora_rank and lora[0] in lora[1].lora_targets:
+        cfg = lora[1]
+        alpha = cfg.lora_rank if cfg.lora_alpha is None else cfg.lora_alpha
+        W = W + (alpha / cfg.lora_rank) * (p[f"{name}.lora_A"] @ p[f"{name}.lora_B"])
+    y = x @ W
     return y + p[f"{name}.{b}"] if bias else y
 
 
@@ -147,9 +155,9 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
                layer: int = 0, draw: int = 0) -> Any:
     n = x.shape[0]
     H, Hkv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-    rec[f"{name}.q"] = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias)
-    rec[f"{name}.k"] = _proj(p, f"{name}.k", x, "W_K", "b_K", cfg.attn_bias)
-    rec[f"{name}.v"] = _proj(p, f"{name}.v", x, "W_V", "b_V", cfg.attn_bias)
+    rec[f"{name}.q"] = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias, ("q", cfg))
+    rec[f"{name}.k"] = _proj(p, f"{name}.k", x, "W_K", "b_K", cfg.attn_bias, ("k", cfg))
+    rec[f"{name}.v"] = _proj(p, f"{name}.v", x, "W_V", "b_V", cfg.attn_bias, ("v", cfg))
     q = rec[f"{name}.q"].reshape(n, H, dh).transpose(1, 0, 2)
     k = rec[f"{name}.k"].reshape(n, Hkv, dh).transpose(1, 0, 2)
     v = rec[f"{name}.v"].reshape(n, Hkv, dh).transpose(1, 0, 2)
@@ -174,7 +182,7 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
         a = _other_attention(p, name, q, k, v, cfg, layer, draw)
     rec[f"{name}.heads"] = a
     rec[f"{name}.out"] = _proj(p, f"{name}.out", a.transpose(1, 0, 2).reshape(n, H * dh),
-                               "W_O", "b_O", cfg.out_bias)
+                               "W_O", "b_O", cfg.out_bias, ("o", cfg))
     return rec[f"{name}.out"]
 
 
@@ -210,16 +218,16 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
         rec[f"{name}.out"] = jnp.einsum("ne,end->nd", gates, y)
         return rec[f"{name}.out"]
     if cfg.mlp in ("swiglu", "geglu"):
-        g = _proj(p, f"{name}.gate", x, "W_gate", "b_gate", cfg.mlp_bias)
-        u = _proj(p, f"{name}.up", x, "W_up", "b_up", cfg.mlp_bias)
+        g = _proj(p, f"{name}.gate", x, "W_gate", "b_gate", cfg.mlp_bias, ("mlp", cfg))
+        u = _proj(p, f"{name}.up", x, "W_up", "b_up", cfg.mlp_bias, ("mlp", cfg))
         rec[f"{name}.gate"], rec[f"{name}.up"], rec[f"{name}.act"] = g, u, _act(cfg, g) * u
         rec[f"{name}.out"] = _proj(p, f"{name}.out", rec[f"{name}.act"], "W_down", "b_down",
-                                   cfg.mlp_bias)
+                                   cfg.mlp_bias, ("mlp", cfg))
         return rec[f"{name}.out"]
-    rec[f"{name}.in"] = _proj(p, f"{name}.in", x, "W_in", "b_in", cfg.mlp_bias)
+    rec[f"{name}.in"] = _proj(p, f"{name}.in", x, "W_in", "b_in", cfg.mlp_bias, ("mlp", cfg))
     rec[f"{name}.act"] = _act(cfg, rec[f"{name}.in"])
     rec[f"{name}.out"] = _proj(p, f"{name}.out", rec[f"{name}.act"], "W_out", "b_out",
-                               cfg.mlp_bias)
+                               cfg.mlp_bias, ("mlp", cfg))
     return rec[f"{name}.out"]
 
 
