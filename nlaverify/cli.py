@@ -119,9 +119,13 @@ def _cmd_params(args: argparse.Namespace) -> int:
         from nlaverify.interop import config_from_file
 
         cfg, source = config_from_file(args.config), {"config_file": args.config}
+    if args.lora is not None:
+        cfg = cfg.replace(**_parse_lora(args.lora))
     counts = parameter_counts(build_transformer(cfg))
+    trainable = counts.by_component.get("lora") if cfg.lora_rank else None
     if args.json:
-        jsonout.dump({**source, "config": cfg.as_dict(), **counts.as_dict()})
+        extra = {} if trainable is None else {"lora_trainable": trainable}
+        jsonout.dump({**source, "config": cfg.as_dict(), **counts.as_dict(), **extra})
         return 0
     width = max(len(k) for k in counts.by_component)
     for k, v in counts.by_component.items():
@@ -129,7 +133,40 @@ def _cmd_params(args: argparse.Namespace) -> int:
     if counts.norms_per_block:
         print(f"{'norms per block':<{width}}  {next(iter(counts.norms_per_block.values())):>20,}")
     print(f"{'total':<{width}}  {counts.total:>20,}")
+    if trainable is not None:
+        print(f"{'LoRA trainable':<{width}}  {trainable:>20,}  {100 * trainable / counts.total:6.3f}"
+              f" %  (rank {cfg.lora_rank} on {', '.join(cfg.lora_targets)}; the rest frozen)")
     return 0
+
+
+def _parse_lora(spec: str) -> dict[str, object]:
+    """``r=4,targets=q,v[,alpha=8]`` -> config fields (``targets`` takes the names after it
+    up to the next ``key=``)."""
+    out: dict[str, object] = {}
+    key = None
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        if "=" in part:
+            key, value = (t.strip() for t in part.split("=", 1))
+        elif key == "targets":
+            value = part
+        else:
+            raise ArgumentError(f"params: --lora: expected key=value items (r, alpha, "
+                                f"targets), got {part!r}")
+        try:
+            if key == "r":
+                out["lora_rank"] = int(value)
+            elif key == "alpha":
+                out["lora_alpha"] = float(value)
+            elif key == "targets":
+                out["lora_targets"] = (*out.get("lora_targets", ()), value)  # type: ignore[misc]
+            else:
+                raise ArgumentError(f"params: --lora: unknown key {key!r}: expected r, alpha "
+                                    "or targets")
+        except ValueError:
+            raise ArgumentError(f"params: --lora: {key}: not a number: {value!r}") from None
+    if not out.get("lora_rank"):
+        raise ArgumentError(f"params: --lora: expected r=RANK >= 1, got {spec!r}")
+    return out
 
 
 def _cmd_curvature(args: argparse.Namespace) -> int:
@@ -311,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--config", default=None,
                     help="a Hugging Face config.json (or a checkpoint folder holding one), or a "
                          "JSON file of TransformerConfig fields")
+    pa.add_argument("--lora", default=None, metavar="r=R,targets=q,v[,alpha=A]",
+                    help="add LoRA adapters of rank R on these projections (q, k, v, o, mlp) "
+                         "and print the trainable count")
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(func=_cmd_params)
 

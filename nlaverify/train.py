@@ -251,10 +251,13 @@ def _heldout_function(config: TransformerConfig) -> Any:
     return jax.jit(heldout_loss)
 
 
-@functools.lru_cache(maxsize=8)
-def _step_function(config: TransformerConfig, optimizer: str, lr: float) -> Any:
-    """The jitted training step ``(params, state, data) -> (params, state, loss)`` and the
-    rule, one per (config, optimizer, lr): a second run reuses the compilation."""
+@functools.lru_cache(maxsize=16)
+def _step_function(config: TransformerConfig, optimizer: str, lr: float,
+                   frozen: frozenset[str] = frozenset()) -> Any:
+    """The jitted training step ``(params, frozen_params, state, data) -> (params, state,
+    loss)`` and the rule, one per (config, optimizer, lr, frozen names): a second run reuses
+    the compilation. The ``frozen`` parameters enter the forward pass but get no update
+    (fine-tuning: LoRA freezes everything but the adapters)."""
     import jax
 
     from nlaverify.backends import get_namespace
@@ -263,8 +266,9 @@ def _step_function(config: TransformerConfig, optimizer: str, lr: float) -> Any:
 
     graph, xp, rule = _graph(config), get_namespace("jax"), make_rule(optimizer, lr)
 
-    def step(params: dict[str, Any], state: Any, data: dict[str, Any]) -> Any:
-        values = evaluate(graph, xp, {**data, **params})
+    def step(params: dict[str, Any], fixed: dict[str, Any], state: Any,
+             data: dict[str, Any]) -> Any:
+        values = evaluate(graph, xp, {**data, **fixed, **params})
         cot = backprop(graph, xp, values, "loss")  # the ops' hand-derived VJPs
         grads = {p: cot[p] if p in cot else xp.zeros_like(v) for p, v in params.items()}
         updates, state = rule.update(xp, grads, state, params)
@@ -276,7 +280,8 @@ def _step_function(config: TransformerConfig, optimizer: str, lr: float) -> Any:
 def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
           seq_len: int | None = None, batch: int = 16, lr: float | None = None, seed: int = 0,
           eval_every: int | None = None, corpus: Corpus | None = None,
-          progress: bool = False) -> TrainResult:
+          progress: bool = False, init: Any = None,
+          trainable: Any = None) -> TrainResult:
     r"""Train ``config`` (a config, or a preset name resized by :func:`char_config`) with
     ``optimizer`` for ``steps`` steps of ``batch`` random windows of ``seq_len`` characters
     (default: the context) of ``corpus`` (default: :func:`load_corpus`).
@@ -284,7 +289,9 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
     Parameters start at :func:`nlaverify.graph.run.init_params` (``seed``); windows come from
     :func:`window_starts` (``seed``). The held-out loss is taken every ``eval_every`` steps
     (default ``steps // 20``, at least 1) and after the last. ``progress``: a tqdm bar on
-    stderr.
+    stderr. Fine-tuning (:mod:`nlaverify.finetune`): ``init`` gives the starting parameters
+    (a mapping covering every parameter node) and ``trainable`` the names that are updated
+    (default: all); the others are frozen, and ``TrainResult.params`` holds them all.
 
     Raises:
         UnknownNameError: an unknown optimizer or preset.
@@ -316,9 +323,16 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
         raise ArgumentError(f"train: eval_every: expected a positive integer, got {eval_every!r}")
 
     graph, val_loss = _graph(config), _heldout_function(config)
-    step, rule = _step_function(config, optimizer, lr)
+    start = init_params(graph, seed) if init is None else _check_init(graph, init)
+    names = set(start) if trainable is None else set(trainable)
+    if not names or names - set(start):
+        bad = sorted(names - set(start))[:1] or ["(none)"]
+        raise ArgumentError(f"train: trainable: expected a non-empty set of parameter nodes, "
+                            f"got {bad[0]!r}")
+    step, rule = _step_function(config, optimizer, lr, frozenset(set(start) - names))
     xp = get_namespace("jax")
-    params = {k: xp.asarray(v) for k, v in init_params(graph, seed).items()}
+    params = {k: xp.asarray(v) for k, v in start.items() if k in names}
+    fixed = {k: xp.asarray(v) for k, v in start.items() if k not in names}
     state = rule.init(xp, params)
     starts = window_starts(len(corpus.train), steps, batch, seq_len, seed)
     held = {k: xp.asarray(v) for k, v in heldout_windows(corpus.val, seq_len).items()}
@@ -333,7 +347,7 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
         nonlocal eval_s
         start = time.perf_counter()
         val_steps.append(t)
-        val_losses.append(float(val_loss(params, held)))
+        val_losses.append(float(val_loss({**fixed, **params}, held)))
         val_times.append(compile_s + time.perf_counter() - t0)
         eval_s += time.perf_counter() - start if t else 0.0
 
@@ -344,7 +358,7 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
                leave=True, dynamic_ncols=True)
     for t in bar:
         data = {k: xp.asarray(v) for k, v in windows(corpus.train, starts[t], seq_len).items()}
-        params, state, loss = step(params, state, data)
+        params, state, loss = step(params, fixed, state, data)
         losses.append(loss)
         if t == 0:  # the first call compiles; time it apart
             jax.block_until_ready(params)
@@ -358,9 +372,31 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
     return TrainResult(optimizer, lr, config,
                        steps, batch, seq_len, seed, np.asarray([float(v) for v in losses]),
                        np.asarray(val_steps), np.asarray(val_losses),
-                       {k: np.asarray(v) for k, v in params.items()}, compile_s, train_s,
+                       {k: np.asarray(v) for k, v in {**fixed, **params}.items()},
+                       compile_s, train_s,
                        np.asarray(val_times))
 
+
+
+def _check_init(graph: Any, init: Any) -> dict[str, np.ndarray]:
+    """``init`` as float arrays keyed by exactly the graph's parameter nodes, shapes checked
+    (the error names the node)."""
+    from nlaverify.errors import ShapeError
+
+    want = {n: tuple(int(d) for d in a["shape"]) for n, a in graph.nodes(data=True)
+            if a["kind"] == "param"}
+    missing, extra = sorted(set(want) - set(init)), sorted(set(init) - set(want))
+    if missing or extra:
+        what = (f"no value for parameter node {missing[0]!r}" if missing
+                else f"{extra[0]!r} is not a parameter node of the graph")
+        raise ArgumentError(f"train: init: {what}")
+    out = {}
+    for n, shape in want.items():
+        a = np.asarray(init[n])
+        if a.shape != shape:
+            raise ShapeError(f"train: init: node {n!r}: expected shape {shape}, got {a.shape}")
+        out[n] = a
+    return out
 
 
 def _smooth(y: np.ndarray, width: int) -> np.ndarray:

@@ -118,7 +118,7 @@ def test_step_gradient_is_jax_grad_of_the_independent_model(corpus, runs) -> Non
                                                  0)[0], cfg.context)
     lr = DEFAULT_LR["sgd"]
     step, rule = _step_function(cfg, "sgd", lr)
-    after, _, _ = step(params, rule.init(get_namespace("jax"), params),
+    after, _, _ = step(params, {}, rule.init(get_namespace("jax"), params),
                        {k: jnp.asarray(v) for k, v in batch0.items()})
     want = jax.jit(jax.grad(lambda p: jt.loss(p, batch0["tokens"], batch0["targets"], cfg)))(
         params)
