@@ -134,8 +134,9 @@ def _cmd_params(args: argparse.Namespace) -> int:
         print(f"{'norms per block':<{width}}  {next(iter(counts.norms_per_block.values())):>20,}")
     print(f"{'total':<{width}}  {counts.total:>20,}")
     if trainable is not None:
-        print(f"{'LoRA trainable':<{width}}  {trainable:>20,}  {100 * trainable / counts.total:6.3f}"
-              f" %  (rank {cfg.lora_rank} on {', '.join(cfg.lora_targets)}; the rest frozen)")
+        share = 100 * trainable / counts.total
+        print(f"{'LoRA trainable':<{width}}  {trainable:>20,}  {share:6.3f} %  (rank "
+              f"{cfg.lora_rank} on {', '.join(cfg.lora_targets)}; the rest frozen)")
     return 0
 
 
@@ -152,16 +153,16 @@ def _parse_lora(spec: str) -> dict[str, object]:
         else:
             raise ArgumentError(f"params: --lora: expected key=value items (r, alpha, "
                                 f"targets), got {part!r}")
+        if key not in ("r", "alpha", "targets"):
+            raise ArgumentError(f"params: --lora: unknown key {key!r}: expected r, alpha or "
+                                "targets")
         try:
             if key == "r":
                 out["lora_rank"] = int(value)
             elif key == "alpha":
                 out["lora_alpha"] = float(value)
-            elif key == "targets":
-                out["lora_targets"] = (*out.get("lora_targets", ()), value)  # type: ignore[misc]
             else:
-                raise ArgumentError(f"params: --lora: unknown key {key!r}: expected r, alpha "
-                                    "or targets")
+                out["lora_targets"] = (*out.get("lora_targets", ()), value)  # type: ignore[misc]
         except ValueError:
             raise ArgumentError(f"params: --lora: {key}: not a number: {value!r}") from None
     if not out.get("lora_rank"):

@@ -66,6 +66,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.newton_schulz",
     "nlaverify.identities.optimizers",
     "nlaverify.identities.attention",
+    "nlaverify.identities.lowrank",
     "nlaverify.identities.lora",
 )
 

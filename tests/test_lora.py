@@ -1,0 +1,130 @@
+"""LoRA on the running graph, fine-tuning, the random-subspace (intrinsic dimension) trainer
+and gradient spectra (Baggag & Saad §3.14, §4.1, §4.2). The op proofs are the registry's
+(``lora_linear``, ``lora_affine``); the node-by-node check of a LoRA config is the zoo's
+(``lora-r2-all``); the identities are family ``lowrank`` (tests/test_proofs.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nlaverify import finetune as F
+from nlaverify.cli import main
+from nlaverify.config import preset
+from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.graph.build import build_transformer
+from nlaverify.graph.run import init_params, run_graph, sample_data
+from nlaverify.tolerance import tolerance
+from nlaverify.train import Corpus, load_corpus, train
+
+TINY = preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def small_corpus() -> Corpus:
+    c = load_corpus()
+    return load_corpus(c.text[:4000] + c.vocab)  # every character, a short text
+
+
+def _loss(cfg, params, data) -> float:
+    return float(run_graph(build_transformer(cfg), "numpy", params, data).values["loss"])
+
+
+def test_lora_init_is_the_pretrained_model() -> None:
+    base = init_params(build_transformer(TINY), 3)
+    data = sample_data(TINY.vocab_size, 6, 0)
+    for targets in (("q", "v"), ("q", "k", "v", "o", "mlp")):
+        cfg = TINY.replace(lora_rank=2, lora_targets=targets, lora_alpha=8.0)
+        p = F.lora_init(cfg, base, seed=1)
+        assert set(p) == set(base) | set(F.lora_names(cfg))
+        assert all(not np.any(p[n]) for n in p if n.endswith("lora_B"))
+        tol = tolerance("float64", size=TINY.d_mlp, depth=12)
+        assert abs(_loss(cfg, p, data) - _loss(TINY, base, data)) <= tol.rtol, tol.reason
+        # a planted nonzero B changes the function: the check above can fail
+        bad = dict(p)
+        name = next(n for n in p if n.endswith("lora_B"))
+        bad[name] = np.ones_like(p[name])
+        assert abs(_loss(cfg, bad, data) - _loss(TINY, base, data)) > 1e3 * tol.rtol
+    with pytest.raises(ArgumentError, match="lora_rank"):
+        F.lora_init(TINY, base)
+    with pytest.raises(ArgumentError, match="no value for parameter node"):
+        F.lora_init(TINY.replace(lora_rank=1), {k: v for k, v in base.items()
+                                                 if k != "embed.W_E"})
+
+
+def test_lora_finetune_trains_the_adapters_only(small_corpus) -> None:
+    cfg = TINY.replace(vocab_size=small_corpus.vocab_size)
+    base = init_params(build_transformer(cfg), 0)
+    lcfg = cfg.replace(lora_rank=2, lora_targets=("q", "v"))
+    names = F.lora_names(lcfg)
+    r = train(lcfg, "adamw", 4, corpus=small_corpus, init=F.lora_init(lcfg, base),
+              trainable=names, batch=2, seq_len=8)
+    for k, v in base.items():
+        np.testing.assert_array_equal(r.params[k], v)         # frozen: bit for bit
+    assert all(np.any(r.params[n]) for n in names if n.endswith("lora_B"))  # B moved
+    run = F.lora_finetune(cfg, base, small_corpus, 3, 1, ("o",), batch=2)
+    assert run.trainable == cfg.n_blocks * (cfg.d_model + cfg.d_model)
+    with pytest.raises(ArgumentError, match="trainable"):
+        train(lcfg, "adamw", 1, corpus=small_corpus, init=F.lora_init(lcfg, base),
+              trainable=["no.such.node"])
+    with pytest.raises(ArgumentError, match="no value for parameter node"):
+        train(lcfg, "adamw", 1, corpus=small_corpus, init=base)
+    bad = F.lora_init(lcfg, base)
+    bad[names[0]] = bad[names[0]].T
+    with pytest.raises(ShapeError, match=names[0].replace(".", r"\.")):
+        train(lcfg, "adamw", 1, corpus=small_corpus, init=bad)
+
+
+def test_subspace_finetune_starts_at_the_base_and_moves(small_corpus) -> None:
+    cfg = TINY.replace(vocab_size=small_corpus.vocab_size, context=8)
+    base = init_params(build_transformer(cfg), 0)
+    full = F.full_finetune(cfg, base, small_corpus, 6, batch=2)
+    sub = F.subspace_finetune(cfg, base, small_corpus, 6, 8, batch=2)
+    tol = tolerance("float32", size=cfg.d_mlp, depth=12)   # the jitted graph, JAX float32
+    assert abs(sub.start_loss - full.start_loss) <= tol.rtol * abs(full.start_loss)
+    assert sub.final_loss != sub.start_loss and sub.trainable == 8
+    with pytest.raises(ArgumentError, match="dim"):
+        F.subspace_finetune(cfg, base, small_corpus, 1, 0)
+
+
+def _run(label: str, trainable: int, start: float, final: float) -> F.FinetuneRun:
+    return F.FinetuneRun(label, trainable, start, final, np.zeros(1), np.zeros(1))
+
+
+def test_intrinsic_dimension_and_energy_rank() -> None:
+    full = _run("full", 100, 3.0, 2.0)
+    runs = [_run("a", 4, 3.0, 2.5), _run("b", 16, 3.0, 2.12), _run("c", 64, 3.0, 2.09)]
+    assert F.intrinsic_dimension(runs, full) == 64            # 0.91 >= 0.9; 0.88 is not
+    assert F.intrinsic_dimension(runs, full, 0.85) == 16
+    assert F.intrinsic_dimension(runs[:1], full) is None
+    s = np.array([3.0, 2.0, 1.0, 0.0])                        # energies 9, 4, 1: total 14
+    assert [F.energy_rank(s, f) for f in (0.5, 9 / 14, 0.92, 0.93, 1.0)] == [1, 1, 2, 3, 3]
+    with pytest.raises(ArgumentError):
+        F.energy_rank(np.zeros((2, 2)))
+
+
+def test_gradient_rank_is_bounded_by_the_tokens() -> None:
+    # dW = X^T G sums one outer product per token: rank <= n tokens (n = 3 < d = 8)
+    cfg = TINY
+    params = init_params(build_transformer(cfg), 0)
+    spectra = F.gradient_spectra(cfg, params, sample_data(cfg.vocab_size, 3, 0))
+    assert spectra and all(len(s) == min(build_transformer(cfg).nodes[k]["shape"])
+                           for k, s in spectra.items())
+    tol = tolerance("float64", size=cfg.d_mlp, depth=12)
+    for name, s in spectra.items():
+        assert np.all(s[3:] <= tol.rtol * s[0]), name
+        assert s[0] > 0, name
+
+
+def test_params_lora_command(capsys) -> None:
+    assert main(["params", "--preset", "gpt3-175b", "--lora", "r=4,targets=q,v", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lora_trainable"] == 18_874_368                # Hu et al. 2022, Table 5: 18M
+    assert main(["params", "--preset", "gpt3-175b", "--lora", "r=4,targets=q,v"]) == 0
+    assert "LoRA trainable            18,874,368" in capsys.readouterr().out
+    for bad, msg in (("r=0", "r=RANK"), ("r=two", "not a number"), ("r=2,rank=3", "unknown key"),
+                     ("r=2,targets=q,z", "lora_targets"), ("4", "key=value")):
+        assert main(["params", "--preset", "tiny", "--lora", bad]) == 2
+        assert msg in capsys.readouterr().err
