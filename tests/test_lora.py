@@ -6,6 +6,7 @@ and gradient spectra (Baggag & Saad §3.14, §4.1, §4.2). The op proofs are the
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -132,3 +133,20 @@ def test_params_lora_command(capsys) -> None:
                      ("r=2,targets=q,z", "lora_targets"), ("4", "key=value")):
         assert main(["params", "--preset", "tiny", "--lora", bad]) == 2
         assert msg in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", [
+    "strict",
+    pytest.param("mpmath", marks=pytest.mark.skipif(
+        os.environ.get("HYPOTHESIS_PROFILE") != "nightly",
+        reason="the LoRA graph on mpmath: nightly only (each LoRA op is cross-checked on "
+               "mpmath by test_ops_crosscheck in CI)")),
+])
+def test_lora_graph_on_the_strict_and_exact_backends(backend: str) -> None:
+    # numpy and jax run the LoRA zoo member in tests/test_zoo.py; here the device-strict
+    # (array-api-strict) and high-precision (mpmath) backends, node by node against JAX
+    from nlaverify.pipeline import format_report, verify_pipeline
+    from nlaverify.zoo import zoo_config
+
+    rep = verify_pipeline(zoo_config("lora-r2-all"), [backend], seed=2, n=2, digits=30)
+    assert rep.ok, format_report(rep)
