@@ -84,6 +84,40 @@ def lora_init(config: TransformerConfig, base: Mapping[str, Any], seed: int = 0
     return out
 
 
+def merge_lora(config: TransformerConfig, params: Mapping[str, Any]
+               ) -> tuple[TransformerConfig, dict[str, np.ndarray]]:
+    r"""The adapted model as a plain one: ``config`` without LoRA and every adapted weight
+    merged, :math:`W = W_0 + sAB` (:math:`s = \alpha/r`; identity ``lora_merge``), the
+    adapters dropped — what an implementation without LoRA (or a checkpoint) holds."""
+    from nlaverify.graph.build import build_transformer
+
+    if not config.lora_rank:
+        raise ArgumentError("merge_lora: argument 'config': expected lora_rank >= 1, got 0")
+    graph = build_transformer(config)
+    want = {n for n, a in graph.nodes(data=True) if a["kind"] == "param"}
+    if set(params) != want:
+        bad = sorted(want ^ set(params))[0]
+        raise ArgumentError(f"merge_lora: argument 'params': {bad!r} is "
+                            + ("missing" if bad in want else "not a parameter of the graph"))
+    out = {k: np.asarray(v) for k, v in params.items() if not k.endswith((".lora_A",
+                                                                         ".lora_B"))}
+    for node, attrs in graph.nodes(data=True):
+        if attrs.get("op") in ("lora_linear", "lora_affine"):
+            W, A, B = _lora_args(graph, node)
+            out[W] = np.asarray(params[W]) + config.lora_scale * (
+                np.asarray(params[A]) @ np.asarray(params[B]))
+    return config.replace(lora_rank=0, lora_alpha=None), out
+
+
+def _lora_args(graph: Any, node: str) -> tuple[str, str, str]:
+    """The names of ``W``, ``A`` and ``B`` of a LoRA op node (its inputs end so)."""
+    from nlaverify.graph.core import _arguments
+
+    args = _arguments(graph, node)
+    W = args[1]
+    return W, args[-2], args[-1]
+
+
 @dataclass(frozen=True)
 class FinetuneRun:
     """One fine-tuning run: its label, the number of trained parameters, the held-out loss

@@ -150,3 +150,20 @@ def test_lora_graph_on_the_strict_and_exact_backends(backend: str) -> None:
 
     rep = verify_pipeline(zoo_config("lora-r2-all"), [backend], seed=2, n=2, digits=30)
     assert rep.ok, format_report(rep)
+
+
+def test_merge_lora_gives_the_same_function() -> None:
+    cfg = TINY.replace(lora_rank=2, lora_alpha=6.0, lora_targets=("q", "o", "mlp"))
+    params = init_params(build_transformer(cfg), 4)          # B drawn: the adapters matter
+    plain, merged = F.merge_lora(cfg, params)
+    assert plain.lora_rank == 0 and set(merged) == set(init_params(build_transformer(plain)))
+    data = sample_data(cfg.vocab_size, 6, 1)
+    tol = tolerance("float64", size=cfg.d_mlp, depth=12)
+    assert abs(_loss(plain, merged, data) - _loss(cfg, params, data)) <= tol.rtol, tol.reason
+    # the adapters are not a no-op: dropping them changes the function
+    dropped = {k: v for k, v in params.items() if "lora" not in k}
+    assert abs(_loss(plain, dropped, data) - _loss(cfg, params, data)) > 1e3 * tol.rtol
+    with pytest.raises(ArgumentError, match="lora_rank"):
+        F.merge_lora(plain, merged)
+    with pytest.raises(ArgumentError, match="missing"):
+        F.merge_lora(cfg, dropped)
