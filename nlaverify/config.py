@@ -210,8 +210,9 @@ class TransformerConfig:
         self._check_architecture_options()
 
     def _check_architecture_options(self) -> None:
-        """RoPE scaling only with RoPE, a window >= 1 on causal softmax attention, QK-norm
-        with an RMSNorm model's heads (issue 10's options)."""
+        """RoPE scaling only with RoPE, a window >= 1 on causal softmax attention; the
+        default of ``attn_out_bias`` is resolved by :attr:`out_bias` (issue 10's options).
+        QK-norm is an RMSNorm of each head (Qwen3) whatever ``norm`` is."""
         if isinstance(self.rope_scaling, dict):
             try:
                 object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
