@@ -68,6 +68,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.attention",
     "nlaverify.identities.lowrank",
     "nlaverify.identities.lora",
+    "nlaverify.identities.geometry",
 )
 
 
