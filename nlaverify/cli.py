@@ -49,8 +49,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.hf is not None:
         from nlaverify.interop.hf_verify import hf_verify_command
 
+        extra = {} if args.max_params is None else {"max_params": args.max_params}
         return hf_verify_command(args.hf, seq_len=args.seq_len, seed=args.seed,
-                                 exact=args.hf_exact, as_json=args.json)
+                                 exact=args.hf_exact, as_json=args.json, **extra)
     if args.zoo:
         from nlaverify.zoo import run_zoo_command
 
@@ -93,8 +94,8 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                                 or args.batch is not None):
         raise ArgumentError("verify: --hf runs the Hugging Face model in its own dtype on one "
                             "sequence: drop --zoo, --preset, --dtype and --batch")
-    if args.hf_exact and args.hf is None:
-        raise ArgumentError("verify: --hf-exact applies to --hf")
+    if (args.hf_exact or args.max_params is not None) and args.hf is None:
+        raise ArgumentError("verify: --hf-exact and --max-params apply to --hf")
     if args.zoo and (args.preset or args.dtype != "float64"):
         raise ArgumentError("verify: --zoo runs its own configs in float64: drop --preset and "
                             "--dtype")
@@ -341,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--hf-exact", action="store_true",
                    help="with --hf: run the Hugging Face model with its float32 islands "
                         "(RMSNorm, RoPE angles, softmaxes, loss) patched to the model dtype")
+    v.add_argument("--max-params", type=_bounded_int(1), default=None,
+                   help="with --hf: refuse models above this many parameters (default 100M, "
+                        "or NLAVERIFY_HF_MAX_PARAMS): both models, float64, and gradients")
     v.set_defaults(func=_cmd_verify)
 
     pa = sub.add_parser("params", help="parameter counts of a preset or a config file, by "

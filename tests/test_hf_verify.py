@@ -21,7 +21,7 @@ from nlaverify import jsonout
 from nlaverify.config import ConfigError
 from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.interop import hf_config
-from nlaverify.interop.hf_patches import EXACT_PATCHES, PLANTS
+from nlaverify.interop.hf_patches import EXACT_PATCHES, PLANTS, needed_patches
 from nlaverify.interop.hf_verify import (
     HFVerifyReport,
     format_hf_report,
@@ -79,10 +79,21 @@ def test_exact_mode_agrees_in_every_node_loss_and_gradient(name: str) -> None:
     # embedding (HF's embedding module returns it scaled: the graph's embed_scaled)
     hidden = {"embed"} if name == "gemma" else set()
     assert all(u.endswith(("k_shared", "v_shared")) or u in hidden for u in r.unmapped)
+    # only the patches the model needs (GPT-2: the loss; its attention stays HF's own)
+    assert r.patches == sorted(needed_patches(name, CONFIGS[name]))
+    assert (r.patches == ["loss"]) == (name == "gpt2")
+    fidelity = [c for c in r.checks if c.name.startswith("patch fidelity")]
+    others = [c.name for c in r.checks if c not in fidelity]
+    # one fidelity row per patched call, each naming its graph node
+    assert any(c.name.startswith("patch fidelity loss:") for c in fidelity)
     if name != "gpt2":
-        assert [c.name for c in r.checks] == [
-            "rotary frequencies (HF float32 vs nlaverify float64)"]
+        assert others == ["rotary frequencies (HF float32 vs nlaverify float64)"]
         assert r.row("blocks.0.attn.q_rope").ok
+        for node in ("blocks.0.norm1", "blocks.1.norm2", "final_norm", "blocks.0.attn.q_rope",
+                     "blocks.1.attn.heads"):
+            assert any(c.name.startswith(f"patch fidelity {node}:") for c in fidelity), node
+    if name == "mixtral":
+        assert any(c.name.startswith("patch fidelity blocks.1.mlp.out:") for c in fidelity)
 
 
 # Stock HF (as shipped) in float64: the first node where it departs from float64
@@ -136,6 +147,80 @@ def test_planted_mistake_is_reported_at_its_node(name: str, plant: str, node: st
     # even float32's bound
     s = verify_hf(CONFIGS[name], seq_len=N, plant=plant)
     assert s.first_beyond_float32 == node
+
+
+def _rmsnorm_without_weight(mod: object) -> tuple[object, str, object]:
+    import torch
+
+    def forward(self, x):  # HF's RMSNorm, gain forgotten
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+    return mod.LlamaRMSNorm, "forward", forward  # type: ignore[attr-defined]
+
+
+def _attention_unscaled(mod: object) -> tuple[object, str, object]:
+    stock = mod.eager_attention_forward  # type: ignore[attr-defined]
+
+    def eager(module, q, k, v, mask, scaling=None, dropout=0.0, **kw):  # scaling dropped
+        return stock(module, q, k, v, mask, 1.0, dropout, **kw)
+    return mod, "eager_attention_forward", eager
+
+
+def _rotary_shifted(mod: object) -> tuple[object, str, object]:
+    stock = mod.LlamaRotaryEmbedding.forward  # type: ignore[attr-defined]
+
+    def forward(self, x, position_ids):  # positions off by one
+        return stock(self, x, position_ids + 1)
+    return mod.LlamaRotaryEmbedding, "forward", forward  # type: ignore[attr-defined]
+
+
+def _router_not_renormalised(mod: object) -> tuple[object, str, object]:
+    from nlaverify.interop.hf_patches import _router_forward
+
+    def forward(self, h):
+        return _router_forward(self, h, exact=False, renormalize=False)
+    return mod.MixtralTopKRouter, "forward", forward  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("name", "bug", "node"), [
+    ("llama", _rmsnorm_without_weight, "blocks.0.norm1"),
+    ("llama", _attention_unscaled, "blocks.0.attn.heads"),
+    ("llama", _rotary_shifted, "blocks.0.attn.q_rope"),
+    ("mixtral", _router_not_renormalised, "blocks.0.mlp.out"),
+])
+def test_exact_mode_still_checks_the_hf_code_it_replaces(
+        monkeypatch: pytest.MonkeyPatch, name: str, bug: object, node: str) -> None:
+    """A bug in HF's own code (planted in the class / modeling module, as a transformers
+    regression would be) must not hide behind the exact replacement: the patch fidelity
+    check of the module (stock HF vs exact, float32's bound) fails, naming its node."""
+    import importlib
+
+    mod = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    monkeypatch.setattr(*bug(mod))  # type: ignore[operator]
+    r = verify_hf(CONFIGS[name], seq_len=N, exact=True)
+    assert not r.ok and r.first_patch_divergence == node, format_hf_report(r)
+    assert r.first_divergence is None  # the exact replacement itself agrees
+    assert f"beyond float32 where patched: {node}" in format_hf_report(r, per_node=False)
+
+
+def test_gpt2_exact_mode_runs_hf_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-2 needs only the loss patch: its (float64) attention stays HF's, so a bug in it
+    shows at its node in exact mode too; with reorder_and_upcast_attn (float32) the
+    attention patch is applied and fidelity-checked."""
+    from transformers.models.gpt2 import modeling_gpt2
+
+    stock = modeling_gpt2.eager_attention_forward
+
+    def times_1_5(*args, **kwargs):
+        out, w = stock(*args, **kwargs)
+        return out * 1.5, w
+
+    monkeypatch.setattr(modeling_gpt2, "eager_attention_forward", times_1_5)
+    r = verify_hf(CONFIGS["gpt2"], seq_len=N, exact=True)
+    assert r.first_divergence == "blocks.0.attn.heads" and r.patches == ["loss"]
+    monkeypatch.setattr(modeling_gpt2, "eager_attention_forward", stock)
+    up = verify_hf(CONFIGS_STOCK["gpt2-upcast"], seq_len=N, exact=True)
+    assert up.ok and up.patches == ["attention_softmax", "loss"], format_hf_report(up)
+    assert any(c.name.startswith("patch fidelity blocks.1.attn.heads") for c in up.checks)
 
 
 def test_plants_are_restored_and_checked() -> None:
@@ -222,7 +307,9 @@ def test_tokens_report_json_and_command(tmp_path: object, capsys: pytest.Capture
     d = json.loads(json.dumps(jsonout.finite(r.as_dict()), allow_nan=False))
     assert d["ok"] and d["model_type"] == "llama" and d["first_divergence"] is None
     assert d["config"]["rope_scaling"]["kind"] == "llama3"
-    assert len(d["nodes"]) == len(r.rows) and d["patches"] == sorted(EXACT_PATCHES)
+    assert len(d["nodes"]) == len(r.rows) and d["exact"]
+    assert d["patches"] == sorted(set(EXACT_PATCHES) - {"router_softmax"})  # not Mixtral
+    assert d["first_patch_divergence"] is None
     path = tmp_path / "config.json"  # type: ignore[operator]
     path.write_text(json.dumps(CONFIGS["gpt2"]))
     assert hf_verify_command(str(path), seq_len=N, seed=1, exact=True, as_json=False) == 0
@@ -292,3 +379,54 @@ def test_checkpoint_with_extra_or_misshaped_tensor_is_refused(tmp_path: object) 
     (tmp_path / "llama").rename(tmp_path / "llama_extra")  # type: ignore[operator]
     with pytest.raises(ShapeError, match="up_proj"):
         verify_hf(_checkpoint(tmp_path, "llama", misshaped))
+
+
+def test_float32_gemma_checkpoint_offset_is_exact(tmp_path: object) -> None:
+    """A float32 Gemma checkpoint: HF (float64 model) computes 1 + w exactly; nlaverify must
+    too (float64 before the offset), or the weights check fails at a rounding of 1 + w."""
+    def to_float32(state: dict) -> None:
+        for k in state:
+            state[k] = state[k].astype(np.float32)
+
+    r = verify_hf(_checkpoint(tmp_path, "gemma", to_float32), seq_len=N, exact=True)
+    assert r.ok, format_hf_report(r)
+    weights = next(c for c in r.checks if c.name.startswith("weights:"))
+    assert weights.error == 0.0
+
+
+def test_directory_with_unreadable_weights_is_refused(tmp_path: object) -> None:
+    """config.json + pytorch_model.bin (no safetensors) must not be verified on random
+    weights."""
+    d = tmp_path / "bin"  # type: ignore[operator]
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(CONFIGS["llama"]))
+    (d / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(ArgumentError, match=r"pytorch_model\.bin.*safetensors"):
+        verify_hf(str(d))
+    (d / "pytorch_model.bin").unlink()  # a config folder: nlaverify's seeded weights
+    assert verify_hf(str(d), seq_len=N, exact=True).weights.startswith("nlaverify init")
+
+
+def test_size_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model above the parameter limit is refused before anything is allocated."""
+    from nlaverify.graph.build import build_transformer, parameter_counts
+
+    total = parameter_counts(build_transformer(hf_config.load_hf_config(
+        CONFIGS["gpt2"]).config)).total
+    with pytest.raises(ArgumentError, match=f"above max_params={total - 1:,}"):
+        verify_hf(CONFIGS["gpt2"], max_params=total - 1)
+    monkeypatch.setenv("NLAVERIFY_HF_MAX_PARAMS", str(total - 1))
+    with pytest.raises(ArgumentError, match="NLAVERIFY_HF_MAX_PARAMS"):
+        verify_hf(CONFIGS["gpt2"])
+    assert verify_hf(CONFIGS["gpt2"], seq_len=N, exact=True, max_params=total).ok
+    with pytest.raises(ArgumentError, match="max_params"):
+        verify_hf(CONFIGS["gpt2"], max_params=0)
+
+
+def test_config_hf_refuses_is_a_config_error() -> None:
+    """A config nlaverify can read but transformers' strict validation refuses (hidden 10
+    not a multiple of 4 heads, with head_dim 6) is a ConfigError, not HF's traceback."""
+    cfg = dict(_RMS, model_type="llama", hidden_size=10, num_attention_heads=4,
+               num_key_value_heads=4, head_dim=6)
+    with pytest.raises(ConfigError, match=r"transformers .* refuses"):
+        verify_hf(cfg, seq_len=N)

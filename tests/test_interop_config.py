@@ -165,6 +165,8 @@ def test_activations_and_sliding_windows():
     ({"some_new_option": 1}, r"unsupported key 'some_new_option'"),
     ({"router_jitter_noise": 0.1}, r"unsupported key 'router_jitter_noise'"),  # Mixtral's
     ({"vocab_size": None}, r"'vocab_size'.*an integer"),
+    ({"rope_theta": float(2**53)}, r"'rope_theta'.*\[2, 2\*\*53\)"),
+    ({"return_dict": False}, r"'return_dict'.*only true"),
 ])
 def test_bad_llama_configs_name_the_key(change, match):
     with pytest.raises(ConfigError, match=match):
@@ -207,6 +209,7 @@ def test_other_unsupported_values():
     ("gemma", {"mlp": "swiglu"}, "mlp"),
     ("mixtral", {"moe_renormalize": False}, "moe_renormalize"),
     ("llama", {"placement": "post"}, "placement"),
+    ("llama", {"lora_rank": 2}, "lora_rank"),
 ])
 def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):
     cfg = EXPRESSIBLE[mt].replace(**change)
@@ -229,3 +232,31 @@ def test_defaults_and_serialisation_agree_with_transformers(mt):
     cfg = EXPRESSIBLE[mt]
     d = hf_config_dict(cfg, mt)
     assert load_hf_config(transformers.AutoConfig.for_model(**d).to_dict()).config == cfg
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"num_local_experts": 0}, r"'num_local_experts': expected an integer >= 1, got 0"),
+    ({"num_experts": 0}, r"'num_experts': expected an integer >= 1, got 0"),
+    ({"num_experts_per_tok": 5}, r"'num_experts_per_tok'.*\[1, 4\]"),
+    ({"num_experts_per_tok": 0}, r"'num_experts_per_tok'"),
+])
+def test_mixtral_expert_counts(change, match):
+    """num_local_experts = 0 must not become a dense SwiGLU model."""
+    base = {**MINIMAL["mixtral"], "num_local_experts": 4}
+    if "num_experts" in change:
+        base.pop("num_local_experts")
+    with pytest.raises(ConfigError, match=match):
+        load_hf_config({**base, **change})
+
+
+def test_non_utf8_config_is_a_config_error(tmp_path):
+    from nlaverify.interop import config_from_file
+
+    f = tmp_path / "config.json"
+    f.write_bytes(b'{"model_type": "llama", "name": "\xff"}')
+    with pytest.raises(ConfigError, match="UTF-8"):
+        load_hf_config(f)
+    with pytest.raises(ConfigError, match="not readable"):
+        config_from_file(f)
+    with pytest.raises(ConfigError, match="UTF-8"):
+        config_from_file(tmp_path)  # the directory holding it

@@ -152,8 +152,15 @@ def test_prefixes_tied_head_and_checkpoint_layouts():
     for state in (bare, {k: v for k, v in good.items() if k != "lm_head.weight"}):
         got = W.params_from_hf((cfg, mt), state)
         assert all(np.array_equal(got[k], ref[k]) for k in ref)
-    with pytest.raises(UnknownNameError, match=r"lm_head\.weight differs"):
+    with pytest.raises(ArgumentError, match=r"lm_head\.weight differs"):
         W.params_from_hf((cfg, mt), {**good, "lm_head.weight": good["lm_head.weight"] + 1})
+    # errors name keys as the caller spelled them (no "model." added)
+    with pytest.raises(ShapeError, match=r"key 'norm\.weight': expected shape"):
+        W.params_from_hf((cfg, mt), {**bare, "norm.weight": np.zeros(3)})
+    with pytest.raises(UnknownNameError, match=r"unknown key 'foo'"):
+        W.params_from_hf((cfg, mt), {**bare, "foo": np.zeros(3)})
+    with pytest.raises(UnknownNameError, match=r"missing key 'norm\.weight'"):
+        W.params_from_hf((cfg, mt), {k: v for k, v in bare.items() if k != "norm.weight"})
 
 
 def test_mixtral_per_expert_checkpoint_layout():
@@ -178,11 +185,13 @@ def test_mixtral_per_expert_checkpoint_layout():
     got = W.params_from_hf((cfg, mt), legacy)
     assert all(np.array_equal(got[k], params[k]) for k in params)
     gone = "model.layers.1.block_sparse_moe.experts.3.w2.weight"
-    with pytest.raises(UnknownNameError, match=r"missing key 'model\.layers\.1\.mlp\.experts\."
-                                               r"3\.w2\.weight'"):
+    with pytest.raises(UnknownNameError, match=r"missing key 'model\.layers\.1\."
+                                               r"block_sparse_moe\.experts\.3\.w2\.weight'"):
         W.params_from_hf((cfg, mt), {k: v for k, v in legacy.items() if k != gone})
     with pytest.raises(UnknownNameError, match="n_experts=4"):
         W.params_from_hf((cfg, mt), {**legacy, gone.replace(".3.", ".4."): legacy[gone]})
+    with pytest.raises(UnknownNameError, match=r"'model\.layers\.5\..*n_blocks=2"):
+        W.params_from_hf((cfg, mt), {**legacy, gone.replace(".1.", ".5.", 1): legacy[gone]})
 
 
 def test_gpt2_legacy_mask_buffer():
@@ -193,6 +202,33 @@ def test_gpt2_legacy_mask_buffer():
     W.params_from_hf((cfg, mt), {**good, "h.0.attn.bias": mask, "h.1.attn.bias": mask})
     with pytest.raises(ArgumentError, match="lower-triangular"):
         W.params_from_hf((cfg, mt), {**good, "h.0.attn.bias": np.ones((1, 1, 16, 16))})
+    # transformers 4.x saved the mask as bool (or uint8): accepted
+    for dt in (bool, np.uint8):
+        W.params_from_hf((cfg, mt), {**good, "h.0.attn.bias": mask.astype(dt)})
+    with pytest.raises(ArgumentError, match=r"'h\.1\.attn\.bias'.*lower-triangular"):
+        W.params_from_hf((cfg, mt), {**good, "h.1.attn.bias": np.ones((1, 1, 16, 16), bool)})
+
+
+def test_gemma_offset_in_float64_when_asked():
+    """Gemma's gamma = 1 + w of a float32 checkpoint: rounded to float32 by default (dtypes
+    kept), exact with dtype=float64 (what HF's float64 model computes)."""
+    cfg, mt = _config("gemma"), "gemma"
+    state = {k: v.astype(np.float32) for k, v in W.params_to_hf(cfg, mt, _params(mt)).items()}
+    w = state["model.layers.0.input_layernorm.weight"].astype(np.float64)
+    got = W.params_from_hf((cfg, mt), state, dtype=np.float64)["blocks.0.norm1.gamma"]
+    assert got.dtype == np.float64 and np.array_equal(got, 1.0 + w)
+    kept = W.params_from_hf((cfg, mt), state)["blocks.0.norm1.gamma"]
+    assert kept.dtype == np.float32 and not np.array_equal(kept, 1.0 + w)
+    with pytest.raises(Exception, match="floating dtype"):
+        W.params_from_hf((cfg, mt), state, dtype=np.int32)
+
+
+def test_lora_is_not_dropped_on_export():
+    from nlaverify.config import ConfigError
+
+    cfg = _config("llama").replace(lora_rank=2)
+    with pytest.raises(ConfigError, match=r"lora_rank=2.*merge_lora"):
+        W.params_to_hf(cfg, "llama", init_params(build_transformer(cfg), seed=0))
 
 
 def test_safetensors_round_trip_bf16_sharded_atomic(tmp_path):
@@ -218,6 +254,68 @@ def test_safetensors_round_trip_bf16_sharded_atomic(tmp_path):
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ArgumentError, match="'z'"):
         W.load_safetensors(d)
+
+
+def test_bf16_checkpoint_loads_in_a_fresh_interpreter(tmp_path):
+    """safetensors.numpy needs ml_dtypes imported to name bfloat16: nlaverify must import it
+    itself (this process has it already, so the load runs in a fresh one)."""
+    import subprocess
+    import sys
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    f = tmp_path / "b.safetensors"
+    W.save_safetensors(f, {"b": np.arange(4).astype(ml_dtypes.bfloat16)})
+    code = ("import sys; from nlaverify.interop.weights import load_safetensors; "
+            "assert 'ml_dtypes' not in sys.modules; "
+            f"print(load_safetensors({str(f)!r})['b'].dtype)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "bfloat16", out.stderr[-500:]
+
+
+def _shards(d: Path) -> dict:
+    W.save_safetensors(d / "s1.safetensors", {"a": np.ones(2)})
+    W.save_safetensors(d / "s2.safetensors", {"b": np.zeros(3)})
+    return {"a": "s1.safetensors", "b": "s2.safetensors"}
+
+
+@pytest.mark.parametrize(("index", "match"), [
+    ("{not json", "not valid JSON"),
+    ("[1]", "expected a JSON object with a 'weight_map' object, got list"),
+    ('{"weight_map": ["a", "b"]}', "weight_map is list"),
+    ('{"weight_map": {"a": 1, "b": 1}}', r"weight_map\['a'\]: expected a shard file name"),
+    ('{"weight_map": {"a": "../s1.safetensors", "b": "s2.safetensors"}}',
+     "expected a file in the checkpoint directory"),
+    (b'{"weight_map": {"a": "s\xff.safetensors"}}', "not valid JSON"),
+])
+def test_malformed_shard_index_is_named(tmp_path, index, match):
+    _shards(tmp_path)
+    f = tmp_path / "model.safetensors.index.json"
+    f.write_bytes(index if isinstance(index, bytes) else index.encode())
+    with pytest.raises(ArgumentError, match=match):
+        W.load_safetensors(tmp_path)
+
+
+def test_truncated_shard_missing_dir_and_single_file_preferred(tmp_path):
+    wm = _shards(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    with open(tmp_path / "s2.safetensors", "r+b") as fh:
+        fh.truncate(20)
+    with pytest.raises(ArgumentError, match=r"s2\.safetensors.*not a readable safetensors"):
+        W.load_safetensors(tmp_path)
+    # both a single file and an index: transformers' from_pretrained reads the single file
+    W.save_safetensors(tmp_path / "model.safetensors", {"c": np.ones(1)})
+    assert set(W.load_safetensors(tmp_path)) == {"c"}
+    with pytest.raises(ArgumentError, match="does not exist"):
+        W.save_safetensors(tmp_path / "no" / "x.safetensors", {"a": np.ones(1)})
+    with pytest.raises(ArgumentError, match="is a directory"):
+        W.save_safetensors(tmp_path, {"a": np.ones(1)})
+    # a directory with only weights nlaverify cannot read names them
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "pytorch_model.bin").write_bytes(b"x")
+    with pytest.raises(ArgumentError, match=r"pytorch_model\.bin"):
+        W.load_safetensors(other)
 
 
 def test_load_checkpoint_directory(tmp_path):

@@ -31,10 +31,10 @@ def config_from_file(path: str | os.PathLike) -> TransformerConfig:
     if p.is_dir():
         return load_hf_config(p).config
     try:
-        raw = json.loads(p.read_text())
+        raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {str(p)!r}: no such file") from None
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"config file {str(p)!r}: not readable as JSON ({e})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {str(p)!r}: expected a JSON object, got "

@@ -23,8 +23,9 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   need not divide ``hidden_size``). Biases: ``llama`` has ``attention_bias`` (Q, K, V and O)
   and ``mlp_bias``; ``qwen3`` and ``gemma`` ``attention_bias``; ``qwen2`` always has Q/K/V
   biases and no O bias (``attn_bias=True, attn_out_bias=False``); ``mistral`` and ``mixtral``
-  none. ``mixtral``: ``num_local_experts`` (alias ``num_experts``) experts, top
-  ``num_experts_per_tok``, gates renormalised over the selected experts. ``qwen3``: RMSNorm of
+  none. ``mixtral``: ``num_local_experts`` (alias ``num_experts``, at least 1) experts, top
+  ``num_experts_per_tok`` (between 1 and the number of experts), gates renormalised over the
+  selected experts. ``qwen3``: RMSNorm of
   each head's query and key (``qk_norm``). ``gemma``: the embedding times :math:`\sqrt d`
   (``embed_scale``), tied embeddings by default, RMSNorm gains :math:`1 + w` (a weights-side
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
@@ -36,7 +37,8 @@ Model types (:data:`SUPPORTED`) and what each fixes:
 
 RoPE: the base :math:`b` is ``rope_theta`` (old top-level key) or ``rope_parameters
 ["rope_theta"]`` (``transformers`` 5), default 10000 (Mixtral :math:`10^6`), and must be an
-integer (``TransformerConfig.rope_base``). The scaling is ``rope_scaling`` (old) or the rest of
+integer below :math:`2^{53}` (``TransformerConfig.rope_base``; above it a float no longer
+names one integer). The scaling is ``rope_scaling`` (old) or the rest of
 ``rope_parameters``; its ``rope_type`` (or legacy ``type``) is ``default``, ``linear``
 (``factor``) or ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``,
 ``original_max_position_embeddings``, default ``max_position_embeddings`` as in
@@ -49,7 +51,10 @@ the default of the ``transformers`` config class. A key that is neither interpre
 :data:`IGNORED` (metadata, generation, dropout and training-only options, listed with the
 reason; some for the model types of :data:`IGNORED_ONLY` only) is an error naming it, as is
 an interpreted key with a value nlaverify cannot express.
-Keys beginning with ``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
+``return_dict`` must be true (false makes HF return tuples). A ``TransformerConfig`` with
+LoRA adapters (``lora_rank > 0``) has no HF counterpart: :func:`hf_config_dict` refuses it
+(merge the adapters first, :func:`nlaverify.finetune.merge_lora`). Keys beginning with
+``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
 ``nlaverify/data/hf_configs``). Nothing is silently dropped.
 """
 
@@ -90,7 +95,7 @@ IGNORED: dict[str, str] = {
     "router_jitter_noise": _TRAIN + " (MixtralSparseMoeBlock applies it only in training)",
     "chunk_size_feed_forward": _SERIAL + " (chunking is exact)", "id2label": _SERIAL,
     "label2id": _SERIAL, "is_encoder_decoder": _SERIAL, "output_attentions": _SERIAL,
-    "output_hidden_states": _SERIAL, "problem_type": _SERIAL, "return_dict": _SERIAL,
+    "output_hidden_states": _SERIAL, "problem_type": _SERIAL,
     "pretraining_tp": "unused by LlamaForCausalLM in transformers 5",
     "reorder_and_upcast_attn": "the precision of HF's GPT-2 attention, not its function",
     "summary_type": "GPT-2 sequence-summary head (not the language model)",
@@ -189,6 +194,11 @@ class _Reader:
             return HF_DEFAULTS[self.mt][key]
         return _typed(self.mt, key, self.d[key], kind)
 
+    def get_any(self, key: str, kind: str) -> Any:
+        """``key`` checked to be of ``kind`` when present, else ``None``."""
+        self.used.add(key)
+        return _typed(self.mt, key, self.d[key], kind) if key in self.d else None
+
     def check_unknown(self) -> None:
         import difflib
 
@@ -236,9 +246,12 @@ def _read_source(source: Mapping[str, Any] | str | os.PathLike) -> tuple[dict[st
     if not path.is_file():
         raise ConfigError(f"load_hf_config: argument 'source': no such file {str(path)!r}")
     try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"load_hf_config: {str(path)!r} is not valid JSON: {e}") from None
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"load_hf_config: {str(path)!r} is not valid UTF-8 JSON: {e}"
+                          ) from None
+    except OSError as e:
+        raise ConfigError(f"load_hf_config: {str(path)!r}: not readable ({e})") from None
     if not isinstance(d, dict):
         raise ConfigError(f"load_hf_config: {str(path)!r}: expected a JSON object, got "
                           f"{type(d).__name__}")
@@ -271,6 +284,11 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
         raise ConfigError(f"load_hf_config: field 'model_type': expected one of "
                           f"{', '.join(SUPPORTED)}, got {mt!r}")
     r = _Reader(d, mt)
+    # PreTrainedConfig.return_dict: false makes *ForCausalLM return tuples, not the output
+    # objects verification reads (HF then fails); true is the default and harmless
+    if r.get_any("return_dict", "bool") is False:
+        raise ConfigError(f"load_hf_config: {mt} config: field 'return_dict': only true is "
+                          "supported, got false")
     kw = _gpt2(r) if mt == "gpt2" else _llama_family(r)
     r.check_unknown()
     kw["name"] = name or f"hf-{mt}"
@@ -347,6 +365,10 @@ def _llama_family(r: _Reader) -> dict[str, Any]:
     if mt == "mixtral":
         kw["n_experts"] = _num_experts(r)
         kw["top_k"] = r.get("num_experts_per_tok", "int")
+        if not 1 <= kw["top_k"] <= kw["n_experts"]:
+            raise ConfigError(f"load_hf_config: mixtral config: field 'num_experts_per_tok': "
+                              f"expected an integer in [1, {kw['n_experts']}] (the number of "
+                              f"experts), got {kw['top_k']}")
     if mt == "qwen3":
         kw["qk_norm"] = True
     if mt == "gemma":
@@ -368,13 +390,17 @@ def _llama_family(r: _Reader) -> dict[str, Any]:
 def _num_experts(r: _Reader) -> int:
     """Mixtral's ``num_local_experts`` (``MixtralConfig.attribute_map`` alias
     ``num_experts``)."""
-    n = r.get("num_local_experts", "int")
+    n, key = r.get("num_local_experts", "int"), "num_local_experts"
     if r.has("num_experts"):
         alias = _typed(r.mt, "num_experts", r.raw("num_experts"), "int")
         if r.has("num_local_experts") and alias != n:
             raise ConfigError(f"load_hf_config: mixtral config: field 'num_experts'={alias} "
                               f"contradicts 'num_local_experts'={n}")
         n = alias
+        key = key if r.has("num_local_experts") else "num_experts"
+    if n < 1:  # 0 would silently build a dense SwiGLU model
+        raise ConfigError(f"load_hf_config: mixtral config: field {key!r}: expected an "
+                          f"integer >= 1, got {n}")
     return n
 
 
@@ -475,10 +501,11 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
     if theta is None:
         theta, theta_key = HF_DEFAULTS[mt]["rope_theta"], "rope_theta"
     theta = _typed(mt, theta_key, theta, "float")
-    if theta != int(theta) or theta < 2:
+    # above 2**53 a float no longer determines the integer HF's float base stands for
+    if theta != int(theta) or not 2 <= theta < 2**53:
         raise ConfigError(f"load_hf_config: {mt} config: field {theta_key!r}: expected an "
-                          f"integral base >= 2 (TransformerConfig.rope_base is an integer), "
-                          f"got {theta!r}")
+                          f"integral base in [2, 2**53) (TransformerConfig.rope_base is an "
+                          f"integer), got {theta!r}")
     kind = rp.pop("rope_type", None)
     legacy = rp.pop("type", None)
     if kind is not None and legacy is not None and kind != legacy:
@@ -532,6 +559,10 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         raise ConfigError(f"hf_config_dict: argument 'model_type': expected one of "
                           f"{', '.join(SUPPORTED)}, got {model_type!r}")
     c = config
+    if getattr(c, "lora_rank", 0):
+        raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
+                          f"Face {model_type} has no LoRA adapters and they would be dropped; "
+                          "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
     gpt2 = model_type == "gpt2"
     fixed: dict[str, Any] = {
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,

@@ -34,8 +34,18 @@ alone is left unpatched (``tests/test_hf_verify.py``):
 The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_frequencies`
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
 checks HF's own float32 ``inv_freq`` against them at float32 precision, so the
-substitution cannot hide a wrong base or scaling. GPT-2 needs no patch but the loss (its
-LayerNorm, tanh-GELU and eager softmax stay in the model dtype).
+substitution cannot hide a wrong base or scaling. Only the patches a model needs are
+applied (:func:`needed_patches`): GPT-2 needs none but the loss (its LayerNorm, tanh-GELU
+and eager softmax stay in the model dtype; its attention stays HF's own unless
+``reorder_and_upcast_attn``), the router patch is Mixtral's only.
+
+**Patch fidelity.** A replacement must not hide a bug of the HF code it replaces. Every
+patched call therefore also runs HF's stock code (the module's own ``forward`` as it was
+before patching: the class's, whatever it is now) on the same inputs, without gradients,
+and hands both outputs to a ``fidelity`` sink (:class:`Fidelity`);
+:mod:`~nlaverify.interop.hf_verify` judges each pair at float32's bound (stock HF computes
+these steps in float32), so e.g. an RMSNorm that ignores its weight fails its check,
+named by its graph node, even though the exact replacement was run instead.
 
 **Planted mistakes** (:func:`plant_mistake`, :data:`PLANTS`) are test instruments: each
 introduces one known bug in the HF side, which node-by-node verification must report at
@@ -46,7 +56,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -79,18 +90,93 @@ PLANTS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Fidelity:
+    """One patched call: HF's stock output and the exact replacement's, on the same inputs
+    (float64 NumPy, in HF's layout), for the module at ``path`` (``kind``: the patch)."""
+
+    path: str
+    kind: str
+    module: str
+    stock: np.ndarray
+    exact: np.ndarray
+
+
+def _as_array(value: Any, kind: str) -> np.ndarray:
+    """A patched call's output as one float64 array: RoPE's ``(cos, sin)`` stacked,
+    Mixtral's router ``(logits, weights, indices)`` as the dense gates ``(T, E)`` (zero off
+    the selected experts), a plain tensor as is."""
+    import torch
+
+    def f64(t: Any) -> np.ndarray:
+        return t.detach().to(torch.float64).cpu().numpy()
+
+    if kind == "router_softmax":
+        logits, weights, idx = value
+        gates = np.zeros(tuple(logits.shape))
+        np.put_along_axis(gates, idx.detach().cpu().numpy(), f64(weights), axis=-1)
+        return gates
+    if isinstance(value, tuple | list):
+        return np.stack([f64(v) for v in value])
+    return f64(value)
+
+
+def record_fidelity(sink: list[Fidelity] | None, path: str, kind: str, module: str,
+                    stock: Callable[[], Any], exact_out: Any) -> None:
+    """Run HF's ``stock`` code (no gradients) and append it with ``exact_out`` to ``sink``
+    (nothing when ``sink`` is ``None``)."""
+    import torch
+
+    if sink is None:
+        return
+    with torch.no_grad():
+        stock_out = stock()
+    sink.append(Fidelity(path, kind, module, _as_array(stock_out, kind),
+                         _as_array(exact_out, kind)))
+
+
+def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
+    """The exact-arithmetic patches a model of ``model_type`` (HF config dict ``raw``)
+    needs: those whose stock code computes in float32 in that model (module docstring)."""
+    if model_type == "gpt2":
+        return frozenset({"loss"} | ({"attention_softmax"} if raw.get(
+            "reorder_and_upcast_attn") else set()))
+    parts = {"rmsnorm", "rotary", "attention_softmax", "loss"}
+    if model_type == "mixtral":
+        parts.add("router_softmax")
+    return frozenset(parts)
+
+
 class _Restorer:
     """Undo-list of attribute changes, applied in reverse order."""
 
     def __init__(self) -> None:
         self._undo: list[Any] = []
 
-    def set_forward(self, module: Any, fn: Any) -> None:
+    def set_forward(self, module: Any, fn: Any) -> Any:
+        """Replace ``module.forward`` by ``fn`` (bound); returns the forward it replaces
+        (bound: the class's own unless the instance had one)."""
         had = "forward" in vars(module)
         old = vars(module).get("forward")
+        previous = module.forward
         module.forward = fn.__get__(module)
         self._undo.append(lambda: (setattr(module, "forward", old) if had
                                    else delattr(module, "forward")))
+        return previous
+
+    def set_exact(self, module: Any, path: str, kind: str, fn: Any,
+                  sink: list[Fidelity] | None) -> None:
+        """Replace ``module.forward`` by the exact ``fn``; each call also runs the replaced
+        (stock) forward on the same inputs into ``sink`` (:func:`record_fidelity`)."""
+        stock: Any = None
+
+        def forward(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            out = fn(self_, *args, **kwargs)
+            record_fidelity(sink, path, kind, type(self_).__name__,
+                            lambda: stock(*args, **kwargs), out)
+            return out
+
+        stock = self.set_forward(module, forward)
 
     def set_global(self, namespace: Any, name: str, value: Any) -> None:
         old = getattr(namespace, name)
@@ -177,14 +263,16 @@ def exact_inv_freq(config: Any) -> np.ndarray:
 
 @contextlib.contextmanager
 def exact_arithmetic(model: Any, config: Any,
-                     parts: Collection[str] = tuple(EXACT_PATCHES)) -> Iterator[None]:
+                     parts: Collection[str] = tuple(EXACT_PATCHES), *,
+                     fidelity: list[Fidelity] | None = None) -> Iterator[None]:
     """Patch ``model`` (one instance) to compute in its own dtype where stock HF drops to
     float32: the ``parts`` among ``"rmsnorm"``, ``"rotary"``, ``"router_softmax"`` (see
     :data:`EXACT_PATCHES`; attention and the loss are handled by
     :mod:`~nlaverify.interop.hf_verify`). ``config`` is the nlaverify
     :class:`~nlaverify.config.TransformerConfig` (RoPE base and scaling). An RMSNorm of an
     unknown form raises :class:`~nlaverify.errors.UnknownNameError` rather than being left
-    in float32 silently."""
+    in float32 silently. ``fidelity``: a list receiving, per patched call, HF's stock output
+    next to the exact one (module docstring)."""
     import torch
 
     unknown = sorted(set(parts) - set(EXACT_PATCHES))
@@ -196,12 +284,12 @@ def exact_arithmetic(model: Any, config: Any,
         for name, module in model.named_modules():
             cls = type(module).__name__
             if cls == "GemmaRMSNorm" and "rmsnorm" in parts:
-                undo.set_forward(module, _gemma_rmsnorm_exact)
+                undo.set_exact(module, name, "rmsnorm", _gemma_rmsnorm_exact, fidelity)
             elif cls.endswith("RMSNorm") and "rmsnorm" in parts:
                 if not hasattr(module, "variance_epsilon"):
                     raise UnknownNameError(f"exact_arithmetic: module {name!r} ({cls}) is an "
                                            "RMSNorm of a form nlaverify does not patch")
-                undo.set_forward(module, _rmsnorm_exact)
+                undo.set_exact(module, name, "rmsnorm", _rmsnorm_exact, fidelity)
             elif cls.endswith("RotaryEmbedding") and "rotary" in parts:
                 if getattr(module, "rope_type", "default") not in ("default", "linear",
                                                                     "llama3"):
@@ -209,10 +297,10 @@ def exact_arithmetic(model: Any, config: Any,
                                            f"{module.rope_type!r} is not one nlaverify models")
                 module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))
                 undo.on_exit(lambda m=module: delattr(m, "_nlaverify_inv_freq"))
-                undo.set_forward(module, _rotary_exact)
+                undo.set_exact(module, name, "rotary", _rotary_exact, fidelity)
             elif _is_mixtral_router(module) and "router_softmax" in parts:
-                undo.set_forward(module, lambda self, h: _router_forward(
-                    self, h, exact=True, renormalize=True))
+                undo.set_exact(module, name, "router_softmax", lambda self, h: _router_forward(
+                    self, h, exact=True, renormalize=True), fidelity)
         yield
     finally:
         undo.restore()

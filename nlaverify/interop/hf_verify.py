@@ -51,9 +51,19 @@ the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``) and th
 In stock mode :attr:`HFVerifyReport.first_beyond_float32` also judges every node with
 float32's bound: ``None`` means every departure is float32 rounding; a node there is a
 real difference (a planted mistake shows there). ``exact=True`` patches HF for the
-duration (:mod:`nlaverify.interop.hf_patches`) so that it computes in the model dtype
-everywhere; the two implementations must then agree to the tolerance model in every
-node, the logits, the loss and every gradient.
+duration (:mod:`nlaverify.interop.hf_patches`; only the patches the model needs,
+:func:`~nlaverify.interop.hf_patches.needed_patches`: GPT-2's attention stays HF's own) so
+that it computes in the model dtype everywhere; the two implementations must then agree to
+the tolerance model in every node, the logits, the loss and every gradient. A patch must
+not hide a bug of the HF code it replaces: every patched call also runs HF's stock code on
+the same inputs, and a "patch fidelity" check row per call (named by its graph node,
+:attr:`HFVerifyReport.first_patch_divergence`) compares the two at float32's bound.
+
+Limits: a model above ``max_params`` parameters (:data:`DEFAULT_MAX_PARAMS`,
+``$NLAVERIFY_HF_MAX_PARAMS``) is refused before anything is allocated; a directory holding
+``pytorch_model.bin`` (or another format) and no safetensors is refused, never verified on
+seeded weights; a config ``transformers`` refuses is a
+:class:`~nlaverify.config.ConfigError`.
 
 torch and transformers are imported lazily (the ``[hf]`` extra).
 """
@@ -98,6 +108,8 @@ class _Recorder:
 
     exact: bool
     tensors: dict[tuple[Any, str], Any] = field(default_factory=dict)
+    #: exact mode: HF's stock output next to each exact replacement's (patch fidelity)
+    fidelity: list[Any] | None = None
 
     def keep(self, key: tuple[Any, str], value: Any) -> None:
         self.tensors[key] = _detach(value)
@@ -151,26 +163,41 @@ def _capture_attention(module: Any, query: Any, key: Any, value: Any, attention_
     """The registered attention function: records query (after RoPE), key and value
     (before ``repeat_kv``) and the output, then runs HF's eager attention of the model's
     own ``modeling_*.py`` (stock), or :func:`exact_eager_attention` (exact)."""
-    from nlaverify.interop.hf_patches import modeling_module
+
+    from nlaverify.interop.hf_patches import record_fidelity
 
     rec = _ACTIVE.get()
     if rec is not None and rec.exact:
         out = exact_eager_attention(module, query, key, value, attention_mask, *args, **kwargs)
-    elif getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's float32 option
-        # its float32 scores + the model-dtype mask would fail HF's own dtype assertion
-        # (models/gpt2/modeling_gpt2.py, transformers 5.24, float64 models): mask in float32
-        import torch
-
-        mask = None if attention_mask is None else attention_mask.to(torch.float32)
-        out = module._upcast_and_reordered_attn(query, key, value, mask)
+        # HF's own attention on the same inputs: the replacement must not hide its bugs
+        record_fidelity(rec.fidelity, f"attention[{module.layer_idx}]", "attention_softmax",
+                        "eager_attention_forward", lambda: _stock_attention(
+                            module, query, key, value, attention_mask, *args, **kwargs)[0],
+                        out[0])
     else:
-        out = modeling_module(module).eager_attention_forward(
-            module, query, key, value, attention_mask, *args, **kwargs)
+        out = _stock_attention(module, query, key, value, attention_mask, *args, **kwargs)
     if rec is not None:
         layer = module.layer_idx
         for name, t in (("query", query), ("key", key), ("value", value), ("output", out[0])):
             rec.keep((layer, name), t)
     return out
+
+
+def _stock_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                     *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """HF's own eager attention of the model's ``modeling_*.py`` (GPT-2 with
+    ``reorder_and_upcast_attn``: its float32 ``_upcast_and_reordered_attn``)."""
+    from nlaverify.interop.hf_patches import modeling_module
+
+    if getattr(module, "reorder_and_upcast_attn", False):  # GPT-2's float32 option
+        # its float32 scores + the model-dtype mask would fail HF's own dtype assertion
+        # (models/gpt2/modeling_gpt2.py, transformers 5.24, float64 models): mask in float32
+        import torch
+
+        mask = None if attention_mask is None else attention_mask.to(torch.float32)
+        return module._upcast_and_reordered_attn(query, key, value, mask)
+    return modeling_module(module).eager_attention_forward(
+        module, query, key, value, attention_mask, *args, **kwargs)
 
 
 def _register_attention() -> None:
@@ -184,10 +211,11 @@ def _register_attention() -> None:
 
 
 @contextlib.contextmanager
-def _recording(model: Any, taps: list[_Tap], exact: bool) -> Iterator[_Recorder]:
+def _recording(model: Any, taps: list[_Tap], exact: bool,
+               fidelity: list[Any] | None = None) -> Iterator[_Recorder]:
     """Forward hooks on every module a tap reads, and the recorder the attention function
     writes to; all removed on exit."""
-    rec = _Recorder(exact)
+    rec = _Recorder(exact, fidelity=fidelity)
     modules = dict(model.named_modules())
     handles = []
     wanted: dict[str, set[str]] = {}
@@ -382,8 +410,9 @@ class HFNodeRow:
 
 @dataclass(frozen=True)
 class HFCheck:
-    """An end-to-end check: a parameter gradient (by its HF state-dict key), or the RoPE
-    frequencies of exact mode."""
+    """An end-to-end check: a parameter gradient (by its HF state-dict key), the RoPE
+    frequencies of exact mode, a checkpoint's weights, or the fidelity of one patched HF
+    call (stock vs exact, float32's bound)."""
 
     name: str
     error: float
@@ -425,6 +454,9 @@ class HFVerifyReport:
     #: stock mode on a float64 model: the first node beyond the bound of float32, the
     #: precision stock HF drops to (None: every departure is float32 rounding)
     first_beyond_float32: str | None = None
+    #: exact mode: the graph node of the first patched HF module whose stock code differs
+    #: from its exact replacement beyond float32's bound (a bug the patch would hide)
+    first_patch_divergence: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -451,6 +483,7 @@ class HFVerifyReport:
                 "planted": self.planted, "first_divergence": self.first_divergence,
                 "first_gradient_divergence": self.first_gradient_divergence,
                 "first_beyond_float32": self.first_beyond_float32,
+                "first_patch_divergence": self.first_patch_divergence,
                 "nodes": rows(self.rows), "gradients": rows(self.gradients),
                 "checks": rows(self.checks), "unmapped": list(self.unmapped)}
 
@@ -488,8 +521,18 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     ``checkpoint`` directory (offline), or random init (weights written afterwards)."""
     _, transformers = _require_hf()
     _register_attention()
+    from huggingface_hub.errors import StrictDataclassError
+
+    from nlaverify.config import ConfigError
+
     raw = {k: v for k, v in dict(hf.raw).items() if k != "model_type"}
-    hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
+    try:
+        hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
+    except (StrictDataclassError, ValueError, TypeError) as e:
+        raise ConfigError(f"verify_hf: transformers {transformers.__version__} refuses this "
+                          f"{hf.model_type} config.json ({type(e).__name__}: "
+                          f"{str(e).strip().splitlines()[-1] if str(e).strip() else e!r}); "
+                          "nlaverify's reading of it is not a model HF can build") from None
     # experts: HF's loop over experts ("eager"); the default grouped_mm kernel takes no
     # float64 on the CPU (transformers/integrations/moe.py)
     extra = {"experts_implementation": "eager"} if getattr(
@@ -545,14 +588,20 @@ def _load_weights(model: Any, state: Mapping[str, np.ndarray]) -> None:
             target.copy_(torch.from_numpy(np.asarray(value, dtype=np.float64)))
 
 
-def _hf_forward(model: Any, tokens: np.ndarray, exact: bool) -> Any:
-    """Logits and loss (see the module docstring), then ``loss.backward()``."""
+def _hf_forward(model: Any, tokens: np.ndarray, exact: bool,
+                fidelity: list[Any] | None = None) -> Any:
+    """Logits and loss (see the module docstring), then ``loss.backward()``; exact: HF's
+    own loss function on the same logits goes to ``fidelity``."""
     import torch
+
+    from nlaverify.interop.hf_patches import record_fidelity
 
     ids = torch.from_numpy(tokens)[None, :]
     if exact:
         logits = model(input_ids=ids, use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+        record_fidelity(fidelity, "loss", "loss", "ForCausalLMLoss", lambda: model.loss_function(
+            logits=logits, labels=ids, vocab_size=model.config.vocab_size), loss)
     else:
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
     loss.backward()
@@ -573,30 +622,72 @@ def _exact_parts(exact: Any, known: Mapping[str, str]) -> frozenset[str]:
     return frozenset(exact)
 
 
-def _resolve(source: Any) -> tuple[Any, dict[str, np.ndarray] | None, str, str | None]:
-    """``(hf_config, checkpoint params or None, description, checkpoint directory or
-    None)``; a checkpoint is read and validated whole by
-    :func:`~nlaverify.interop.weights.load_checkpoint` before HF loads it."""
+#: the largest model :func:`verify_hf` builds by default (parameters); it holds about
+#: :data:`BYTES_PER_PARAMETER` bytes per parameter. ``NLAVERIFY_HF_MAX_PARAMS`` or the
+#: ``max_params`` argument raise it.
+DEFAULT_MAX_PARAMS = 100_000_000
+#: float64 copies held per parameter: the graph's value and cotangent, HF's parameter and
+#: gradient, the mapped state dict and mapped gradients (8 bytes each)
+BYTES_PER_PARAMETER = 6 * 8
+
+
+def _max_params(max_params: int | None) -> int:
+    """``max_params``, else ``$NLAVERIFY_HF_MAX_PARAMS``, else :data:`DEFAULT_MAX_PARAMS`."""
+    if max_params is None:
+        env = os.environ.get("NLAVERIFY_HF_MAX_PARAMS")
+        if env is None:
+            return DEFAULT_MAX_PARAMS
+        try:
+            max_params = int(env)
+        except ValueError:
+            raise ArgumentError(f"verify_hf: environment variable NLAVERIFY_HF_MAX_PARAMS: "
+                                f"expected an integer, got {env!r}") from None
+    if isinstance(max_params, bool) or not isinstance(max_params, int) or max_params < 1:
+        raise ArgumentError(f"verify_hf: argument 'max_params': expected an integer >= 1, got "
+                            f"{max_params!r}")
+    return max_params
+
+
+def _check_size(graph: Any, config: Any, limit: int) -> None:
+    """Refuse, before anything is allocated, a model above ``limit`` parameters."""
+    from nlaverify.graph.build import parameter_counts
+
+    total = parameter_counts(graph).total
+    if total > limit:
+        raise ArgumentError(
+            f"verify_hf: {config.name} has {total:,} parameters, above max_params={limit:,} "
+            f"(about {total * BYTES_PER_PARAMETER / 2**30:.1f} GiB of float64 copies would be "
+            "allocated); pass max_params (or set NLAVERIFY_HF_MAX_PARAMS) to raise the limit")
+
+
+def _resolve(source: Any) -> tuple[Any, str, str | None]:
+    """``(hf_config, description, checkpoint directory or None)``. A directory holding
+    weights nlaverify cannot read (``pytorch_model.bin``...) and no safetensors is refused:
+    it must not be verified on random weights."""
     from nlaverify.interop.hf_config import load_hf_config
+    from nlaverify.interop.weights import foreign_weight_files
 
     if isinstance(source, Mapping):
-        return load_hf_config(source), None, "config dict", None
+        return load_hf_config(source), "config dict", None
     if not isinstance(source, str | os.PathLike):
         raise ArgumentError(f"verify_hf: argument 'source': expected a config dict, a "
                             f"config.json path or a checkpoint directory, got "
                             f"{type(source).__name__}")
     if _is_checkpoint_dir(source):
-        from nlaverify.interop.weights import load_checkpoint
-
-        hf, params = load_checkpoint(source)
-        return hf, {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}, \
-            f"checkpoint {os.fspath(source)}", os.fspath(source)
-    return load_hf_config(source), None, os.fspath(source), None
+        return load_hf_config(source), f"checkpoint {os.fspath(source)}", os.fspath(source)
+    foreign = foreign_weight_files(source)
+    if foreign:
+        raise ArgumentError(f"verify_hf: argument 'source': {os.fspath(source)!r} holds "
+                            f"{', '.join(foreign)} but no safetensors checkpoint; nlaverify "
+                            "reads only safetensors (model.safetensors or "
+                            "model.safetensors.index.json): convert with transformers' "
+                            "save_pretrained(..., safe_serialization=True)")
+    return load_hf_config(source), os.fspath(source), None
 
 
 def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 0,
               exact: bool | Collection[str] = False, plant: str | None = None,
-              dtype: str = "float64") -> HFVerifyReport:
+              dtype: str = "float64", max_params: int | None = None) -> HFVerifyReport:
     r"""Run the Hugging Face model of ``source`` and the nlaverify graph on the same weights
     and tokens; compare every mapped node, the loss and every parameter gradient.
 
@@ -611,12 +702,18 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
             token :math:`t+1` (module docstring).
         exact: patch HF to compute in the model dtype where it drops to float32
             (:func:`~nlaverify.interop.hf_patches.exact_arithmetic`): ``True`` (every
-            patch), ``False`` (stock HF), or a subset of
-            :data:`~nlaverify.interop.hf_patches.EXACT_PATCHES` (to locate each upcast).
+            patch the model needs, :func:`~nlaverify.interop.hf_patches.needed_patches`),
+            ``False`` (stock HF), or a subset of
+            :data:`~nlaverify.interop.hf_patches.EXACT_PATCHES` (to locate each upcast; the
+            ones the model does not need are not applied). Each patched call also runs HF's
+            stock code on the same inputs: a check row per call (patch fidelity, named by
+            its graph node) fails when they differ beyond float32's bound.
         plant: a planted mistake (test instrument, :data:`~nlaverify.interop.hf_patches.
             PLANTS`).
         dtype: the HF model's dtype (``"float64"`` or ``"float32"``); the graph runs in
             float64 and the bounds are those of ``dtype``.
+        max_params: refuse (before allocating) a model with more parameters (default
+            ``$NLAVERIFY_HF_MAX_PARAMS``, else :data:`DEFAULT_MAX_PARAMS`).
 
     Returns:
         :class:`HFVerifyReport`; ``first_divergence`` names the first graph node (in
@@ -626,20 +723,34 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     from nlaverify.graph.build import build_transformer
     from nlaverify.graph.compare import accumulation_length, node_depths, node_tolerance
     from nlaverify.graph.run import init_params, run_graph, sample_data
-    from nlaverify.interop.hf_patches import EXACT_PATCHES, exact_arithmetic, plant_mistake
-    from nlaverify.interop.weights import params_to_hf
+    from nlaverify.interop.hf_patches import (
+        EXACT_PATCHES,
+        exact_arithmetic,
+        needed_patches,
+        plant_mistake,
+    )
+    from nlaverify.interop.weights import load_checkpoint, params_to_hf
     from nlaverify.ops.loss import IGNORE_INDEX
 
     if dtype not in ("float64", "float32"):
         raise ArgumentError(f"verify_hf: argument 'dtype': expected 'float64' or 'float32', "
                             f"got {dtype!r}")
     parts = _exact_parts(exact, EXACT_PATCHES)
-    hf, params, described, checkpoint = _resolve(source)
+    limit = _max_params(max_params)
+    hf, described, checkpoint = _resolve(source)
     config, model_type = hf.config, hf.model_type
+    needed = needed_patches(model_type, hf.raw)
+    parts = parts & needed
     graph = build_transformer(config)
-    weights = described if params is not None else f"nlaverify init_params(seed={seed})"
-    if params is None:
+    _check_size(graph, config, limit)
+    if checkpoint is not None:  # read and validated whole before HF loads it
+        # float64 before any offset: Gemma's 1 + w of a float32/bfloat16 checkpoint is
+        # exact in float64, as HF's from_pretrained(dtype=float64) computes it
+        _, params = load_checkpoint(checkpoint, dtype=np.float64)
+        weights = described
+    else:
         params = init_params(graph, seed)
+        weights = f"nlaverify init_params(seed={seed})"
     if tokens is None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not (
                 2 <= seq_len <= config.context):
@@ -662,13 +773,14 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         _load_weights(model, state)
     else:  # HF read the checkpoint its own way: does it hold what nlaverify read?
         weights_check = _weights_check(model, state)
-    report = HFVerifyReport(described, model_type, config, dtype, len(parts) == len(
-        EXACT_PATCHES), weights, tokens.tolist(), patches=sorted(parts), plant=plant)
-    with exact_arithmetic(model, config, parts), plant_mistake(
+    report = HFVerifyReport(described, model_type, config, dtype, parts == needed,
+                            weights, tokens.tolist(), patches=sorted(parts), plant=plant)
+    fidelity: list[Any] = []
+    with exact_arithmetic(model, config, parts, fidelity=fidelity), plant_mistake(
             model, model_type, plant, exact="router_softmax" in parts) as planted, \
-            _recording(model, taps, "attention_softmax" in parts) as rec, \
+            _recording(model, taps, "attention_softmax" in parts, fidelity) as rec, \
             _quiet_transformers():
-        loss = _hf_forward(model, tokens, "loss" in parts)
+        loss = _hf_forward(model, tokens, "loss" in parts, fidelity)
     report.planted = planted
     hf_values: dict[str, tuple[np.ndarray, str]] = {}
     for t in taps:
@@ -736,7 +848,65 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         report.checks.append(weights_check)
     if "rotary" in parts and config.positions == "rope":
         report.checks.append(_rope_check(model, config))
+    for f in fidelity:
+        check = _fidelity_check(f, config, n)
+        report.checks.append(check)
+        if not check.ok and report.first_patch_divergence is None:
+            report.first_patch_divergence = _fidelity_node(f.path)
     return report
+
+
+def _fidelity_node(path: str) -> str:
+    """The graph node where a patched HF module's output first enters (module docstring of
+    :mod:`~nlaverify.interop.hf_patches`)."""
+    import re
+
+    if path == "loss":
+        return "loss"
+    if path == "model.norm":
+        return "final_norm"
+    if path.endswith("rotary_emb"):
+        return "blocks.0.attn.q_rope"  # the angles of every block's q_rope / k_rope
+    m = re.fullmatch(r"attention\[(\d+)\]", path)
+    if m:
+        return f"blocks.{m.group(1)}.attn.heads"
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", path)
+    sub = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2",
+           "self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm",
+           "mlp.gate": "mlp.out"}
+    if m and m.group(2) in sub:
+        return f"blocks.{m.group(1)}.{sub[m.group(2)]}"
+    return path
+
+
+def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
+    r"""A patched call: HF's stock output against the exact replacement's, at float32's
+    bound (stock HF computes these steps in float32): :func:`~nlaverify.tolerance.tolerance`
+    of float32 with the step's longest accumulation :math:`k` (RMSNorm :math:`d` or
+    :math:`d_h`, attention :math:`\max(n, d_h)`, router :math:`\max(d, E)`, loss :math:`V`,
+    RoPE :math:`d_h/2`), a few dependent stages (:math:`D = 4`: cast, reduce, normalise,
+    scale), :math:`\kappa` the output's magnitude; RoPE's angles :math:`t	heta_i` carry
+    the float32 error of :math:`	heta_i = b^{-2i/d}` (relative :math:`u\ln b`) times
+    :math:`t \le n - 1`, so :math:`\kappa = (n-1)\max(1, \ln b)` there; the loss's
+    :math:`\kappa` is the logits' scale, :math:`\max(1, \ln V)`."""
+    from nlaverify.tolerance import magnitude_condition, tolerance
+
+    dh = config.d_head or config.d_model // config.n_heads
+    size = {"rmsnorm": dh if f.path.endswith(("q_norm", "k_norm")) else config.d_model,
+            "attention_softmax": max(n, dh), "router_softmax": max(config.d_model,
+                                                                  config.n_experts or 1),
+            "loss": config.vocab_size, "rotary": max(1, dh // 2)}[f.kind]
+    cond = magnitude_condition(f.exact, power=1)
+    if f.kind == "rotary":
+        cond = max(cond, (n - 1) * max(1.0, math.log(config.rope_base)))
+    elif f.kind == "loss":
+        cond = max(cond, math.log(config.vocab_size))
+    tol = tolerance("float32", size=size, depth=4, condition=cond)
+    node = _fidelity_node(f.path)
+    name = f"patch fidelity {node}: HF {f.module} (stock, {f.path}) vs exact replacement"
+    if f.stock.shape != f.exact.shape:
+        return HFCheck(name, math.inf, tol.rtol, f"shape {f.stock.shape} vs {f.exact.shape}")
+    return HFCheck(name, tol.compare(f.stock, f.exact).normwise, tol.rtol)
 
 
 def _weights_check(model: Any, state: Mapping[str, np.ndarray]) -> HFCheck:
@@ -809,9 +979,18 @@ def format_hf_report(report: HFVerifyReport, per_node: bool = True) -> str:
                      f"bound {worst.bound:.2e}")
     for g in bad[:10]:
         lines.append(f"  gradient {g.name}: error {g.error:.2e} bound {g.bound:.2e}: FAIL")
+    fidelity = [c for c in report.checks if c.name.startswith("patch fidelity")]
     for c in report.checks:
+        if c in fidelity and c.ok:
+            continue  # summarised below; failures listed
         lines.append(f"{c.name}: error {c.error:.2e} bound {c.bound:.2e}: "
                      f"{'ok' if c.ok else 'FAIL'}")
+    if fidelity:
+        worst_f = max(fidelity, key=lambda c: c.error / c.bound)
+        lines.append(f"patch fidelity (HF's stock code vs each exact replacement, float32's "
+                     f"bound): {sum(c.ok for c in fidelity)}/{len(fidelity)} calls within "
+                     f"bound; worst ratio {worst_f.error / worst_f.bound:.2e} "
+                     f"({worst_f.name.split(':')[0].removeprefix('patch fidelity ')})")
     if report.unmapped:
         lines.append(f"graph nodes HF does not expose: {', '.join(report.unmapped)}")
     if not per_node and report.first_divergence is not None:
@@ -824,7 +1003,10 @@ def format_hf_report(report: HFVerifyReport, per_node: bool = True) -> str:
         return "\n".join(lines)
     lines.append(f"verify --hf {report.model_type}: FAIL; first divergent node: "
                  f"{report.first_divergence}; first divergent gradient: "
-                 f"{report.first_gradient_divergence}")
+                 f"{report.first_gradient_divergence}"
+                 + (f"; HF's own code beyond float32 where patched: "
+                    f"{report.first_patch_divergence}" if report.first_patch_divergence
+                    else ""))
     if report.dtype == "float64" and not report.exact and report.first_divergence:
         lines.append("stock arithmetic: " + (
             f"the first node beyond even float32's bound is {report.first_beyond_float32}"
@@ -835,12 +1017,12 @@ def format_hf_report(report: HFVerifyReport, per_node: bool = True) -> str:
 
 
 def hf_verify_command(source: Any, *, seq_len: int = 6, seed: int = 0, exact: bool = False,
-                      as_json: bool = False) -> int:
+                      as_json: bool = False, max_params: int | None = None) -> int:
     """``nlaverify verify --hf PATH_OR_CONFIG [--hf-exact]``: print the report (or JSON)
     and return the exit status (0: every node, the loss and every gradient agree)."""
     from nlaverify import jsonout
 
-    report = verify_hf(source, seq_len=seq_len, seed=seed, exact=exact)
+    report = verify_hf(source, seq_len=seq_len, seed=seed, exact=exact, max_params=max_params)
     if as_json:
         jsonout.dump(report.as_dict())
     else:

@@ -51,8 +51,9 @@ Validation is complete before anything is returned or written: unknown, missing 
 mis-shaped keys raise an error naming the key, the expected and the actual shape.
 
 Checkpoints are read and written with ``safetensors.numpy``; ``safetensors`` 0.8 maps
-``BF16`` to ``ml_dtypes.bfloat16`` (which JAX brings), so no header parsing of our own is
-needed.
+``BF16`` to NumPy's ``"bfloat16"``, which exists once ``ml_dtypes`` (which JAX brings) is
+imported: this module imports it before every read and write. Only safetensors is read: a
+directory holding only ``pytorch_model.bin`` (or another format) is refused, naming the file.
 """
 
 from __future__ import annotations
@@ -283,11 +284,14 @@ def _resolve(hf: HFConfig | tuple[TransformerConfig, str], fn: str
                         f"model_type) pair, got {type(hf).__name__}")
 
 
-def _canonical_keys(state: Mapping[str, Any], mt: str, fn: str) -> dict[str, Any]:
+def _canonical_keys(state: Mapping[str, Any], mt: str, fn: str
+                    ) -> tuple[dict[str, Any], dict[str, str]]:
     """Keys as ``*ForCausalLM.state_dict()`` has them: the base-model prefix added where
-    missing, Mixtral's ``block_sparse_moe`` renamed ``mlp`` (a duplicate is an error)."""
+    missing, Mixtral's ``block_sparse_moe`` renamed ``mlp`` (a duplicate is an error); and
+    the map from each canonical key back to the user's spelling (for error messages)."""
     prefix = _PREFIX.get(mt, "model.")
     out: dict[str, Any] = {}
+    user: dict[str, str] = {}
     for key, value in state.items():
         if not isinstance(key, str):
             raise UnknownNameError(f"{fn}: key {key!r}: expected a string")
@@ -299,10 +303,24 @@ def _canonical_keys(state: Mapping[str, Any], mt: str, fn: str) -> dict[str, Any
                                    f"{k!r} with and without the {prefix!r} prefix or in two "
                                    "layouts)")
         out[k] = value
-    return out
+        user[k] = key
+    return out, user
 
 
-def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str) -> None:
+def _spelled(key: str, user: Mapping[str, str], mt: str) -> str:
+    """A missing canonical ``key`` as the user's state dict would spell it: without the
+    base-model prefix and with ``block_sparse_moe`` if the given keys are so written."""
+    given = list(user.values())
+    prefix = _PREFIX.get(mt, "model.")
+    if given and key.startswith(prefix) and not any(u.startswith(prefix) for u in given):
+        key = key[len(prefix):]
+    if mt == "mixtral" and any(".block_sparse_moe." in u for u in given):
+        key = key.replace(".mlp.", ".block_sparse_moe.")
+    return key
+
+
+def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str,
+                          user: Mapping[str, str]) -> None:
     """Per-expert ``experts.{e}.w1/w2/w3.weight`` -> the fused ``gate_up_proj`` /
     ``down_proj`` of transformers 5 (in place; every key and shape checked)."""
     groups: dict[int, dict[tuple[int, str], str]] = {}
@@ -314,63 +332,79 @@ def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str) 
     want = {"1": (m, d), "2": (d, m), "3": (m, d)}
     for layer, found in sorted(groups.items()):
         base = f"model.layers.{layer}.mlp.experts."
+        if layer >= c.n_blocks:
+            k = user.get(found[min(found)], found[min(found)])
+            raise UnknownNameError(f"{fn}: unknown key {k!r} (the config has n_blocks="
+                                   f"{c.n_blocks})")
         for fused in ("gate_up_proj", "down_proj"):
             if base + fused in state:
-                raise UnknownNameError(f"{fn}: key {base + fused!r}: layer {layer} gives its "
+                raise UnknownNameError(f"{fn}: key {user.get(base + fused)!r}: layer {layer} "
+                                       "gives its "
                                        "experts both fused and per expert")
         for (e, w), k in sorted(found.items()):
             if e >= n_e:
-                raise UnknownNameError(f"{fn}: unknown key {k!r} (the config has n_experts="
-                                       f"{n_e})")
+                raise UnknownNameError(f"{fn}: unknown key {user.get(k, k)!r} (the config has "
+                                       f"n_experts={n_e})")
             if _shape(state[k]) != want[w]:
-                raise ShapeError(f"{fn}: key {k!r}: expected shape {want[w]}, got "
+                raise ShapeError(f"{fn}: key {user.get(k, k)!r}: expected shape {want[w]}, got "
                                  f"{_shape(state[k])}")
         for e in range(n_e):
             for w in "123":
                 if (e, w) not in found:
-                    raise UnknownNameError(f"{fn}: missing key '{base}{e}.w{w}.weight'")
+                    key = _spelled(f"{base}{e}.w{w}.weight", user, "mixtral")
+                    raise UnknownNameError(f"{fn}: missing key {key!r}")
         arr = {w: np.stack([np.asarray(state.pop(found[(e, w)])) for e in range(n_e)])
                for w in "123"}
         state[base + "gate_up_proj"] = np.concatenate([arr["1"], arr["3"]], axis=1)
         state[base + "down_proj"] = arr["2"]
 
 
-def _gpt2_mask(state: dict[str, Any], c: TransformerConfig, fn: str) -> None:
-    """Remove (after checking) GPT-2's legacy causal-mask buffers ``h.{l}.attn.bias`` and
-    ``attn.masked_bias``: they hold no parameter."""
+def _gpt2_mask(state: dict[str, Any], c: TransformerConfig, fn: str,
+               user: Mapping[str, str]) -> None:
+    """Remove (after checking) GPT-2's legacy causal-mask buffers ``h.{l}.attn.bias`` (any
+    dtype: transformers 4.x saved it as bool or uint8) and ``attn.masked_bias``: they hold
+    no parameter."""
     for layer in range(c.n_blocks):
         k = f"transformer.h.{layer}.attn.bias"
         if k in state:
-            a = np.asarray(state[k])
+            v = state[k]
+            if hasattr(v, "detach"):
+                v = v.detach().cpu().numpy()
+            a = np.asarray(v)
             want = (1, 1, c.context, c.context)
             if a.shape != want:
-                raise ShapeError(f"{fn}: key {k!r} (GPT-2's causal-mask buffer): expected shape "
+                raise ShapeError(f"{fn}: key {user[k]!r} (GPT-2's causal-mask buffer): expected "
+                                 "shape "
                                  f"{want}, got {a.shape}")
             if not np.array_equal(a[0, 0].astype(bool), np.tri(c.context, dtype=bool)):
-                raise ArgumentError(f"{fn}: key {k!r}: expected GPT-2's lower-triangular "
+                raise ArgumentError(f"{fn}: key {user[k]!r}: expected GPT-2's lower-triangular "
                                     "causal mask")
             del state[k]
         k = f"transformer.h.{layer}.attn.masked_bias"
         if k in state:
             if np.shape(state[k]) != ():
-                raise ShapeError(f"{fn}: key {k!r}: expected a scalar buffer, got shape "
+                raise ShapeError(f"{fn}: key {user[k]!r}: expected a scalar buffer, got shape "
                                  f"{np.shape(state[k])}")
             del state[k]
 
 
 def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
-                   state: Mapping[str, Any]) -> dict[str, np.ndarray]:
+                   state: Mapping[str, Any], *, dtype: Any = None) -> dict[str, np.ndarray]:
     """nlaverify parameters (the ``param`` nodes of ``build_transformer(config)``) from a
     Hugging Face state dict or checkpoint (arrays of any kind NumPy converts: NumPy,
     ``ml_dtypes.bfloat16``, CPU torch tensors via ``.numpy()``).
 
-    Every convention is in the module docstring. Dtypes are kept (the Gemma offset
-    :math:`1 + w` is computed in the tensor's dtype). Torch tensors are copied; a NumPy
-    array that needs no transform (an embedding, a norm gain) is returned as given.
+    Every convention is in the module docstring. ``dtype=None`` keeps each tensor's dtype
+    (the Gemma offset :math:`1 + w` is then rounded to it); a ``dtype`` (e.g.
+    ``np.float64``, what HF's ``from_pretrained(dtype=torch.float64)`` computes in) casts
+    every tensor first, so :math:`1 + w` of a bfloat16/float32 checkpoint is exact in
+    float64. Torch tensors are copied; a NumPy array that needs no transform (an embedding,
+    a norm gain) is returned as given. Error messages name the keys as ``state`` spells them.
 
     Raises:
-        UnknownNameError: an unknown or missing key (named), an untied ``lm_head.weight``
-            that differs from the embedding under tied embeddings.
+        UnknownNameError: an unknown or missing key (named).
+        ArgumentError: a ``lm_head.weight`` that differs from the embedding under tied
+            embeddings; a GPT-2 causal-mask buffer that is not lower-triangular.
         ShapeError: a tensor of the wrong shape, naming the key, the expected and actual
             shape. Nothing is returned unless every tensor is valid.
     """
@@ -380,31 +414,37 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
         raise ArgumentError(f"{fn}: argument 'state': expected a mapping of names to arrays, "
                             f"got {type(state).__name__}")
     entries = _entries(config, mt)
-    st = _canonical_keys(state, mt, fn)
-    st = {k: _to_numpy(v, k, fn) for k, v in st.items()}
-    if mt == "mixtral":
-        _fuse_mixtral_experts(st, config, fn)
+    cast = None if dtype is None else np.dtype(dtype)
+    if cast is not None and cast.kind != "f":
+        raise DTypeError(f"{fn}: argument 'dtype': expected a floating dtype, got {cast}")
+    st, user = _canonical_keys(state, mt, fn)
     if mt == "gpt2":
-        _gpt2_mask(st, config, fn)
+        _gpt2_mask(st, config, fn, user)  # boolean/uint8 buffers: before the dtype check
+    st = {k: _to_numpy(v, user[k], fn) for k, v in st.items()}
+    if cast is not None:
+        st = {k: v.astype(cast) for k, v in st.items()}
+    if mt == "mixtral":
+        _fuse_mixtral_experts(st, config, fn, user)
     embed_key = "transformer.wte.weight" if mt == "gpt2" else "model.embed_tokens.weight"
     known = {k for e in entries for k in e.hf}
     tied_head = config.tied_embeddings and "lm_head.weight" in st
     for k in st:
         if k not in known and not (tied_head and k == "lm_head.weight"):
-            raise UnknownNameError(f"{fn}: unknown key {k!r} for {mt} with this config"
-                                   + _closest(k, known))
+            raise UnknownNameError(f"{fn}: unknown key {user.get(k, k)!r} for {mt} with this "
+                                   "config" + _closest(k, known))
     for e in entries:
         for k, want in zip(e.hf, e.hf_shapes, strict=True):
             if k not in st:
-                raise UnknownNameError(f"{fn}: missing key {k!r} (expected shape {want})")
+                raise UnknownNameError(f"{fn}: missing key {_spelled(k, user, mt)!r} "
+                                       f"(expected shape {want})")
             if _shape(st[k]) != want:
-                raise ShapeError(f"{fn}: key {k!r}: expected shape {want}, got "
+                raise ShapeError(f"{fn}: key {user.get(k, k)!r}: expected shape {want}, got "
                                  f"{_shape(st[k])}")
     if tied_head:
         head, emb = st["lm_head.weight"], st[embed_key]
         if head.shape != emb.shape or not np.array_equal(head, emb):
-            raise UnknownNameError(f"{fn}: key 'lm_head.weight': the config ties the embeddings"
-                                   f" but lm_head.weight differs from {embed_key!r}")
+            raise ArgumentError(f"{fn}: key 'lm_head.weight': the config ties the embeddings"
+                                f" but lm_head.weight differs from {user[embed_key]!r}")
     out: dict[str, np.ndarray] = {}
     for e in entries:
         for name, arr in zip(e.ours, e.to_ours([st[k] for k in e.hf], True), strict=True):
@@ -498,59 +538,132 @@ def params_to_hf(config: TransformerConfig, model_type: str,
 # safetensors files
 
 
+#: weight files of other formats (HF's ``WEIGHTS_NAME`` etc.): nlaverify reads only
+#: safetensors, and refuses a checkpoint directory holding only these
+FOREIGN_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".pkl")
+
+
+def foreign_weight_files(path: str | os.PathLike) -> list[str]:
+    """The weight files in directory ``path`` nlaverify cannot read (``pytorch_model.bin``,
+    ``tf_model.h5``, ``flax_model.msgpack``, their shard indexes...), sorted."""
+    p = Path(path)
+    if not p.is_dir():
+        return []
+    return sorted(f.name for f in p.iterdir() if f.is_file() and (
+        f.name.endswith(FOREIGN_WEIGHTS) or f.name.endswith(
+            tuple(e + ".index.json" for e in FOREIGN_WEIGHTS))))
+
+
+def _safetensors_numpy() -> tuple[Any, Any, type[BaseException]]:
+    """``(load_file, save_file, SafetensorError)`` of ``safetensors.numpy``, with
+    ``ml_dtypes`` imported first: ``safetensors.numpy`` maps ``BF16`` to NumPy's
+    ``"bfloat16"`` dtype, which exists only once ``ml_dtypes`` has registered it."""
+    try:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+    except ImportError:  # pragma: no cover - jax brings it
+        pass
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file, save_file
+
+    return load_file, save_file, SafetensorError
+
+
+def _read_file(f: Path, what: str) -> dict[str, np.ndarray]:
+    """The tensors of one safetensors file, or an ArgumentError naming it (truncated or not
+    a safetensors file; a dtype NumPy lacks)."""
+    load_file, _, safetensor_error = _safetensors_numpy()
+    try:
+        return dict(load_file(str(f)))
+    except (safetensor_error, OSError, ValueError) as e:
+        raise ArgumentError(f"load_safetensors: {what} {str(f)!r} is not a readable safetensors "
+                            f"file ({type(e).__name__}: {e})") from None
+    except TypeError as e:  # e.g. BF16 without ml_dtypes
+        raise DTypeError(f"load_safetensors: {what} {str(f)!r}: {e} (BF16 needs ml_dtypes and "
+                         "safetensors >= 0.8)") from None
+
+
+def _read_index(p: Path, index: Path) -> dict[str, np.ndarray]:
+    """A sharded checkpoint: every shard of ``index``'s ``weight_map``, validated."""
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, OSError) as e:
+        raise ArgumentError(f"load_safetensors: {str(index)!r} is not valid JSON ({e})"
+                            ) from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ArgumentError(f"load_safetensors: {str(index)!r}: expected a JSON object with a "
+                            f"'weight_map' object, got {type(doc).__name__}"
+                            + ("" if not isinstance(doc, dict) else
+                               f" whose weight_map is {type(weight_map).__name__}"))
+    root = p.resolve()
+    for k, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise ArgumentError(f"load_safetensors: {index.name}: weight_map[{k!r}]: expected "
+                                f"a shard file name, got {shard!r}")
+        if (p / shard).resolve().parent != root:
+            raise ArgumentError(f"load_safetensors: {index.name}: weight_map[{k!r}] = "
+                                f"{shard!r}: expected a file in the checkpoint directory")
+    for shard in sorted(set(weight_map.values())):
+        if not (p / shard).is_file():
+            raise ArgumentError(f"load_safetensors: shard {shard!r} listed in {index.name} is "
+                                "missing")
+    out: dict[str, np.ndarray] = {}
+    for shard in sorted(set(weight_map.values())):
+        for k, v in _read_file(p / shard, "shard").items():
+            if weight_map.get(k) != shard:
+                raise ArgumentError(f"load_safetensors: tensor {k!r} is in shard {shard!r} but "
+                                    f"the index maps it to {weight_map.get(k)!r}")
+            out[k] = v
+    missing = sorted(set(weight_map) - set(out))
+    if missing:
+        raise ArgumentError(f"load_safetensors: tensor {missing[0]!r} listed in {index.name} "
+                            "is in no shard")
+    return out
+
+
 def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The tensors of a ``.safetensors`` file, or of a checkpoint directory (one
-    ``model.safetensors``, or the shards listed in ``model.safetensors.index.json``'s
-    ``weight_map``), as NumPy arrays (``BF16`` as ``ml_dtypes.bfloat16``).
+    """The tensors of a ``.safetensors`` file, or of a checkpoint directory, as NumPy arrays
+    (``BF16`` as ``ml_dtypes.bfloat16``). A directory is read as ``transformers``'
+    ``from_pretrained`` reads it (``modeling_utils._get_resolved_checkpoint_files``): its
+    ``model.safetensors`` if present, else the shards listed in
+    ``model.safetensors.index.json``'s ``weight_map`` (each a file of the directory itself).
 
     Raises:
-        ArgumentError: no such file, a directory without a checkpoint, a shard listed but
-            missing, a tensor in two shards or in a shard the index does not name.
+        ArgumentError: no such file, a directory without a safetensors checkpoint (naming
+            the ``pytorch_model.bin`` etc. it holds instead), an unreadable index or shard
+            (invalid JSON, truncated file), a shard listed but missing or outside the
+            directory, a tensor in two shards or in a shard the index does not name.
     """
-    from safetensors.numpy import load_file
-
     p = Path(path)
     if p.is_file():
-        return dict(load_file(str(p)))
+        return _read_file(p, "file")
     if not p.is_dir():
         raise ArgumentError(f"load_safetensors: argument 'path': no such file or directory "
                             f"{str(p)!r}")
-    index = p / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise ArgumentError(f"load_safetensors: {str(index)!r}: expected a 'weight_map' "
-                                "object")
-        out: dict[str, np.ndarray] = {}
-        for shard in sorted(set(weight_map.values())):
-            f = p / shard
-            if not f.is_file():
-                raise ArgumentError(f"load_safetensors: shard {shard!r} listed in "
-                                    f"{index.name} is missing")
-            for k, v in load_file(str(f)).items():
-                if weight_map.get(k) != shard:
-                    raise ArgumentError(f"load_safetensors: tensor {k!r} is in shard "
-                                        f"{shard!r} but the index maps it to "
-                                        f"{weight_map.get(k)!r}")
-                out[k] = v
-        missing = sorted(set(weight_map) - set(out))
-        if missing:
-            raise ArgumentError(f"load_safetensors: tensor {missing[0]!r} listed in "
-                                f"{index.name} is in no shard")
-        return out
     single = p / "model.safetensors"
     if single.is_file():
-        return dict(load_file(str(single)))
+        return _read_file(single, "file")
+    index = p / "model.safetensors.index.json"
+    if index.is_file():
+        return _read_index(p, index)
+    foreign = foreign_weight_files(p)
     raise ArgumentError(f"load_safetensors: {str(p)!r} holds neither model.safetensors nor "
-                        "model.safetensors.index.json")
+                        "model.safetensors.index.json" + (
+                            f" (it holds {', '.join(foreign)}: nlaverify reads only "
+                            "safetensors; convert with transformers' save_pretrained(..., "
+                            "safe_serialization=True))" if foreign else ""))
 
 
 def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any]) -> None:
     """Write ``tensors`` (NumPy arrays, ``ml_dtypes.bfloat16`` included) to one
-    ``.safetensors`` file, atomically (a temporary file in the same directory, then
-    ``os.replace``): the file is whole or untouched."""
-    from safetensors.numpy import save_file
+    ``.safetensors`` file, atomically (a temporary file ``.NAME.*.tmp`` in the same
+    directory, then ``os.replace``): the file is whole or untouched. A process killed
+    mid-write can leave the temporary file behind (never a partial ``path``).
 
+    Raises:
+        ArgumentError: ``path``'s directory does not exist, or ``path`` is a directory; a
+            non-string key. DTypeError: a non-floating tensor."""
+    _, save_file, _ = _safetensors_numpy()
     if not isinstance(tensors, Mapping):
         raise ArgumentError(f"save_safetensors: argument 'tensors': expected a mapping, got "
                             f"{type(tensors).__name__}")
@@ -560,6 +673,12 @@ def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any]) -> Non
             raise ArgumentError(f"save_safetensors: key {k!r}: expected a string")
         arrays[k] = np.ascontiguousarray(_to_numpy(v, k, "save_safetensors"))
     target = Path(path)
+    if target.is_dir():
+        raise ArgumentError(f"save_safetensors: argument 'path': {str(target)!r} is a "
+                            "directory, expected a file name")
+    if not target.parent.is_dir():
+        raise ArgumentError(f"save_safetensors: argument 'path': directory "
+                            f"{str(target.parent)!r} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
                                dir=str(target.parent))
     os.close(fd)
@@ -571,13 +690,15 @@ def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, Any]) -> Non
         raise
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[HFConfig, dict[str, np.ndarray]]:
+def load_checkpoint(path: str | os.PathLike, *, dtype: Any = None
+                    ) -> tuple[HFConfig, dict[str, np.ndarray]]:
     """A Hugging Face checkpoint directory (``config.json`` and ``safetensors`` weights) as
     ``(HFConfig, params)``: :func:`~nlaverify.interop.hf_config.load_hf_config`,
-    :func:`load_safetensors`, :func:`params_from_hf`, each validating fully."""
+    :func:`load_safetensors`, :func:`params_from_hf` (``dtype`` passed on: e.g.
+    ``np.float64`` to compute Gemma's :math:`1 + w` exactly), each validating fully."""
     p = Path(path)
     if not p.is_dir():
         raise ArgumentError(f"load_checkpoint: argument 'path': expected a checkpoint "
                             f"directory, got {str(p)!r}")
     hf = load_hf_config(p)
-    return hf, params_from_hf(hf, load_safetensors(p))
+    return hf, params_from_hf(hf, load_safetensors(p), dtype=dtype)
