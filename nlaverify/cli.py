@@ -146,9 +146,17 @@ def _parse_lora(spec: str) -> dict[str, object]:
     up to the next ``key=``)."""
     out: dict[str, object] = {}
     key = None
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            raise ArgumentError(f"params: --lora: an empty item in {spec!r}")
         if "=" in part:
             key, value = (t.strip() for t in part.split("=", 1))
+            field = {"r": "lora_rank", "alpha": "lora_alpha", "targets": "lora_targets"}.get(
+                key)
+            if field in out:
+                raise ArgumentError(f"params: --lora: {key} given twice in {spec!r}")
+            if not value:
+                raise ArgumentError(f"params: --lora: an empty item in {spec!r} ({key}=)")
         elif key == "targets":
             value = part
         else:
