@@ -114,7 +114,7 @@ def test_planted_forward_error_is_first_value_divergence(tiny_setup) -> None:
     ({"n_experts": 2, "top_k": 3}, "top_k"),
     ({"norm": "batchnorm"}, "norm"),
     ({"positions": "alibi"}, "positions"),
-    ({"mlp": "geglu"}, "mlp"),
+    ({"mlp": "reglu"}, "mlp"),
     ({"placement": "sandwich"}, "placement"),
     ({"vocab_size": 0}, "vocab_size"),
     ({"temperature": 0.0}, "temperature"),
