@@ -33,6 +33,9 @@ from nlaverify.precision import (
 )
 from nlaverify.tolerance import LAMBDA, SAFETY, unit_roundoff
 
+# its module-scoped fixtures are computed once: every test of the module on one worker
+pytestmark = pytest.mark.xdist_group("test_precision")
+
 TINY = preset("tiny")
 
 

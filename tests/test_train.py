@@ -39,6 +39,9 @@ from nlaverify.train import (
     windows,
 )
 
+# its module-scoped fixtures are computed once: every test of the module on one worker
+pytestmark = pytest.mark.xdist_group("test_train")
+
 SEED_PAPER = Path("/work/shared/seeds/baggag-saad-nla-of-llms.txt")
 STEPS = 30
 #: standard errors by which the held-out loss must fall (a decrease this large has

@@ -42,6 +42,9 @@ from nlaverify.ops.registry import OPS
 from nlaverify.pipeline import format_report
 from nlaverify.tolerance import tolerance
 
+# its module-scoped fixtures are computed once: every test of the module on one worker
+pytestmark = pytest.mark.xdist_group("test_zoo")
+
 FULL_KILL = (os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci"
              or os.environ.get("NLAVERIFY_FULL_KILL") == "1")
 
