@@ -3,7 +3,7 @@ rescaling against an independent transcription, the sliding-window mask, presets
 ``params`` command on a config file. The node-by-node checks of every option are the zoo's
 (``rope-scaled-window-qknorm``, ``gemma-like``, ``moe-swiglu-gqa``: tests/test_zoo.py)
 and their proofs the registry's (``rope_scaled``, ``sliding_window_attention``, ``geglu``,
-``moe_swiglu_topk``: tests/test_proofs.py)."""
+``moe_topk``: tests/test_proofs.py)."""
 
 from __future__ import annotations
 
