@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,10 @@ def intrinsic_dimension(runs: Sequence[FinetuneRun], full: FinetuneRun,
     if not 0 < fraction <= 1:
         raise ArgumentError(f"intrinsic_dimension: fraction: expected a number in (0, 1], "
                             f"got {fraction!r}")
+    if not full.improvement > 0:  # also nan
+        raise ArgumentError(f"intrinsic_dimension: full: expected full fine-tuning to improve "
+                            f"the held-out loss, got an improvement of {full.improvement!r} "
+                            f"(no fraction of it is meaningful)")
     good = [r.trainable for r in runs if r.improvement >= fraction * full.improvement]
     return min(good) if good else None
 
@@ -267,15 +272,43 @@ def gradient_spectra(config: TransformerConfig, params: Mapping[str, Any],
 
 def energy_rank(sigma: np.ndarray, fraction: float = 0.9) -> int:
     r"""The smallest :math:`k` with :math:`\sum_{i\le k}\sigma_i^2 \ge` ``fraction``
-    :math:`\sum_i \sigma_i^2` (the rank holding that share of the Frobenius energy)."""
-    s2 = np.asarray(sigma, dtype=float) ** 2
-    if s2.ndim != 1 or s2.size == 0:
-        raise ArgumentError(f"energy_rank: sigma: expected a non-empty vector, got shape "
-                            f"{np.shape(sigma)}")
-    total = s2.sum()
+    :math:`\sum_i \sigma_i^2` (the rank holding that share of the Frobenius energy), between
+    1 and ``len(sigma)`` (0 for a zero spectrum).
+
+    Decided exactly: the squares, their sums and ``fraction`` times the total are taken in
+    rational arithmetic on the binary values of ``sigma`` (``fractions.Fraction``; the
+    denominators are powers of two, so this is cheap), so no rounding of a partial sum can
+    push the answer past ``len(sigma)`` or drop a tiny last value at ``fraction = 1``.
+    A ``fraction`` below 1 stands for every real number that rounds to it (``9/14`` typed
+    as a float is a little above :math:`9/14`): the smallest of them, its value less half
+    a unit in the last place, is used; ``fraction = 1`` is exactly 1 (all the energy).
+
+    Raises:
+        ArgumentError: ``sigma`` not a non-empty vector of finite numbers;
+            ``fraction`` not in :math:`(0, 1]`.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.floating)) or (
+            not 0 < fraction <= 1):
+        raise ArgumentError(f"energy_rank: fraction: expected a number in (0, 1], got "
+                            f"{fraction!r}")
+    v = np.asarray(sigma, dtype=float)
+    if v.ndim != 1 or v.size == 0 or not np.all(np.isfinite(v)):
+        raise ArgumentError(f"energy_rank: sigma: expected a non-empty vector of finite "
+                            f"numbers, got shape {np.shape(sigma)}"
+                            + ("" if v.ndim != 1 or v.size == 0 else " with inf or nan"))
+    s2 = [Fraction(float(x)) ** 2 for x in v]
+    total = sum(s2, Fraction(0))
     if total == 0:
         return 0
-    return int(np.searchsorted(np.cumsum(s2) / total, fraction - 1e-15) + 1)
+    f = float(fraction)
+    share = Fraction(1) if f == 1 else Fraction(f) - Fraction(f - float(np.nextafter(f, 0))) / 2
+    target = share * total
+    running = Fraction(0)
+    for k, e in enumerate(s2, start=1):
+        running += e
+        if running >= target:
+            return k
+    return v.size  # unreachable: target <= total
 
 
 def draw_finetune(full: FinetuneRun, lora: Sequence[FinetuneRun],
@@ -290,7 +323,18 @@ def draw_finetune(full: FinetuneRun, lora: Sequence[FinetuneRun],
 
     from nlaverify.symbolic.document import save_svg
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    with matplotlib.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        _finetune_axes(ax, full, lora, subspace, pretrained_loss)
+        return save_svg(fig, path)
+
+
+#: byte-reproducible SVGs (fixed hash salt, text kept as text)
+_RC = {"svg.hashsalt": "nlaverify", "svg.fonttype": "none", "font.size": 9}
+
+
+def _finetune_axes(ax: Any, full: FinetuneRun, lora: Sequence[FinetuneRun],
+                   subspace: Sequence[FinetuneRun], pretrained_loss: float) -> None:
     ax.plot([r.trainable for r in subspace], [r.final_loss for r in subspace], "o-",
             color="tab:gray", label="random subspace (intrinsic dimension)")
     ax.plot([r.trainable for r in lora], [r.final_loss for r in lora], "s-", color="tab:blue",
@@ -306,7 +350,6 @@ def draw_finetune(full: FinetuneRun, lora: Sequence[FinetuneRun],
     ax.set_title(f"tiny fine-tuned to the passage read backwards (pre-trained forward "
                  f"{pretrained_loss:.2f})", fontsize=9)
     ax.legend(fontsize=7)
-    return save_svg(fig, path)
 
 
 def draw_gradient_spectra(spectra: Mapping[str, np.ndarray], path: str | Path,
@@ -319,7 +362,13 @@ def draw_gradient_spectra(spectra: Mapping[str, np.ndarray], path: str | Path,
 
     from nlaverify.symbolic.document import save_svg
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    with matplotlib.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        _spectra_axes(ax, spectra, title)
+        return save_svg(fig, path)
+
+
+def _spectra_axes(ax: Any, spectra: Mapping[str, np.ndarray], title: str) -> None:
     for name, s in spectra.items():
         share = np.cumsum(s**2) / np.sum(s**2)
         short = name.replace("blocks.", "b").replace(".attn.", ".").replace(".mlp.", ".")
@@ -330,7 +379,6 @@ def draw_gradient_spectra(spectra: Mapping[str, np.ndarray], path: str | Path,
     ax.set_ylabel("share of the gradient's Frobenius energy")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=5, ncol=3)
-    return save_svg(fig, path)
 
 
 @dataclass
@@ -344,16 +392,27 @@ class FinetuneStudy:
 
     @property
     def d90(self) -> int | None:
+        """:func:`intrinsic_dimension` of the subspace runs; ``None`` when none reaches 90 %
+        or when full fine-tuning did not improve the loss."""
+        if not self.full.improvement > 0:
+            return None
         return intrinsic_dimension(self.subspace, self.full)
 
     def lines(self) -> list[str]:
+        full_ok = self.full.improvement > 0
         out = [f"pre-trained held-out loss (forward text) {self.pretrained_loss:.3f}; reversed "
                f"text before fine-tuning {self.full.start_loss:.3f}"]
         for r in (self.full, *self.lora, *self.subspace):
-            share = r.improvement / self.full.improvement
+            share = (f"{100 * r.improvement / self.full.improvement:5.1f} % of full"
+                     if full_ok else "  n/a % of full")
             out.append(f"  {r.label:<28} {r.trainable:>6} trained  loss {r.final_loss:.3f}  "
-                       f"improvement {r.improvement:.3f} ({100 * share:5.1f} % of full)")
-        d90, largest = self.d90, max(r.trainable for r in self.subspace)
+                       f"improvement {r.improvement:.3f} ({share})")
+        if not full_ok:
+            out.append("  intrinsic dimension d90: none (full fine-tuning did not improve the "
+                       "loss)")
+            return out
+        d90 = self.d90
+        largest = max((r.trainable for r in self.subspace), default=0)
         out.append("  intrinsic dimension d90: " + (f"{d90}" if d90 is not None
                                                      else f"> {largest}"))
         return out

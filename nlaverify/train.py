@@ -324,6 +324,11 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
 
     graph, val_loss = _graph(config), _heldout_function(config)
     start = init_params(graph, seed) if init is None else _check_init(graph, init)
+    if isinstance(trainable, (str, bytes)) or (trainable is not None
+                                               and not hasattr(trainable, "__iter__")):
+        raise ArgumentError(f"train: trainable: expected a collection of parameter node "
+                            f"names (or None for all), got {type(trainable).__name__} "
+                            f"{trainable!r}")
     names = set(start) if trainable is None else set(trainable)
     if not names or names - set(start):
         bad = sorted(names - set(start))[:1] or ["(none)"]

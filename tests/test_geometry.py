@@ -323,6 +323,38 @@ def test_dasgupta_gupta_dimension_and_epsilon() -> None:
             assert jl.chi2_distortion_probability(k, eps) <= float(jl.dg_pair_bound(XP, k, eps))
 
 
+def test_jl_epsilon_is_the_exact_inverse() -> None:
+    """``jl_epsilon(n, k)`` is the smallest float eps with ``jl_min_dimension(n, eps) <= k``:
+    the root found in float64 could fall a few units below it (``jl_min_dimension(100,
+    jl_epsilon(100, 200))`` was 201)."""
+    assert jl.jl_min_dimension(100, jl.jl_epsilon(100, 200)) <= 200
+    for n in (2, 100, 1000, 10**6):
+        lo = math.ceil(24 * math.log(n)) + 1
+        for k in (lo, lo + 1, lo + 37, 2 * lo, 10 * lo + 3):
+            e = jl.jl_epsilon(n, k)
+            assert jl.jl_min_dimension(n, e) <= k, (n, k)
+            assert jl.jl_min_dimension(n, float(np.nextafter(e, 0.0))) > k, (n, k)
+
+
+def test_angle_density_at_the_poles() -> None:
+    r""":math:`c_d\sin^{d-2}\theta` at every :math:`\theta \in [0, \pi]`: for :math:`d = 2`
+    the constant :math:`1/\pi` (the composite :math:`f_2(\cos\theta)\sin\theta` is
+    :math:`\infty\cdot 0` at the poles), 0 at the poles for :math:`d \ge 3`, and it
+    integrates to 1."""
+    theta = np.array([0.0, 0.3, np.pi / 2, np.pi])
+    got = an.angle_density(XP, theta, 2)
+    assert np.all(np.isfinite(got)) and np.allclose(got, 1 / np.pi, rtol=0, atol=1e-16)
+    tol = tolerance(np.float64, size=8, depth=2)
+    for d in (3, 5, 12):
+        got = an.angle_density(XP, theta, d)
+        want = np.array([float(mpmath.gamma(d / 2) / (mpmath.sqrt(mpmath.pi)
+                                                      * mpmath.gamma((d - 1) / 2))
+                               * mpmath.sin(t) ** (d - 2)) for t in theta])
+        assert tol.compare(got, want).ok, d
+        val, err = _quad(lambda t, d=d: float(an.angle_density(XP, np.float64(t), d)), 0, np.pi)
+        assert abs(val - 1) <= max(err, tol.rtol), (d, val)
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 
@@ -369,6 +401,13 @@ def test_bad_input() -> None:
         an.random_unit_vectors(0, 3, 3, dtype=np.int32)
     with pytest.raises(ArgumentError, match="'edges_degrees'"):
         an.angle_statistics(np.eye(3), edges_degrees=[3.0, 1.0])
+    for delta in (-0.0998, 1.82, np.float64(-1e-3)):
+        with pytest.raises(ArgumentError, match="'delta'"):
+            an.band_probability(XP, np.float64(delta), 4)
+    with pytest.raises(ArgumentError, match="'delta'"):
+        an.band_probability(get_namespace("sympy"), sympy.pi, 4)
+    with pytest.raises(ArgumentError, match=r"'x'.*nonzero"):
+        jl.sq_norm_ratio_variance(XP, np.zeros(4), 8)
 
 
 # -- the proofs see planted errors -----------------------------------------------------------

@@ -20,6 +20,9 @@ from nlaverify.graph.run import init_params, run_graph, sample_data
 from nlaverify.tolerance import tolerance
 from nlaverify.train import Corpus, load_corpus, train
 
+# its module-scoped fixtures are computed once: every test of the module on one worker
+pytestmark = pytest.mark.xdist_group("test_lora")
+
 TINY = preset("tiny")
 
 
@@ -71,6 +74,10 @@ def test_lora_finetune_trains_the_adapters_only(small_corpus) -> None:
     with pytest.raises(ArgumentError, match="trainable"):
         train(lcfg, "adamw", 1, corpus=small_corpus, init=F.lora_init(lcfg, base),
               trainable=["no.such.node"])
+    for bad in ("q", names[0], 3):  # a string is a name, not a collection of names
+        with pytest.raises(ArgumentError, match="collection of parameter node names"):
+            train(lcfg, "adamw", 1, corpus=small_corpus, init=F.lora_init(lcfg, base),
+                  trainable=bad)
     with pytest.raises(ArgumentError, match="no value for parameter node"):
         train(lcfg, "adamw", 1, corpus=small_corpus, init=base)
     bad = F.lora_init(lcfg, base)
@@ -110,6 +117,72 @@ def test_intrinsic_dimension_and_energy_rank() -> None:
         F.energy_rank(np.zeros((2, 2)))
 
 
+def test_energy_rank_is_exact_and_at_most_the_length() -> None:
+    """The share is decided in exact arithmetic: 64 equal values at fraction 1 need all 64
+    (the rounded cumsum/total fell short of 1 and gave 65), a tiny last value still counts
+    at fraction 1, and the answer never exceeds len(sigma); fraction outside (0, 1] and
+    non-finite values are refused."""
+    assert F.energy_rank(np.full(64, 0.7), 1.0) == 64
+    assert F.energy_rank(np.array([1.0, 1.0, 1.0, 1e-9]), 1.0) == 4
+    assert F.energy_rank(np.array([1.0, 1.0, 1.0, 0.0]), 1.0) == 3
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        s = np.sort(rng.random(int(rng.integers(1, 100))))[::-1]
+        assert F.energy_rank(s, 1.0) == s.size
+        f = float(rng.random())
+        k = F.energy_rank(s, f)
+        assert 1 <= k <= s.size
+        c = np.cumsum(s**2)
+        assert c[k - 1] >= f * c[-1] * (1 - 1e-12) and (k == 1 or c[k - 2] < f * c[-1])
+    for bad in (1.5, 0, -0.1, np.nan, True, "0.9"):
+        with pytest.raises(ArgumentError, match="fraction"):
+            F.energy_rank(np.ones(3), bad)
+    with pytest.raises(ArgumentError, match="finite"):
+        F.energy_rank(np.array([1.0, np.inf]))
+
+
+def test_intrinsic_dimension_boundary_and_no_improvement() -> None:
+    """A run reaching exactly 90 % of full fine-tuning's improvement counts (>=, Li et al.);
+    a full run that did not improve the loss is refused, and the study's lines say so."""
+    full = _run("full", 100, 10.0, 0.0)                       # improvement 10; 0.9 * 10 = 9
+    runs = [_run("a", 8, 10.0, 1.0), _run("b", 32, 10.0, 0.5)]
+    assert F.intrinsic_dimension(runs, full) == 8
+    assert F.intrinsic_dimension([_run("c", 4, 10.0, 1.0 + 2**-40)], full) is None
+    assert F.intrinsic_dimension([_run("c", 4, 2.0, 0.5)], _run("full", 100, 2.0, 0.0),
+                                 0.75) == 4
+    for flat in (_run("full", 100, 3.0, 3.0), _run("full", 100, 3.0, 3.5),
+                 _run("full", 100, 3.0, float("nan"))):
+        with pytest.raises(ArgumentError, match="improve"):
+            F.intrinsic_dimension(runs, flat)
+        study = F.FinetuneStudy(3.1, flat, [_run("LoRA", 16, 3.0, 2.9)], runs)
+        assert study.d90 is None
+        lines = study.lines()
+        assert "none (full fine-tuning did not improve" in lines[-1]
+        assert all("n/a %" in ln for ln in lines[1:-1])
+    good = F.FinetuneStudy(3.1, full, [], runs).lines()
+    assert good[-1].endswith("d90: 8") and "( 90.0 % of full)" in good[2]
+
+
+def test_lora_init_draws_a_with_variance_one_over_d_in() -> None:
+    r"""The entries of every :math:`A` are :math:`N(0, 1/d_{in})`: scaled by
+    :math:`\sqrt{d_{in}}` their sample variance is within five standard errors of 1
+    (:math:`\operatorname{Var}s^2 = 2/(N-1)` for Gaussian samples) and their mean within
+    :math:`5/\sqrt N` of 0; the variance-1 mutant (:math:`d_{in} \ge 8`) fails. (A 10 %
+    variance error is below this power; the scale is also fixed by ``lora_init``'s
+    docstring and Hu et al. §4.1, not by a proof.)"""
+    cfg = TINY.replace(lora_rank=4, lora_targets=("q", "k", "v", "o", "mlp"))
+    base = init_params(build_transformer(TINY), 0)
+    p = F.lora_init(cfg, base, seed=5)
+    z = np.concatenate([p[n].ravel() * np.sqrt(p[n].shape[0]) for n in p
+                        if n.endswith("lora_A")])
+    N = z.size
+    assert abs(float(z.mean())) <= 5 / np.sqrt(N)
+    assert abs(float(z.var(ddof=1)) - 1) <= 5 * np.sqrt(2 / (N - 1)), (N, z.var(ddof=1))
+    raw = np.concatenate([p[n].ravel() for n in p if n.endswith("lora_A")])
+    assert abs(float(raw.var(ddof=1)) - 1) > 5 * np.sqrt(2 / (N - 1))  # what the mutant gives
+    assert min(p[n].shape[0] for n in p if n.endswith("lora_A")) >= 8
+
+
 def test_gradient_rank_is_bounded_by_the_tokens() -> None:
     # dW = X^T G sums one outer product per token: rank <= n tokens (n = 3 < d = 8)
     cfg = TINY
@@ -130,7 +203,9 @@ def test_params_lora_command(capsys) -> None:
     assert main(["params", "--preset", "gpt3-175b", "--lora", "r=4,targets=q,v"]) == 0
     assert "LoRA trainable            18,874,368" in capsys.readouterr().out
     for bad, msg in (("r=0", "r=RANK"), ("r=two", "not a number"), ("r=2,rank=3", "unknown key"),
-                     ("r=2,targets=q,z", "lora_targets"), ("4", "key=value")):
+                     ("r=2,targets=q,z", "lora_targets"), ("4", "key=value"),
+                     ("r=2,targets=q,,v", "empty item"), ("r=2,r=4", "given twice"),
+                     ("r=2,targets=", "empty item")):
         assert main(["params", "--preset", "tiny", "--lora", bad]) == 2
         assert msg in capsys.readouterr().err
 

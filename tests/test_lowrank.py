@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from nlaverify.backends import get_namespace
-from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.errors import ArgumentError, NonFiniteError, ShapeError
 from nlaverify.lowrank import _xp, distill, prune
+from nlaverify.lowrank import quantization as qz
 from nlaverify.lowrank import svd as lsvd
-from nlaverify.tolerance import tolerance
+from nlaverify.tolerance import tolerance, unit_roundoff
 
-qz = importlib.import_module("nlaverify.lowrank.quantize")
 NP = get_namespace("numpy")
 Z = 5.0  # standard errors
 
@@ -128,6 +128,34 @@ def test_power_iterations_need_reorthonormalisation() -> None:
     assert bad[:, 1].mean() > 3 * spec
 
 
+def test_expected_error_bound_is_hmt_exactly() -> None:
+    r"""The bounds pinned to closed forms (the statistical tests above only check one side):
+    :math:`\sigma = (5, 4, 3, 0, 0, 0)`, :math:`k = 2`, :math:`p = 3`, so
+    :math:`\sigma_{k+1} = 3`, the tail norm is 3 and :math:`k/(p-1) = 1`: HMT Thm. 10.5 gives
+    :math:`\sqrt{1 + 1}\cdot 3 = 3\sqrt2`, Thm. 10.6 :math:`(1 + 1)\cdot 3 + e\sqrt5/3
+    \cdot 3 = 6 + e\sqrt5`; with :math:`q = 1` (Cor. 10.10) the spectral bound is that of
+    :math:`\sigma^3`, :math:`(54 + 9e\sqrt5)^{1/3}`. A looser or tighter constant (``p - 2``,
+    :math:`2e`, no square root, a factor 0.9) fails."""
+    sigma = np.array([5.0, 4.0, 3.0, 0.0, 0.0, 0.0])
+    tol = tolerance(np.float64, size=6, depth=3)
+    frob, spec = lsvd.expected_error_bound(sigma, 2, 3)
+    assert tol.compare(np.array([frob, spec]),
+                       np.array([3 * math.sqrt(2), 6 + math.e * math.sqrt(5)])).ok, (frob, spec)
+    frob1, spec1 = lsvd.expected_error_bound(sigma, 2, 3, q=1)
+    assert math.isnan(frob1)
+    assert tol.compare(spec1, (54 + 9 * math.e * math.sqrt(5)) ** (1 / 3)).ok, spec1
+    # a second spectrum, k/(p-1) = 1/2 and two tail values: sqrt(3/2)*5, (1+sqrt(1/2))*4 + ...
+    frob, spec = lsvd.expected_error_bound(np.array([9.0, 7.0, 4.0, 3.0, 0.0, 0.0, 0.0]), 2, 5)
+    want = (math.sqrt(1.5) * 5, (1 + math.sqrt(0.5)) * 4 + math.e * math.sqrt(7) / 5 * 5)
+    assert tol.compare(np.array([frob, spec]), np.array(want)).ok, (frob, spec)
+    for bad in (np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), np.array([3.0, 2.0, 1.0, 0.0, -1.0]),
+                np.array([3.0, 2.0, np.nan, 1.0, 0.0])):
+        with pytest.raises(ArgumentError, match=r"'sigma'.*non-increasing"):
+            lsvd.expected_error_bound(bad, 2, 2)
+    with pytest.raises(ArgumentError, match=r"'s'.*non-increasing"):
+        lsvd.truncation_errors(NP, np.array([1.0, 2.0, 3.0]), 1)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "jax"])
 def test_range_finder_is_exact_beyond_the_rank(backend: str) -> None:
     xp = get_namespace(backend)
@@ -157,12 +185,10 @@ _FLOATS = st.floats(-100.0, 100.0, allow_nan=False, width=64)
 
 
 def _ratio(x: np.ndarray, bits: int, symmetric: bool, axis: int | None) -> float:
-    """max |x - Q(x)| / (Delta/2), with the floating-point slack of x/Delta and Delta(q - z)
-    from the tolerance model (relative to max|x|)."""
+    """max |x - Q(x)| / error_bound: the bound carries the rounding of x/Delta and
+    Delta(q - z) in x's dtype (its unit roundoff), so no further slack."""
     xq, params = qz.fake_quantize(NP, x, bits, symmetric=symmetric, axis=axis)
-    slack = tolerance(x.dtype, depth=2).rtol * max(float(np.abs(x).max()), 1e-300)
-    return float(np.max((np.abs(x - xq) - slack) / (np.broadcast_to(qz.error_bound(params),
-                                                                        x.shape))))
+    return float(np.max(np.abs(x - xq) / np.broadcast_to(qz.error_bound(params), x.shape)))
 
 
 @given(x=arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 6)), elements=_FLOATS),
@@ -187,6 +213,85 @@ def test_floor_quantizer_fails_the_bound(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(_xp, "round_half_even", _xp.floor)
     for symmetric in (True, False):
         assert _ratio(x, 4, symmetric, 1) > 1.5
+
+
+def test_quantizers_refuse_non_finite_values() -> None:
+    """A NaN maximum took the "all zero, step 1" branch (fake_quantize([0.3, 0.01, nan])
+    gave [0, 0, nan]); an inf gave all NaN."""
+    for x in ([0.3, 0.01, np.nan], [1.0, np.inf, 0.5], [-np.inf, 1.0, 2.0]):
+        for symmetric in (True, False):
+            with pytest.raises(NonFiniteError, match="'x'"):
+                qz.fake_quantize(NP, np.array(x), 8, symmetric=symmetric)
+    per_channel = np.ones((3, 4))
+    per_channel[1, 2] = np.nan
+    with pytest.raises(NonFiniteError, match="'x'"):
+        qz.quantization_params(NP, per_channel, 4, axis=1)
+    with pytest.raises(NonFiniteError, match="'x'"):
+        qz.quantization_params(get_namespace("jax"), get_namespace("jax").asarray(per_channel),
+                               4, symmetric=False)
+
+
+def test_quantizer_integers_and_step_are_b_bits() -> None:
+    """The integers fit in ``bits`` bits (symmetric [-(2^(b-1)-1), 2^(b-1)-1], asymmetric
+    [0, 2^b-1]), the step is max|x|/(2^(b-1)-1), resp. (max - min)/(2^b-1), and the
+    extremes are reached: a quantizer using b+1 bits or a doubled step fails."""
+    x = np.random.default_rng(12).standard_normal((6, 5))
+    x[0, 0] = -np.abs(x).max() * 1.5  # the largest magnitude is negative
+    for bits in (2, 4, 8):
+        p = qz.quantization_params(NP, x, bits)
+        q = qz.quantize(NP, x, p)
+        top = 2 ** (bits - 1) - 1
+        assert q.min() == -top and q.max() <= top and np.array_equal(q, np.round(q))
+        assert p.scale == np.abs(x).max() / top
+        lo, hi = qz.covered_interval(p)  # half a step beyond the extreme integers, no more
+        assert hi == p.scale * (top + 0.5) and lo == -hi
+        pa = qz.quantization_params(NP, x, bits, symmetric=False)
+        qa = qz.quantize(NP, x, pa)
+        assert qa.min() == 0 and qa.max() == 2**bits - 1
+        assert tolerance(np.float64).compare(pa.scale, (x.max() - x.min()) / (2**bits - 1)).ok
+
+
+def test_error_bound_carries_the_dtype_rounding() -> None:
+    r"""In bfloat16 (:math:`u = 2^{-8}`) an 8-bit quantizer's step is comparable to the
+    rounding of :math:`x/\Delta` and :math:`\Delta q`: the measured error exceeds
+    :math:`\Delta/2` and stays within :func:`error_bound` (:math:`\Delta/2 + u(2M +
+    \Delta)`). Bits beyond a dtype's significand are refused."""
+    import jax.numpy as jnp
+
+    jx = get_namespace("jax")
+    x = np.random.default_rng(0).standard_normal(1000)
+    xb = jx.astype(jx.asarray(x), jnp.bfloat16)
+    xq, p = qz.fake_quantize(jx, xb, 8)
+    err = np.abs(np.asarray(xb, dtype=np.float64) - np.asarray(xq, dtype=np.float64)).max()
+    assert p.roundoff == unit_roundoff("bfloat16")
+    assert err > float(p.scale) / 2                      # Delta/2 alone fails in bfloat16
+    assert err <= float(np.asarray(qz.error_bound(p), dtype=np.float64))
+    x32 = x.astype(np.float32)
+    for bits, symmetric in ((24, False), (25, True)):
+        assert _ratio(x32, bits, symmetric, None) <= 1.0
+    for bits, symmetric in ((25, False), (26, True)):
+        with pytest.raises(ArgumentError, match=r"'bits'.*float32"):
+            qz.quantization_params(NP, x32, bits, symmetric=symmetric)
+
+
+def test_linear_output_error_rms_is_widrows_model() -> None:
+    r"""Draw :math:`E_{kj}` uniform on :math:`[-\Delta_j/2, \Delta_j/2]` (Widrow's model)
+    and standardise :math:`Z = (XE)_{ij}/\text{rms}_{ij}`: :math:`\mathbb E Z^2 = 1` and
+    :math:`\operatorname{Var}Z^2 = \kappa - 1 \le 2` (:math:`\kappa \le 3`, the kurtosis
+    of a weighted sum of uniforms, each of kurtosis 9/5). Two-sided, five standard errors;
+    the mutant :math:`\Delta^2/3` (:math:`\mathbb E Z^2 = 1/4`) fails by far. The exact
+    variance :math:`\Delta^2/12` is proved (``lowrank_quantized_linear_bound``)."""
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((1, 16))  # one row: the six Z_j of a draw are independent
+    step = rng.uniform(0.5, 2.0, (1, 6))
+    rms = qz.linear_output_error_rms(NP, X, step, (16, 6))
+    R = 2000
+    E = (rng.random((R, 16, 6)) - 0.5) * step
+    Z2 = ((X @ E) / rms) ** 2
+    n = Z2.size
+    assert abs(float(Z2.mean()) - 1.0) <= Z * math.sqrt(2.0 / n), Z2.mean()
+    wrong = np.sqrt((X * X) @ (np.ones((16, 6)) * step) ** 2 / 3)
+    assert abs(float((((X @ E) / wrong) ** 2).mean()) - 1.0) > Z * math.sqrt(2.0 / n)
 
 
 def test_round_half_even_on_every_backend() -> None:
@@ -244,6 +349,75 @@ def test_distillation_tends_to_logit_matching() -> None:
         NP, zs, zt))
     assert loss_gap < 1e-2 * distill.logit_matching_loss(NP, zs, zt)
     assert distill.distillation_loss(NP, zs, zs, 2.0) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_distillation_with_a_masked_teacher_class() -> None:
+    r"""A teacher logit :math:`-\infty` (masked vocabulary) has :math:`p_t = 0` and
+    contributes :math:`0\log 0 = 0`: the loss is the KL over the live classes (computed here
+    from the renormalised teacher), not NaN; the gradient stays finite and equals
+    ``jax.grad``."""
+    import jax
+
+    zs = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+    zt = np.array([[0.0, -np.inf, 1.0], [1.0, 2.0, -np.inf]])
+    T = 2.0
+    want = 0.0
+    for s_row, t_row in zip(zs, zt, strict=True):
+        live = np.isfinite(t_row)
+        pt = np.exp(t_row[live] / T) / np.exp(t_row[live] / T).sum()
+        log_ps = s_row / T - np.log(np.exp(s_row / T).sum())
+        want += float(np.sum(pt * (np.log(pt) - log_ps[live])))
+    want *= T * T / zs.shape[0]
+    tol = tolerance(np.float64, size=3, depth=3)
+    assert tol.compare(distill.distillation_loss(NP, zs, zt, T), want).ok
+    assert tol.compare(distill.distillation_loss(NP, zs[:1], zt[:1], T), 1.5798520834428023).ok
+    jx = get_namespace("jax")
+    auto = jax.grad(lambda z: distill.distillation_loss(jx, z, jx.asarray(zt), T))(
+        jx.asarray(zs))
+    hand = distill.distillation_grad(jx, jx.asarray(zs), jx.asarray(zt), T)
+    assert np.all(np.isfinite(np.asarray(auto))) and tol.compare(hand, auto).ok
+
+
+def test_distillation_temperature_forms() -> None:
+    """T as a 0-d NumPy or JAX array is accepted (the same value); inf, nan, a vector or
+    a string are refused."""
+    jx = get_namespace("jax")
+    rng = np.random.default_rng(14)
+    zs, zt = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    ref = distill.distillation_loss(NP, zs, zt, 2.0)
+    tol = tolerance(np.float64, size=4, depth=3)
+    assert tol.compare(distill.distillation_loss(NP, zs, zt, np.array(2.0)), ref).ok
+    assert tol.compare(distill.distillation_loss(jx, jx.asarray(zs), jx.asarray(zt),
+                                                 jx.asarray(2.0)), ref).ok
+    for T in (np.inf, np.nan, -np.inf, np.array([2.0]), "2", True, np.array(-1.0)):
+        with pytest.raises(ArgumentError, match="'T'"):
+            distill.distillation_loss(NP, zs, zt, T)
+
+
+def test_pruned_count_reads_a_float_as_its_decimal() -> None:
+    """0.29 * 100 is 28.999999999999996 in binary: the count is 29 (and 0.57 -> 57), for
+    every percentage; a ceiling in place of the floor fails (3 at 0.5 -> 1, 10 at 0.25 -> 2)."""
+    assert [prune.pruned_count(100, i / 100) for i in range(101)] == list(range(101))
+    assert prune.pruned_count(100, np.float32(0.29)) == 29
+    assert prune.pruned_count(3, 0.5) == 1 and prune.pruned_count(10, 0.25) == 2
+    assert prune.pruned_count(7, 1 / 3) == 2 and prune.pruned_count(6, Fraction(1, 3)) == 2
+    W = np.arange(1.0, 101.0)
+    assert int(np.sum(prune.magnitude_prune(NP, W, 0.29)[1] == 0)) == 29
+
+
+def test_pruning_tie_rule() -> None:
+    """Equal magnitudes: the lower flat index (row-major) is pruned first, in unstructured
+    and N:M pruning (the documented rule; reversing it fails; on SymPy the proof
+    ``lowrank_pruning_error`` checks the same masks, and JAX runs the same stable argsort in
+    ``test_backends_agree_with_numpy``)."""
+    xp = NP
+    W = xp.asarray(np.array([[1.0, -1.0, 0.5], [-1.0, 1.0, -0.5]]))
+    for s, want in ((Fraction(1, 6), [1, 1, 0, 1, 1, 1]), (Fraction(1, 2), [0, 1, 0, 1, 1, 0]),
+                    (Fraction(2, 3), [0, 0, 0, 1, 1, 0])):
+        assert np.asarray(prune.magnitude_prune(xp, W, s)[1]).ravel().tolist() == want, s
+    M = prune.nm_prune(xp, xp.asarray(np.array([[2.0, 1.0], [-2.0, 1.0], [2.0, 1.0],
+                                                [1.0, 1.0]])), 2, 4)[1]
+    assert np.asarray(M).T.tolist() == [[0, 1, 1, 0], [0, 0, 1, 1]]
 
 
 # -- pruning -------------------------------------------------------------------------------
@@ -335,6 +509,15 @@ def test_bad_inputs_raise_clear_errors() -> None:
         prune.nm_prune(NP, A, 2, 4, axis=1)
     with pytest.raises(ArgumentError, match="n <= m"):
         prune.nm_prune(NP, np.ones((4, 4)), 3, 2)
+    for axis in (5, -3, 1.0, True):
+        with pytest.raises(ArgumentError, match="'axis'"):
+            prune.nm_prune(NP, np.ones((4, 4)), 2, 4, axis=axis)
+    for W in (np.array(1.0), [1.0, 2.0, 3.0, 4.0]):
+        with pytest.raises(ShapeError, match="'W'"):
+            prune.nm_prune(NP, W, 2, 4)
+    for fn in (lambda W: prune.magnitude_prune(NP, W, 0.5), lambda W: prune.nm_prune(NP, W, 2, 4)):
+        with pytest.raises(NonFiniteError, match="'W'"):
+            fn(np.array([1.0, np.nan, 2.0, 3.0]))
 
 
 # -- the proofs fail on planted errors -----------------------------------------------------

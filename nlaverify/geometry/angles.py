@@ -88,6 +88,26 @@ def _check_delta(op: str, delta_degrees: Any) -> float:
     return v
 
 
+def _check_radians(op: str, xp: Namespace, delta: Any) -> None:
+    r"""``delta`` in :math:`[0, \pi/2]` when it is a concrete number (a SymPy symbol or a JAX
+    tracer is let through; a SymPy number is compared exactly)."""
+    if isinstance(delta, sympy.Basic):
+        if delta.free_symbols:
+            return
+        ok = bool(delta >= 0) and bool(delta <= sympy.pi / 2)
+    elif not xp.object_arrays and not xp.is_concrete(delta):
+        return
+    else:
+        try:
+            v = np.asarray(delta, dtype=np.float64)
+        except (TypeError, ValueError, RuntimeError):
+            v = np.asarray(float(delta))
+        ok = bool(np.all(v >= 0) and np.all(v <= np.pi / 2))
+    if not ok:
+        raise ArgumentError(f"{op}: argument 'delta': expected radians in [0, pi/2], got "
+                            f"{delta!r}")
+
+
 def cosine_density_constant(xp: Namespace, d: Any) -> Any:
     r"""The normaliser :math:`c_d = \Gamma(d/2)/(\sqrt\pi\,\Gamma((d-1)/2))` of the density of
     :math:`\cos\theta` (Baggag & Saad §3.14.1).
@@ -142,7 +162,13 @@ def angle_density(xp: Namespace, theta: Any, d: Any) -> Any:
     uniform directions in :math:`\mathbb R^d`: :math:`f_d(\cos\theta)\sin\theta =
     c_d\sin^{d-2}\theta` (change of variables :math:`t = \cos\theta`; Baggag & Saad Fig. 24).
     Per degree, multiply by :math:`\pi/180`."""
-    return cosine_density(xp, xp.cos(theta), d) * xp.sin(theta)
+    if _symbolic(d):
+        return cosine_density(xp, xp.cos(theta), d) * xp.sin(theta)
+    d = _check_int("angle_density", "d", d, 2)
+    # c_d sin^{d-2}(theta) directly: f_d(cos theta) sin theta is 0 * inf = nan at theta = 0,
+    # pi for d = 2 (the density of theta is the constant 1/pi there)
+    s = xp.sin(theta)
+    return cosine_density_constant(xp, d) * (s ** (d - 2) if d > 2 else s * 0 + 1)
 
 
 def cosine_moment(xp: Namespace, d: Any, j: int) -> Any:
@@ -183,8 +209,14 @@ def band_probability(xp: Namespace, delta: Any, d: int) -> Any:
     (:math:`dP_d/d\delta = 2f_d(\sin\delta)\cos\delta = 2c_d\cos^{d-2}\delta`; every step is
     positive, so the floating sum is stable). Exact on SymPy; :math:`O(d)` terms (for
     :math:`d = 12{,}288` prefer :func:`angle_band_probability`, the incomplete beta, or use
-    this on mpmath as its independent check)."""
+    this on mpmath as its independent check).
+
+    Raises:
+        ArgumentError: ``d`` not an integer :math:`\ge 2`; ``delta`` outside
+            :math:`[0, \pi/2]` (where the recurrence is not the probability).
+    """
     d = _check_int("band_probability", "d", d, 2)
+    _check_radians("band_probability", xp, delta)
     start = 2 if d % 2 == 0 else 3
     s, c = xp.sin(delta), xp.cos(delta)
     p = delta * 2 * xp.const_sqrt(1, 1, -2) if start == 2 else s

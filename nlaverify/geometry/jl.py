@@ -188,8 +188,15 @@ def projected_sq_norm(xp: Namespace, x: Any, P: Any) -> Any:
 def sq_norm_ratio_variance(xp: Namespace, x: Any, k: Any, law: EntryLaw = GAUSSIAN) -> Any:
     r""":math:`\operatorname{Var}(\|Px\|^2/\|x\|^2) = \bigl(2 + (\kappa - 3)\|x\|_4^4/
     \|x\|_2^4\bigr)/k` for a ``k``-row projection with entries from ``law`` (module
-    docstring; :math:`2/k` for Gaussian and sparse Achlioptas)."""
+    docstring; :math:`2/k` for Gaussian and sparse Achlioptas).
+
+    Raises:
+        ArgumentError: ``x`` is the zero vector (the ratio is undefined).
+    """
     kap = law.kurtosis() - 3
+    if not xp.object_arrays and xp.is_concrete(x) and not bool(xp.any(x != 0)):
+        raise ArgumentError("sq_norm_ratio_variance: argument 'x': expected a nonzero vector "
+                            "(the ratio ||Px||^2/||x||^2 is undefined at x = 0), got all zeros")
     n2 = xp.sum(x * x)
     n4 = xp.sum(x * x * x * x)
     return (2 + xp.rational(kap.numerator, kap.denominator) * n4 / (n2 * n2)) / k
@@ -230,16 +237,33 @@ def jl_min_dimension(n: int, eps: float) -> int:
 def jl_epsilon(n: int, k: int) -> float:
     r"""The smallest :math:`\varepsilon \in (0, 1)` that :func:`jl_min_dimension` allows with
     ``k`` dimensions: the root of :math:`\varepsilon^2/2 - \varepsilon^3/3 = 4\ln n/k`
-    (``nan`` when :math:`4\ln n/k \ge 1/6`: the bound guarantees nothing below
-    :math:`k = 24\ln n`)."""
+    (``nan`` when no :math:`\varepsilon < 1` is allowed, i.e. about when :math:`4\ln n/k
+    \ge 1/6`: the bound guarantees nothing below :math:`k = 24\ln n`).
+
+    Found as the smallest float64 with ``jl_min_dimension(n, eps) <= k``, by bisection on
+    the ordered bit patterns of the floats in :math:`(0, 1)` (64 steps; the predicate is
+    monotone, the exponent increasing on :math:`(0, 1)`), so the inverse is consistent:
+    ``jl_min_dimension(n, jl_epsilon(n, k)) <= k`` always, and one unit in the last place
+    less needs more than ``k`` dimensions."""
     n = _check_size("jl_epsilon", "n", n, 2)
     k = _check_size("jl_epsilon", "k", k)
-    target = 4.0 * math.log(n) / k
-    if target >= 1.0 / 6.0:
-        return math.nan
-    from scipy.optimize import brentq
 
-    return float(brentq(lambda e: e * e / 2 - e ** 3 / 3 - target, 0.0, 1.0, xtol=1e-15))
+    def bits(e: float) -> int:
+        return int(np.float64(e).view(np.int64))
+
+    def allows(i: int) -> bool:
+        return jl_min_dimension(n, float(np.int64(i).view(np.float64))) <= k
+
+    lo, hi = bits(5e-324), bits(float(np.nextafter(1.0, 0.0)))  # (0, 1) as ordered integers
+    if not allows(hi):
+        return math.nan
+    while hi - lo > 1:  # invariant: allows(hi), not allows(lo) (eps -> 0 allows nothing)
+        mid = (lo + hi) // 2
+        if allows(mid):
+            hi = mid
+        else:
+            lo = mid
+    return float(np.int64(hi).view(np.float64))
 
 
 def chi2_distortion_probability(k: int, eps: float) -> float:

@@ -14,8 +14,8 @@ logits and temperature. The library is called through its modules (``_sv.truncat
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -28,11 +28,9 @@ from nlaverify.identities._expectations import _Checks, _clean, _obj, _xp
 from nlaverify.identities.core import Identity, Proof, Step, qualname, register
 from nlaverify.lowrank import distill as _di
 from nlaverify.lowrank import prune as _pr
+from nlaverify.lowrank import quantization as _qz
 from nlaverify.lowrank import svd as _sv
 from nlaverify.symbolic.exact import symbol_array
-
-#: the module (the package re-exports its function ``quantize`` under the same name)
-_qz = importlib.import_module("nlaverify.lowrank.quantize")
 
 S41 = "Baggag & Saad §4.1"
 HMT = "Halko, Martinsson & Tropp 2011, §4, Thm. 10.5–10.6"
@@ -225,25 +223,49 @@ def derive_quantizer_bound() -> Proof:
         if sym and bits == 1:
             continue
         params = _qz.quantization_params(xp, X, bits, symmetric=sym, axis=axis)
+        # the b-bit integer range and the step, against their definitions written out here
+        red = None if axis is None else 1 - axis
+        keep = axis is not None
+        if sym:
+            q_lo, q_hi = -(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1
+            width = np.max(np.abs(X), axis=red, keepdims=keep)
+        else:
+            q_lo, q_hi = 0, 2**bits - 1
+            width = (np.maximum(np.max(X, axis=red, keepdims=keep), 0)
+                     - np.minimum(np.min(X, axis=red, keepdims=keep), 0))
+        tag = f"(b={bits}, symmetric={sym}, axis={axis})"
+        chk.holds((params.qmin, params.qmax) == (q_lo, q_hi),
+                  f"integer range [{q_lo}, {q_hi}] {tag}", (params.qmin, params.qmax))
+        chk.zero(_obj(params.scale) - _obj(width) / (q_hi - q_lo if not sym else q_hi),
+                 f"step = {'max|x|/(2^(b-1)-1)' if sym else '(beta-alpha)/(2^b-1)'} {tag}")
+        q = _obj(_qz.quantize(xp, X, params))
+        chk.holds(bool(np.all(q >= q_lo) and np.all(q <= q_hi)) and all(
+            v == sympy.floor(v) for v in q.ravel()), f"q are {bits}-bit integers {tag}", q)
+        if sym:  # the largest magnitude is represented exactly: the range is used tightly
+            top = _obj(np.broadcast_to(width, X.shape))
+            back = _obj(_qz.dequantize(xp, _qz.quantize(xp, top, params), params))
+            chk.zero(back - top, f"Q(max|x|) = max|x| {tag}")
         lo, hi = _qz.covered_interval(params)
         bound = _qz.error_bound(params)
         lo, hi, bound = (np.broadcast_to(_obj(v), X.shape) for v in (lo, hi, bound))
         # the calibration range is covered
         if sym:  # max|x| over the tensor or the channel, computed here
-            red = None if axis is None else 1 - axis
             wide = np.broadcast_to(np.max(np.abs(X), axis=red, keepdims=axis is not None),
                                    X.shape)
             chk.holds(bool(np.all(lo <= -wide) and np.all(hi >= wide)), "covers [-max, max]")
         chk.holds(bool(np.all(lo <= X) and np.all(X <= hi)), f"covers x (b={bits}, {sym})")
         # a grid over the covered interval of every entry (steps of Delta/4: every tie)
         n = 4 * (params.qmax - params.qmin + 1)
+        worst = np.zeros(X.shape, dtype=object)
         for t in range(n + 1):
             pts = _obj(lo + (hi - lo) * R(t, n))
             err = _obj(np.abs(pts - _qz.dequantize(xp, _qz.quantize(xp, pts, params), params)))
             ok = bool(np.all(err <= bound))
+            worst = np.maximum(worst, err)
             points += pts.size
             chk.holds(ok, f"|x - Q(x)| <= Delta/2 (b={bits}, symmetric={sym}, axis={axis})",
                       err)
+        chk.zero(worst - bound, f"the bound Delta/2 is attained (at the ties) {tag}")
         # just outside: the bound fails (the hypothesis is needed)
         out = _obj(hi + bound / 2)
         err = _obj(np.abs(out - _qz.dequantize(xp, _qz.quantize(xp, out, params), params)))
@@ -268,11 +290,21 @@ def derive_quantizer_bound() -> Proof:
              "\\tfrac12$, so it contains $[\\alpha, \\beta]$.",
              r"x \in \bigl[\Delta(q_{\min} - z) - \tfrac\Delta2,\ \Delta(q_{\max} - z) + "
              r"\tfrac\Delta2\bigr] \Rightarrow |x - Q(x)| \le \tfrac\Delta2"),
+        Step("The running `quantization_params` uses exactly $b$ bits: the integers are "
+             "$[-(2^{b-1} - 1), 2^{b-1} - 1]$ (symmetric) and $[0, 2^b - 1]$ (asymmetric), and "
+             "every $q$ it produces is such an integer; the step is $\\Delta = \\max|x|/"
+             "(2^{b-1} - 1)$, resp. $(\\beta - \\alpha)/(2^b - 1)$, equal to the definition "
+             "written out independently (per tensor and per channel), and symmetric "
+             "quantization represents $\\pm\\max|x|$ exactly, so the range is covered "
+             "tightly (a wider range or a larger step fails here).",
+             r"q \in [-(2^{b-1}-1), 2^{b-1}-1],\ \Delta = \frac{\max|x|}{2^{b-1}-1};\qquad "
+             r"q \in [0, 2^b - 1],\ \Delta = \frac{\beta - \alpha}{2^b - 1}"),
         Step("Exact check of the running code on a rational $3\\times 4$ calibration tensor: "
              "symmetric ($b = 2, 3$) and asymmetric ($b = 1, 2, 3$) quantizers, per tensor and "
              "per channel (axis 0 and 1), from `quantization_params`; every entry's covered "
              "interval sampled in steps of $\\Delta/4$ (all ties and both ends included), "
-             f"{points} points in all: the bound holds everywhere and the calibration values "
+             f"{points} points in all: the bound holds everywhere, is attained (at the ties: "
+             "`error_bound` is no larger than needed), and the calibration values "
              "are covered. Half a step beyond the interval the error exceeds $\\Delta/2$. "
              "Asymmetric, $b = 2$, per column:", shown),
         Step("Ties go to the even integer (as `numpy.round`): $\\pm\\tfrac12 \\to 0$, "
@@ -307,6 +339,19 @@ def derive_linear_bound() -> Proof:
     err = _obj(Xs @ E)[0, 0]
     B = _obj(_qz.linear_output_error_bound(xp, Xs, params.scale, Wt.shape))[0, 0]
     chk.zero(abs(err) - B, "the bound is attained")
+    # Widrow's model: E_kj independent, uniform on [-Delta/2, Delta/2]; the variance of one
+    # error by integration, then of the sum (independent terms add their variances)
+    e, D = sympy.symbols("e Delta", positive=True)
+    var_u = sympy.integrate(e**2, (e, -D / 2, D / 2)) / D
+    chk.zero(var_u - D**2 / 12, "Var U[-Delta/2, Delta/2] = Delta^2/12")
+    for axis in (None, 1):
+        params = _qz.quantization_params(xp, W, 3, axis=axis)
+        steps = np.broadcast_to(_obj(params.scale), W.shape)
+        rms = _obj(_qz.linear_output_error_rms(xp, X, params.scale, W.shape))
+        model = _obj([[sum(X[i, k] ** 2 * var_u.subs(D, steps[k, j]) for k in range(W.shape[0]))
+                       for j in range(W.shape[1])] for i in range(X.shape[0])])
+        chk.zero(rms * rms - model, f"linear_output_error_rms^2 = sum_k X_ik^2 Var E_kj "
+                 f"(axis={axis})")
     return chk.proof([
         Step("With $E = W - Q(W)$ and $|E_{kj}| \\le \\Delta_{kj}/2$ (identity "
              "`lowrank_quantizer_error_bound`; $\\Delta_{kj} = \\Delta$ per tensor, "
@@ -320,6 +365,13 @@ def derive_linear_bound() -> Proof:
              "Symmetric, $b = 2$, per channel:", shown),
         Step("The bound is attained: weights at ties ($|E_{kj}| = \\Delta_j/2$) and a row of "
              "$X$ carrying the signs of $E_{:,j}$ make every term of the sum add up."),
+        Step("The typical size (Widrow's model, not a bound): with the $E_{kj}$ independent "
+             "and uniform on $[-\\Delta_{kj}/2, \\Delta_{kj}/2]$, `sympy.integrate` gives "
+             "each the variance $\\Delta^2/12$, and the variances of the independent terms "
+             "of $\\sum_k X_{ik}E_{kj}$ add: the square of the running "
+             "`linear_output_error_rms` equals this sum exactly (3 bits, per tensor and per "
+             "output channel).",
+             r"\operatorname{Var}(XW - XQ(W))_{ij} = \sum_k X_{ik}^2\,\frac{\Delta_{kj}^2}{12}"),
     ])
 
 
@@ -332,9 +384,11 @@ def derive_pruning() -> Proof:
     W = xp.asarray(_obj([[R(1, 3), -2, R(1, 2), R(-3, 4)], [0, 1, R(-1, 2), R(9, 8)],
                          [R(-1, 5), R(3, 2), R(1, 6), -1]]))
     vals = list(W.ravel())
-    for s in (Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(2, 3), Fraction(1)):
+    for s in (Fraction(0), Fraction(1, 5), Fraction(1, 4), Fraction(3, 7), Fraction(2, 3),
+              Fraction(1)):
         P, M = _pr.magnitude_prune(xp, W, s)
         n = _pr.pruned_count(W.size, s)
+        chk.holds(n == math.floor(s * W.size), f"pruned_count = floor(sN), s={s}", n)
         chk.holds(int(np.sum(_obj(M) == 0)) == n, f"{n} entries pruned at s={s}")
         D = _obj(W - P)
         direct = sum(v * v for v in D.ravel())
@@ -343,6 +397,20 @@ def derive_pruning() -> Proof:
         chk.zero(_obj(_pr.pruning_error(xp, W, M)) - direct, f"pruning_error, s={s}")
         best = min(sum(vals[i] ** 2 for i in c) for c in itertools.combinations(range(W.size), n))
         chk.zero(direct - best, f"optimal among masks with {n} zeros")
+    # a float sparsity is its decimal: 0.29 of 100 is 29 (the binary 0.29 * 100 < 29)
+    floats = [_pr.pruned_count(100, i / 100) for i in range(101)]
+    chk.holds(floats == list(range(101)), "pruned_count(100, i/100) = i for every float i/100",
+              floats)
+    # the tie rule: among equal magnitudes the lower flat index is pruned first
+    Wt = xp.asarray(_obj([[1, -1, R(1, 2)], [-1, 1, R(-1, 2)]]))
+    for s_, want in ((Fraction(1, 6), [1, 1, 0, 1, 1, 1]), (Fraction(1, 2), [0, 1, 0, 1, 1, 0]),
+                     (Fraction(2, 3), [0, 0, 0, 1, 1, 0])):
+        _, Mt = _pr.magnitude_prune(xp, Wt, s_)
+        chk.holds(list(_obj(Mt).ravel()) == want, f"ties: lower index pruned first, s={s_}",
+                  _obj(Mt))
+    _, Mt = _pr.nm_prune(xp, xp.asarray(_obj([[2], [-2], [2], [1]])), 2, 4, axis=0)
+    chk.holds(list(_obj(Mt).ravel()) == [0, 1, 1, 0], "N:M ties: lower index pruned first",
+              _obj(Mt))
     # N:M along the input axis
     Wn = _obj(np.array(vals * 2, dtype=object).reshape(8, 3))
     P, M = _pr.nm_prune(xp, Wn, 2, 4, axis=0)
@@ -357,13 +425,20 @@ def derive_pruning() -> Proof:
              r"\|W - P(W)\|_F^2 = \sum_{M_{ij} = 0} w_{ij}^2 = \min_{\#\{M = 0\} = "
              r"\lfloor sN\rfloor}\ \sum_{M_{ij} = 0} w_{ij}^2"),
         Step("Exact check on a rational $3\\times 4$ $W$ with ties in $|w|$ (an exact zero and "
-             "$\\pm\\tfrac12$), $s \\in \\{0, \\tfrac14, \\tfrac12, \\tfrac23, 1\\}$: the count of "
+             "$\\pm\\tfrac12$), $s \\in \\{0, \\tfrac15, \\tfrac14, \\tfrac37, \\tfrac23, 1\\}$: "
+             "`pruned_count` is $\\lfloor sN\\rfloor$ (2 and 5 where $sN$ is not an integer), "
+             "a float $s$ counts as the decimal it prints as ($0.29$ of 100 prunes 29; "
+             "$\\lfloor 0.29 \\cdot 100\\rfloor$ in binary is 28), the count of "
              "zeros is $\\lfloor sN\\rfloor$, $\\|W - P(W)\\|_F^2$ equals the sum of the "
              "$\\lfloor sN\\rfloor$ smallest squares, `pruning_error` agrees, and it is the "
              "minimum over all $\\binom{12}{\\lfloor sN\\rfloor}$ masks (magnitude pruning is "
              "the best $s$-sparse approximation in the Frobenius norm). 2:4 pruning "
              "(`nm_prune`) of an $8\\times 3$ weight along its input axis: two zeros per group, "
              "error the two smallest squares of each group."),
+        Step("The tie rule, on $W = \\begin{pmatrix}1 & -1 & \\tfrac12\\\\ -1 & 1 & "
+             "-\\tfrac12\\end{pmatrix}$: at $s = \\tfrac16, \\tfrac12, \\tfrac23$ the masks "
+             "are exactly those that prune equal magnitudes in increasing flat index (row-major), "
+             "and 2:4 pruning of $(2, -2, 2, 1)$ prunes the 1 and the first 2."),
     ])
 
 
@@ -468,7 +543,8 @@ _reg("lowrank_quantizer_error_bound", "Uniform quantizers: |x - Q(x)| <= Delta/2
       _qz.covered_interval), derive_quantizer_bound)
 _reg("lowrank_quantized_linear_bound", "Quantized linear layer: output error bound",
      r"|XW - XQ(W)|_{ij} \le \tfrac12\sum_k |X_{ik}|\,\Delta_{kj}", S41,
-     (_qz.linear_output_error_bound, _qz.fake_quantize), derive_linear_bound)
+     (_qz.linear_output_error_bound, _qz.linear_output_error_rms, _qz.fake_quantize),
+     derive_linear_bound)
 _reg("lowrank_pruning_error", "Magnitude pruning: exact and optimal Frobenius error",
      r"\|W - P(W)\|_F^2 = \sum_{M_{ij}=0} w_{ij}^2 = \min_{\#\{M=0\}=\lfloor sN\rfloor}"
      r"\sum_{M_{ij}=0} w_{ij}^2", S41 + "; Han et al. 2015",

@@ -2,7 +2,7 @@ r"""Low rank and compression (Baggag & Saad §4.1, Table 6, Fig. 27).
 
 * :mod:`~nlaverify.lowrank.svd`: truncated SVD and its Eckart–Young errors; the randomized
   range finder and SVD (Halko, Martinsson & Tropp 2011) with their expected-error bounds;
-* :mod:`~nlaverify.lowrank.quantize`: symmetric and affine uniform quantizers, per tensor and
+* :mod:`~nlaverify.lowrank.quantization`: symmetric and affine uniform quantizers, per tensor and
   per channel, the element-wise :math:`\Delta/2` bound and the linear-layer bound;
 * :mod:`~nlaverify.lowrank.prune`: magnitude pruning (unstructured, N:M), exact error;
 * :mod:`~nlaverify.lowrank.distill`: the distillation loss, its gradient
@@ -21,7 +21,7 @@ from nlaverify.lowrank.distill import (
     logit_matching_loss,
 )
 from nlaverify.lowrank.prune import magnitude_prune, nm_prune, pruned_count, pruning_error
-from nlaverify.lowrank.quantize import (
+from nlaverify.lowrank.quantization import (
     QuantParams,
     covered_interval,
     dequantize,

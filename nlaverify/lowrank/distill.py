@@ -28,8 +28,12 @@ O(\varepsilon^3)`): distillation at high temperature is least squares on the cen
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
+
+import numpy as np
+import sympy
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ArgumentError, ShapeError
@@ -49,15 +53,48 @@ def _check(fn: str, xp: Namespace, z_s: Any, z_t: Any, T: Any) -> None:
         raise ShapeError(f"{fn}: argument 'z_s': expected logits (N, V), got shape {s}")
     if s != t:
         raise ShapeError(f"{fn}: argument 'z_t': expected the shape of z_s {s}, got {t}")
-    if isinstance(T, numbers.Real) and not isinstance(T, bool):
-        if not T > 0:
-            raise ArgumentError(f"{fn}: argument 'T': expected a temperature > 0, got {T!r}")
-    elif not getattr(T, "is_positive", False) and not xp.object_arrays:
-        raise ArgumentError(f"{fn}: argument 'T': expected a number > 0, got {T!r}")
+    _check_temperature(fn, xp, T)
+
+
+def _check_temperature(fn: str, xp: Namespace, T: Any) -> None:
+    """``T``: a finite number > 0 (a Python or NumPy number, or a 0-d array; a JAX tracer
+    is let through), or, on the exact namespace, a SymPy expression known to be positive."""
+    bad = ArgumentError(f"{fn}: argument 'T': expected a finite temperature > 0 (a number "
+                        f"or a 0-d array), got {T!r}")
+    if isinstance(T, bool):
+        raise bad
+    if isinstance(T, sympy.Basic):
+        if not (xp.object_arrays and T.is_positive and T.is_finite is not False):
+            raise bad
+        return
+    if isinstance(T, numbers.Real):
+        if not (math.isfinite(T) and T > 0):
+            raise bad
+        return
+    if tuple(getattr(T, "shape", (None,))) != ():
+        raise bad
+    if xp.object_arrays or not xp.is_concrete(T):
+        return
+    try:
+        v = float(np.asarray(T))
+    except (TypeError, ValueError, RuntimeError):
+        v = float(T)
+    if not (math.isfinite(v) and v > 0):
+        raise bad
 
 
 def _temp(xp: Namespace, T: Any) -> Any:
     return xp.const(T) if isinstance(T, numbers.Real) else T
+
+
+def _xlogy_terms(xp: Namespace, pt: Any, log_pt: Any, log_ps: Any) -> Any:
+    r""":math:`p_t(\log p_t - \log p_s)` with :math:`0\log 0 = 0`: a class the teacher
+    masks (:math:`z_t = -\infty`, :math:`p_t = 0`) contributes nothing, whatever
+    :math:`p_s`."""
+    if xp.object_arrays:
+        return pt * (log_pt - log_ps)
+    live = xp.greater(pt, 0)
+    return xp.where(live, pt * (xp.where(live, log_pt, 0) - log_ps), 0)
 
 
 def distillation_loss(xp: Namespace, z_s: Any, z_t: Any, T: Any) -> Any:
@@ -67,14 +104,16 @@ def distillation_loss(xp: Namespace, z_s: Any, z_t: Any, T: Any) -> Any:
 
     Raises:
         ShapeError: logits not ``(N, V)`` or of different shapes.
-        ArgumentError: :math:`T \le 0`.
+        ArgumentError: ``T`` not a finite number :math:`> 0` (or a 0-d array holding one).
+
+    A class the teacher masks (:math:`z_t = -\infty`) contributes :math:`0\log 0 = 0`.
     """
     _check("distillation_loss", xp, z_s, z_t, T)
     T = _temp(xp, T)
     log_ps = log_softmax(xp, z_s / T)
     log_pt = log_softmax(xp, z_t / T)
     pt = xp.exp(log_pt)
-    kl = xp.sum(pt * (log_pt - log_ps))
+    kl = xp.sum(_xlogy_terms(xp, pt, log_pt, log_ps))
     return kl * T * T / z_s.shape[0]
 
 

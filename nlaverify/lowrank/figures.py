@@ -32,7 +32,7 @@ from nlaverify.symbolic.document import save_svg
 
 __all__ = ["BITS", "draw_all", "draw_quantization_error", "quantization_curves"]
 
-qz = importlib.import_module("nlaverify.lowrank.quantize")
+qz = importlib.import_module("nlaverify.lowrank.quantization")
 BITS = tuple(range(2, 9))
 _RC = {"svg.hashsalt": "nlaverify", "svg.fonttype": "none", "font.size": 9}
 _SCHEMES = {"symmetric, per tensor": (True, None), "symmetric, per channel": (True, 1),

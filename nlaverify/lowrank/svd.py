@@ -54,6 +54,19 @@ def _count(fn: str, name: str, v: Any, lo: int, hi: int | None = None) -> int:
     return int(v)
 
 
+def _check_spectrum(fn: str, name: str, s: Any) -> None:
+    """``s`` non-negative and non-increasing (singular values in the SVD's order); entries
+    that cannot be compared (symbols, tracers) are let through."""
+    try:
+        v = np.asarray(s, dtype=np.float64).ravel()
+    except (TypeError, ValueError, RuntimeError):
+        return
+    if not np.all(np.isfinite(v)) or np.any(v < 0) or np.any(np.diff(v) > 0):
+        raise ArgumentError(f"{fn}: argument {name!r}: expected finite singular values, "
+                            f"non-negative and in non-increasing order, got {v[:6]}"
+                            + (" ..." if v.size > 6 else ""))
+
+
 def truncated_svd(xp: Namespace, A: Any, k: int) -> tuple[Any, Any, Any]:
     r"""The best rank-``k`` approximation :math:`A_k = U_k\operatorname{diag}(s_k)V_k^\top`
     of the ``(m, n)`` matrix ``A`` (Eckart–Young; Baggag & Saad §4.1): the ``k`` leading
@@ -81,10 +94,12 @@ def truncation_errors(xp: Namespace, s: Any, k: int) -> tuple[Any, Any]:
     (\sum_{i>k}\sigma_i^2)^{1/2})`, spectral and Frobenius (both 0 when :math:`k = \min(m,n)`).
 
     Raises:
-        ArgumentError: ``k`` not an integer in :math:`[0, \text{len}(s)]`.
+        ArgumentError: ``k`` not an integer in :math:`[0, \text{len}(s)]`; ``s`` not
+            non-negative and non-increasing.
     """
     r = int(np.shape(s)[0])
     k = _count("truncation_errors", "k", k, 0, r)
+    _check_spectrum("truncation_errors", "s", s)
     tail = s[k:]
     if k == r:
         zero = xp.zeros((), dtype=s.dtype) if not xp.object_arrays else xp.zeros(())
@@ -185,12 +200,14 @@ def expected_error_bound(sigma: Any, k: int, p: int, q: int = 0) -> tuple[float,
     Raises:
         ArgumentError: :math:`k < 2` or :math:`p < 2` (the theorems' hypotheses: the
             :math:`(p-1)` comes from :math:`\mathbb E\|\Omega_1^\dagger\|_F^2 = k/(p-1)`,
-            infinite for :math:`p \le 1`), or :math:`k + p > \text{len}(\sigma)`.
+            infinite for :math:`p \le 1`), or :math:`k + p > \text{len}(\sigma)`, or
+            ``sigma`` not non-negative and non-increasing.
     """
     s = np.asarray(sigma, dtype=np.float64)
     if s.ndim != 1:
         raise ShapeError(f"expected_error_bound: argument 'sigma': expected a vector, got "
                          f"shape {s.shape}")
+    _check_spectrum("expected_error_bound", "sigma", s)
     k = _count("expected_error_bound", "k", k, 2)
     p = _count("expected_error_bound", "p", p, 2)
     q = _count("expected_error_bound", "q", q, 0)

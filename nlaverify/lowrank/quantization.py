@@ -27,8 +27,16 @@ then :math:`t \le q_{\min} - \tfrac12`, so :math:`t = q_{\min} - \tfrac12` and t
 error is :math:`\Delta/2` (likewise above). The interval contains
 :math:`[-\max|x|, \max|x|]` (symmetric) and :math:`[\alpha, \beta]` (asymmetric, since
 :math:`|z + \alpha/\Delta| \le \tfrac12`). In floating point the bound holds up to the
-rounding of :math:`x/\Delta` and :math:`\Delta(q - z)` (a few units in the last place of
-:math:`\max|x|`).
+rounding of :math:`x/\Delta` and :math:`\Delta(q - z)`: in a floating dtype of unit
+roundoff :math:`u`, :math:`\mathrm{fl}(x/\Delta) = (x/\Delta)(1 + \delta_1)` moves
+:math:`t` by at most :math:`u|x|/\Delta` and :math:`\mathrm{fl}(\Delta(q - z))` adds at
+most :math:`u\,\Delta|q - z| \le uM`, :math:`M = \Delta\max(|q_{\min} - z|, |q_{\max} -
+z|)`, so (with :math:`|x| \le M + \Delta/2` on the covered interval)
+
+.. math:: |x - Q(x)| \le \frac\Delta2 + u\,(2M + \Delta)
+
+(:func:`error_bound`; :math:`u = 0` on SymPy). The integers :math:`q - z` must be exact in
+the dtype: ``bits`` is at most its significand precision (24 for float32, 8 for bfloat16).
 
 **Linear layer.** For :math:`Y = XW` with :math:`W` quantized (steps :math:`\Delta_{kj}`,
 i.e. per tensor or per output channel :math:`j`), :math:`E = W - Q(W)`:
@@ -50,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.errors import ArgumentError, DTypeError, NonFiniteError, ShapeError
 from nlaverify.lowrank import _xp
 
 __all__ = [
@@ -79,6 +87,8 @@ class QuantParams:
     bits: int
     symmetric: bool
     axis: int | None
+    #: the unit roundoff :math:`u` of the arithmetic (0 on SymPy; :func:`error_bound`)
+    roundoff: float = 0.0
 
 
 def _reduce_axes(ndim: int, axis: int | None) -> tuple[int, ...] | None:
@@ -99,6 +109,34 @@ def _check_bits(bits: Any, symmetric: bool) -> int:
     return int(bits)
 
 
+#: significand precision (bits, the implicit one included) of the floating dtypes
+_PRECISION = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _roundoff(xp: Namespace, x: Any, bits: int, symmetric: bool) -> float:
+    """The unit roundoff of ``x``'s arithmetic, after checking that ``x`` is finite (when
+    it can be inspected) and that the integers of a ``bits``-bit quantizer are exact in its
+    dtype."""
+    if xp.exact:
+        return 0.0
+    if xp.name == "mpmath":
+        return 2.0 ** -int(xp.ctx.prec)  # type: ignore[attr-defined]
+    name = str(getattr(x.dtype, "name", x.dtype)).rsplit(".", 1)[-1]
+    if name not in _PRECISION:
+        raise DTypeError(f"quantization_params: argument 'x': expected a floating dtype "
+                         f"({', '.join(_PRECISION)}), got {name}")
+    p = _PRECISION[name]
+    top = bits - 1 if symmetric else bits  # the integers reach 2^top - 1
+    if top > p:
+        raise ArgumentError(f"quantization_params: argument 'bits': expected at most "
+                            f"{p + bits - top} for {name} (its {p}-bit significand must hold "
+                            f"the integers up to 2^{top}), got {bits}")
+    if xp.is_concrete(x) and not bool(xp.all(xp.isfinite(x))):
+        raise NonFiniteError("quantization_params: argument 'x': expected finite values, got "
+                             "inf or nan")
+    return 2.0 ** -p
+
+
 def quantization_params(xp: Namespace, x: Any, bits: int, *, symmetric: bool = True,
                         axis: int | None = None) -> QuantParams:
     r"""The step and zero point of a ``bits``-bit quantizer of ``x`` (module docstring):
@@ -108,8 +146,12 @@ def quantization_params(xp: Namespace, x: Any, bits: int, *, symmetric: bool = T
 
     Raises:
         ArgumentError: ``bits`` not an integer in :math:`[2, 32]` (symmetric) or
-            :math:`[1, 32]` (asymmetric); ``axis`` out of range.
+            :math:`[1, 32]` (asymmetric), or beyond the significand of ``x``'s dtype;
+            ``axis`` out of range.
         ShapeError: ``x`` is not an array.
+        DTypeError: ``x`` not floating (on the floating backends).
+        NonFiniteError: ``x`` holds inf or nan (a NaN maximum would silently give a zero
+            step, an infinite one an infinite step).
     """
     bits = _check_bits(bits, symmetric)
     shape = tuple(getattr(x, "shape", ()))
@@ -121,6 +163,7 @@ def quantization_params(xp: Namespace, x: Any, bits: int, *, symmetric: bool = T
         raise ArgumentError(f"quantization_params: argument 'axis': expected None or an "
                             f"integer in [{-len(shape)}, {len(shape) - 1}] for shape {shape}, "
                             f"got {axis!r}")
+    roundoff = _roundoff(xp, x, bits, symmetric)
     red = _reduce_axes(len(shape), axis)
     keep = axis is not None
     if symmetric:
@@ -140,7 +183,7 @@ def quantization_params(xp: Namespace, x: Any, bits: int, *, symmetric: bool = T
         z = xp.zeros_like(scale)
     else:
         z = _xp.round_half_even(xp, -lo / scale)
-    return QuantParams(scale, z, qmin, qmax, bits, symmetric, axis)
+    return QuantParams(scale, z, qmin, qmax, bits, symmetric, axis, roundoff)
 
 
 def _obj_gt0(w: Any) -> np.ndarray:
@@ -169,9 +212,20 @@ def fake_quantize(xp: Namespace, x: Any, bits: int, *, symmetric: bool = True,
 
 
 def error_bound(params: QuantParams) -> Any:
-    r"""The element-wise bound :math:`\Delta/2` (per channel: per index of ``axis``) on
-    :math:`|x - Q(x)|`, valid on :func:`covered_interval`."""
-    return params.scale / 2
+    r"""The element-wise bound on :math:`|x - Q(x)|`, valid on :func:`covered_interval`
+    (per channel: per index of ``axis``): :math:`\Delta/2` in exact arithmetic, plus
+    :math:`u(2M + \Delta)` for the rounding of :math:`x/\Delta` and :math:`\Delta(q - z)`
+    in a dtype of unit roundoff :math:`u` (module docstring; ``params.roundoff``)."""
+    if not params.roundoff:
+        return params.scale / 2
+    d, z = params.scale, params.zero_point
+    reach = d * _xp_max_abs(params.qmin - z, params.qmax - z)
+    return params.scale / 2 + params.roundoff * (2 * reach + d)
+
+
+def _xp_max_abs(a: Any, b: Any) -> Any:
+    r""":math:`\max(|a|, |b|)` for the (floating, non-negative-scale) zero-point arithmetic."""
+    return (abs(a) + abs(b) + abs(abs(a) - abs(b))) / 2
 
 
 def covered_interval(params: QuantParams) -> tuple[Any, Any]:
