@@ -22,31 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-
-def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def best_time(f: Callable, *args: Any, repeats: int) -> tuple[float, float]:
-    """(compile + first call, best of ``repeats`` later calls), in seconds."""
-    import jax
-
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        best = min(best, time.perf_counter() - t0)
-    return first, best
+from _timing import best_time, progress
 
 
 def test_matrix(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -70,9 +49,9 @@ def randomized_vs_full(n: int, k: int, p: int, q: int, repeats: int) -> dict[str
     A = jnp.asarray(A_host)
     rand = jax.jit(lambda M: randomized_svd(xp, M, k, p, q, seed=0))
     full = jax.jit(lambda M: jnp.linalg.svd(M, full_matrices=False))
-    _progress(f"randomized SVD k={k} p={p} q={q} on {n}x{n} ...")
+    progress(f"randomized SVD k={k} p={p} q={q} on {n}x{n} ...")
     c_rand, t_rand = best_time(rand, A, repeats=repeats)
-    _progress(f"full SVD on {n}x{n} (LAPACK) ...")
+    progress(f"full SVD on {n}x{n} (LAPACK) ...")
     c_full, t_full = best_time(full, A, repeats=max(1, repeats // 3))
     U, sk, Vh = (np.asarray(a, dtype=np.float64) for a in rand(A))
     E = A_host.astype(np.float64) - (U * sk) @ Vh
@@ -118,9 +97,9 @@ def lora_vs_full(rank: int, batch: int, seq_len: int, repeats: int) -> dict[str,
 
     f_lora = jax.jit(lambda w, fx, d: grads(graph, w, fx, d))
     f_full = jax.jit(lambda w, d: grads(base_graph, w, {}, d))
-    _progress(f"mid: forward + LoRA gradients (r={rank} on q, v), batch {batch}x{seq_len} ...")
+    progress(f"mid: forward + LoRA gradients (r={rank} on q, v), batch {batch}x{seq_len} ...")
     c_lora, t_lora = best_time(f_lora, train_p, frozen, data, repeats=repeats)
-    _progress("mid: forward + every gradient (full fine-tuning) ...")
+    progress("mid: forward + every gradient (full fine-tuning) ...")
     c_full, t_full = best_time(f_full, full_p, data, repeats=repeats)
     n_lora = sum(int(np.size(v)) for v in train_p.values())
     n_full = sum(int(np.size(v)) for v in full_p.values())

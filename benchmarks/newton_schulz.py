@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from _timing import best_time, progress
 
 from nlaverify.backends import get_namespace
 from nlaverify.optim.newton_schulz import MUON, matmul_flops, newton_schulz, polar_svd
@@ -34,25 +33,6 @@ from nlaverify.optim.newton_schulz import MUON, matmul_flops, newton_schulz, pol
 STEPS = 5
 GPU_SIZE = 4096
 GOALS = {"ns5_fraction_of_matmul": 0.9, "svd_over_ns5": 100.0}
-
-
-def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def best_time(f: Callable, *args: Any, repeats: int) -> tuple[float, float]:
-    """(compile + first call, best of ``repeats`` later calls), in seconds."""
-    import jax
-
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    first = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        best = min(best, time.perf_counter() - t0)
-    return first, best
 
 
 def kernels() -> tuple[Callable, Callable, Callable]:
@@ -78,15 +58,15 @@ def cpu_ratios(sizes: list[int], repeats: int) -> list[dict[str, float]]:
         G = jax.device_put(jnp.asarray(np.random.default_rng(n).standard_normal((n, n)),
                                        dtype=jnp.float32), cpu)
         reps = repeats if n <= 1024 else max(1, min(repeats, 2))
-        _progress(f"  cpu n={n}: NS(5) ...")
+        progress(f"  cpu n={n}: NS(5) ...")
         c_ns, t_ns = best_time(ns5, G, repeats=reps)
-        _progress(f"  cpu n={n}: NS(5) {t_ns:.3g} s; SVD polar ({reps + 1} calls) ...")
+        progress(f"  cpu n={n}: NS(5) {t_ns:.3g} s; SVD polar ({reps + 1} calls) ...")
         c_svd, t_svd = best_time(svd, G, repeats=reps)
         flops = matmul_flops(n, n, MUON, STEPS)
         rows.append({"n": n, "ns5_s": t_ns, "svd_s": t_svd, "ns5/svd": t_ns / t_svd,
                      "ns5_gflops": flops / t_ns / 1e9, "compile_ns5_s": c_ns - t_ns,
                      "compile_svd_s": c_svd - t_svd})
-        _progress(f"  cpu n={n}: SVD polar {t_svd:.3g} s")
+        progress(f"  cpu n={n}: SVD polar {t_svd:.3g} s")
     return rows
 
 
@@ -122,7 +102,7 @@ def main() -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-': stdout)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    _progress(f"CPU float32, NS({STEPS}) with Muon's coefficients vs the SVD polar factor")
+    progress(f"CPU float32, NS({STEPS}) with Muon's coefficients vs the SVD polar factor")
     rows = cpu_ratios(sizes, args.repeats)
     print(f"{'n':>6} {'NS(5) s':>10} {'SVD s':>10} {'NS/SVD':>8} {'NS GFLOP/s':>11}")
     for r in rows:

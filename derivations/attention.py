@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 import nlaverify.identities.attention  # noqa: F401  (registers the family)
-from nlaverify.proofs import derive_family
+from nlaverify.proofs import family_script
 
 FIGURES = "docs/figures"
 
@@ -32,16 +32,7 @@ def draw() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print(__doc__)
-        return 0
-    if "--figure-only" in argv:
-        draw()
-        return 0
-    code = derive_family("attention", argv)
-    if "--check" not in argv:
-        draw()
-    return code
+    return family_script("attention", draw, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import nlaverify.identities.geometry  # noqa: F401  (registers the family)
-from nlaverify.proofs import derive_family
+from nlaverify.proofs import family_script
 
 FIGURES = Path("docs/figures")
 
@@ -48,16 +48,7 @@ def draw() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print(__doc__)
-        return 0
-    if "--figure-only" in argv:
-        draw()
-        return 0
-    code = derive_family("geometry", argv)
-    if "--check" not in argv:
-        draw()
-    return code
+    return family_script("geometry", draw, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

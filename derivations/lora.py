@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 import nlaverify.identities.lora  # noqa: F401  (registers the LoRA identities)
-from nlaverify.proofs import derive_family
+from nlaverify.proofs import family_script
 
 FIGURES = "docs/figures"
 
@@ -51,16 +51,7 @@ def draw() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print(__doc__)
-        return 0
-    if "--figure-only" in argv:
-        draw()
-        return 0
-    code = derive_family("lowrank", argv)
-    if "--check" not in argv:
-        draw()
-    return code
+    return family_script("lowrank", draw, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

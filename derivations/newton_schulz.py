@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 import nlaverify.identities.newton_schulz  # noqa: F401  (registers the family)
-from nlaverify.proofs import derive_family
+from nlaverify.proofs import family_script
 
 FIGURES = "docs/figures"
 
@@ -30,16 +30,7 @@ def draw() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print(__doc__)
-        return 0
-    if "--figure-only" in argv:
-        draw()
-        return 0
-    code = derive_family("newton_schulz", argv)
-    if "--check" not in argv:
-        draw()
-    return code
+    return family_script("newton_schulz", draw, argv, __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,22 @@ def derive(
     return 1 if failures else 0
 
 
+def family_script(family: str, draw: Callable[[], None], argv: Sequence[str], doc: str) -> int:
+    """The ``derivations/`` scripts' command line: ``--help`` prints ``doc``;
+    ``--figure-only`` only draws the figures; otherwise the family is derived (``--check``:
+    verified, nothing written) and, unless checking, the figures drawn."""
+    if "--help" in argv or "-h" in argv:
+        print(doc)
+        return 0
+    if "--figure-only" in argv:
+        draw()
+        return 0
+    code = derive_family(family, argv)
+    if "--check" not in argv:
+        draw()
+    return code
+
+
 def derive_family(family: str, argv: Sequence[str] = ()) -> int:
     """Regenerate (``--check`` in ``argv``: verify) one family; the derivations/ scripts."""
     ids = [i for i, x in load_catalogue().items() if x.family == family]

@@ -29,7 +29,7 @@ from nlaverify.attention import estimators as _es
 from nlaverify.attention import features as _fe
 from nlaverify.errors import NlaverifyError
 from nlaverify.identities._expectations import _Checks, _clean, _obj, _xp
-from nlaverify.identities.core import Identity, Proof, Step, qualname, register
+from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.ops import linear_attention as _la
 from nlaverify.ops import sdpa as _sd
 from nlaverify.ops import softmaxes as _sm
@@ -74,18 +74,6 @@ def _tril(A: sympy.Matrix) -> sympy.Matrix:
 
 def _quarter_root(d: int) -> sympy.Expr:
     return sympy.Integer(d) ** sympy.Rational(1, 4)
-
-
-def _guard(derive: Callable[[], Proof]) -> Callable[[], Proof]:
-    """A planted error that makes the library raise is a failed identity, not a crash."""
-    @functools.wraps(derive)
-    def wrapped() -> Proof:
-        try:
-            return derive()
-        except (NlaverifyError, ValueError, TypeError, ArithmeticError, IndexError) as exc:
-            return Proof("failed", (Step(f"The derivation raised: {exc!r}"),), repr(exc))
-
-    return wrapped
 
 
 def _canon(e: Any) -> sympy.Expr:
@@ -820,7 +808,7 @@ _F = "attention"
 def _reg(id_: str, title: str, statement: str, seed: str, certifies: tuple,
          derive: Callable[[], Proof]) -> None:
     register(Identity(id_, _F, title, statement, seed, tuple(qualname(f) for f in certifies),
-                      _guard(derive), tags=("attention",)))
+                      guard(derive), tags=("attention",)))
 
 
 _reg("attention_nadaraya_watson", "Attention rows are Nadaraya–Watson weights",

@@ -121,3 +121,20 @@ def get_identity(identity_id: str) -> Identity:
 def qualname(f: Callable[..., Any]) -> str:
     """``module.qualname`` of a function: how a proof names what it certifies."""
     return f"{f.__module__}.{f.__qualname__}"
+
+
+def guard(derive: Callable[[], Proof]) -> Callable[[], Proof]:
+    """``derive``, with an input error raised by the library it runs (a planted mistake may
+    break shapes or domains) reported as a *failed* identity instead of a crash."""
+    import functools
+
+    from nlaverify.errors import NlaverifyError
+
+    @functools.wraps(derive)
+    def wrapped() -> Proof:
+        try:
+            return derive()
+        except (NlaverifyError, ValueError, TypeError, ArithmeticError, IndexError) as exc:
+            return Proof("failed", (Step(f"The derivation raised: {exc!r}"),), repr(exc))
+
+    return wrapped

@@ -22,7 +22,6 @@ The library is called through its modules (``_an.cosine_density``, ``_jl.project
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,11 +30,10 @@ import numpy as np
 import sympy
 
 from nlaverify.backends import get_namespace
-from nlaverify.errors import NlaverifyError
 from nlaverify.geometry import angles as _an
 from nlaverify.geometry import jl as _jl
 from nlaverify.identities._expectations import _Checks, _xp
-from nlaverify.identities.core import Identity, Proof, Step, qualname, register
+from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.symbolic.exact import symbol_array
 from nlaverify.tolerance import tolerance
 
@@ -59,18 +57,6 @@ def _v(x: Any) -> sympy.Expr:
     """A scalar result of the namespace (a 0-d object array or a SymPy expression)."""
     return sympy.sympify(np.asarray(x, dtype=object).ravel()[0]) if isinstance(
         x, np.ndarray) else sympy.sympify(x)
-
-
-def _guard(derive: Callable[[], Proof]) -> Callable[[], Proof]:
-    """A planted error that makes the library raise is a failed identity, not a crash."""
-    @functools.wraps(derive)
-    def wrapped() -> Proof:
-        try:
-            return derive()
-        except (NlaverifyError, ValueError, TypeError, ArithmeticError, IndexError) as exc:
-            return Proof("failed", (Step(f"The derivation raised: {exc!r}"),), repr(exc))
-
-    return wrapped
 
 
 def _cos_power(expr: sympy.Expr, x: sympy.Symbol) -> sympy.Expr:
@@ -446,7 +432,7 @@ _F = "geometry"
 def _reg(id_: str, title: str, statement: str, seed: str, certifies: tuple,
          derive: Callable[[], Proof]) -> None:
     register(Identity(id_, _F, title, statement, seed, tuple(qualname(f) for f in certifies),
-                      _guard(derive), tags=("geometry",)))
+                      guard(derive), tags=("geometry",)))
 
 
 _reg("geometry_cosine_density", "The law of cos θ between random directions in R^d",

@@ -18,7 +18,7 @@ import sympy
 
 from nlaverify.config import LORA_TARGETS, preset
 from nlaverify.graph import build as _build
-from nlaverify.identities.core import Identity, Proof, Step, qualname, register
+from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.identities.kronecker import XP, _concrete, _equal, _sym, _verdict
 from nlaverify.ops import linear as _linear
 from nlaverify.ops import lora as _lora
@@ -144,7 +144,8 @@ def derive_lora_counts() -> Proof:
 
 def _reg(id_: str, title: str, statement: str, certifies: tuple, derive) -> None:
     register(Identity(id_, "lowrank", title, statement, SEED,
-                      tuple(qualname(f) for f in certifies), derive, tags=("closed-form",)))
+                      tuple(qualname(f) for f in certifies), guard(derive),
+                      tags=("closed-form",)))
 
 
 _reg("lora_merge", "LoRA: merged and unmerged adapters agree; B = 0 leaves the model unchanged",

@@ -13,7 +13,6 @@ logits and temperature. The library is called through its modules (``_sv.truncat
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -23,9 +22,8 @@ from typing import Any
 import numpy as np
 import sympy
 
-from nlaverify.errors import NlaverifyError
 from nlaverify.identities._expectations import _Checks, _clean, _obj, _xp
-from nlaverify.identities.core import Identity, Proof, Step, qualname, register
+from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.lowrank import distill as _di
 from nlaverify.lowrank import prune as _pr
 from nlaverify.lowrank import quantization as _qz
@@ -61,18 +59,6 @@ def _skew(n: int, entries: list[Any]) -> sympy.Matrix:
             v = sympy.nsimplify(next(it))
             S[i, j], S[j, i] = v, -v
     return S
-
-
-def _guard(derive: Callable[[], Proof]) -> Callable[[], Proof]:
-    """A planted error that makes the library raise is a failed identity, not a crash."""
-    @functools.wraps(derive)
-    def wrapped() -> Proof:
-        try:
-            return derive()
-        except (NlaverifyError, ValueError, TypeError, ArithmeticError, IndexError) as exc:
-            return Proof("failed", (Step(f"The derivation raised: {exc!r}"),), repr(exc))
-
-    return wrapped
 
 
 def _exact_cases() -> list[tuple[str, sympy.Matrix, list[Any]]]:
@@ -525,7 +511,7 @@ _F = "lowrank"
 def _reg(id_: str, title: str, statement: str, seed: str, certifies: tuple,
          derive: Callable[[], Proof]) -> None:
     register(Identity(id_, _F, title, statement, seed, tuple(qualname(f) for f in certifies),
-                      _guard(derive), tags=("lowrank", "compression")))
+                      guard(derive), tags=("lowrank", "compression")))
 
 
 _reg("lowrank_eckart_young", "Truncated SVD: spectral and Frobenius errors (Eckart–Young)",
