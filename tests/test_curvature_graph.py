@@ -57,7 +57,7 @@ from nlaverify.graph.run import init_params, sample_data
 from nlaverify.ops.loss import IGNORE_INDEX
 from nlaverify.strategies import seeds, transformer_configs
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_curvature_graph")
 
 jax.config.update("jax_enable_x64", True)
@@ -383,7 +383,7 @@ def largest_dense_checked() -> int:
     return parameter_counts(build_transformer(preset(TINY_CASE[0]))).total
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny() -> tuple:
     name, n, batch, seed = TINY_CASE
     g, params, data = transformer_case(preset(name), n, batch, seed)

@@ -24,7 +24,7 @@ from nlaverify.errors import ArgumentError, ShapeError
 from nlaverify.strategies import spd_matrices, well_conditioned_matrices
 from nlaverify.tolerance import tolerance
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_curvature_proofs")
 
 #: the family, from its module (independent of the other catalogue modules)
@@ -274,7 +274,7 @@ def test_bad_shapes_are_named() -> None:
 # --------------------------------------------------------------------------- Figure 30
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def figure_paths() -> tuple[nat.DescentPaths, nat.DescentPaths]:
     M, y, w0 = nat.figure_model()
     return nat.descend(M, y, w0, 400, lr_ngd=1.0), nat.descend(M, y, w0, 40, lr_ngd=0.5)

@@ -29,7 +29,7 @@ from nlaverify.graph.build import build_transformer
 from nlaverify.graph.run import init_params, sample_data
 from nlaverify.tolerance import tolerance
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_curvature_report")
 
 jax.config.update("jax_enable_x64", True)
@@ -37,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 N, BLOCK, SEED = 2, 1, 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def setup():
     cfg = preset("tiny")
     graph = build_transformer(cfg)

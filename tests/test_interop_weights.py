@@ -24,7 +24,7 @@ from nlaverify.interop import weights as W
 from nlaverify.interop.hf_config import hf_config_dict, load_hf_config
 from nlaverify.tolerance import tolerance
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_interop_weights")
 
 DATA = Path(__file__).resolve().parents[1] / "nlaverify" / "data" / "hf_configs"
@@ -334,14 +334,14 @@ def test_load_checkpoint_directory(tmp_path):
 # --- against transformers -----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     return torch, transformers
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def models(hf):
     """One tiny float64 HF model per model type, holding nlaverify's seeded parameters."""
     torch, transformers = hf

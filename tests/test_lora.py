@@ -20,13 +20,13 @@ from nlaverify.graph.run import init_params, run_graph, sample_data
 from nlaverify.tolerance import tolerance
 from nlaverify.train import Corpus, load_corpus, train
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_lora")
 
 TINY = preset("tiny")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def small_corpus() -> Corpus:
     c = load_corpus()
     return load_corpus(c.text[:4000] + c.vocab)  # every character, a short text

@@ -33,28 +33,28 @@ from nlaverify.precision import (
 )
 from nlaverify.tolerance import LAMBDA, SAFETY, unit_roundoff
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_precision")
 
 TINY = preset("tiny")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def f32() -> PrecisionSetup:
     return prepare(TINY, "float32", backend="numpy")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bf16() -> PrecisionSetup:
     return prepare(TINY, "bfloat16", backend="jax")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def f32_report(f32):
     return measure(f32, run_subject(f32))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bf16_report(bf16):
     return measure(bf16, run_subject(bf16))
 

@@ -39,7 +39,7 @@ from nlaverify.train import (
     windows,
 )
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_train")
 
 SEED_PAPER = Path("/work/shared/seeds/baggag-saad-nla-of-llms.txt")
@@ -49,12 +49,12 @@ STEPS = 30
 Z = 5.0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def corpus():
     return load_corpus()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(corpus):
     return {o: train("tiny", o, STEPS, seed=0, eval_every=STEPS, corpus=corpus)
             for o in OPTIMIZERS}

@@ -33,7 +33,7 @@ from nlaverify.pipeline import format_report, verify_pipeline
 from nlaverify.strategies import transformer_configs
 from nlaverify.tolerance import tolerance
 
-# its module-scoped fixtures are computed once: every test of the module on one worker
+# its expensive fixtures (session scope) are computed once: the module on one worker
 pytestmark = pytest.mark.xdist_group("test_transformer")
 
 
@@ -58,7 +58,7 @@ def test_tiny_on_every_backend_including_graph_on_jax() -> None:
     assert "pipeline tiny:" in text and "error / bound" in text
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_setup():
     g = build_transformer(preset("tiny"))
     params = init_params(g, 2)
