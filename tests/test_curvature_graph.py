@@ -57,9 +57,6 @@ from nlaverify.graph.run import init_params, sample_data
 from nlaverify.ops.loss import IGNORE_INDEX
 from nlaverify.strategies import seeds, transformer_configs
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_curvature_graph")
-
 jax.config.update("jax_enable_x64", True)
 JAX = get_namespace("jax")
 CI = os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci"

@@ -24,9 +24,6 @@ from nlaverify.errors import ArgumentError, ShapeError
 from nlaverify.strategies import spd_matrices, well_conditioned_matrices
 from nlaverify.tolerance import tolerance
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_curvature_proofs")
-
 #: the family, from its module (independent of the other catalogue modules)
 CATALOGUE = {x.id: x for x in (*ids.IDENTITIES, *ngids.IDENTITIES)}
 CURVATURE = list(CATALOGUE)

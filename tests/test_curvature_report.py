@@ -29,9 +29,6 @@ from nlaverify.graph.build import build_transformer
 from nlaverify.graph.run import init_params, sample_data
 from nlaverify.tolerance import tolerance
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_curvature_report")
-
 jax.config.update("jax_enable_x64", True)
 
 N, BLOCK, SEED = 2, 1, 0

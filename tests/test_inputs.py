@@ -19,9 +19,6 @@ from nlaverify.graph.run import init_params, run_graph, sample_data
 from nlaverify.ops import registry
 from nlaverify.pipeline import format_report, verify_pipeline
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_inputs")
-
 CFG = TransformerConfig(vocab_size=50, d_model=8, n_heads=2, n_blocks=1, d_mlp=4, context=8,
                         name="v50")
 

@@ -24,9 +24,6 @@ from nlaverify.interop import weights as W
 from nlaverify.interop.hf_config import hf_config_dict, load_hf_config
 from nlaverify.tolerance import tolerance
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_interop_weights")
-
 DATA = Path(__file__).resolve().parents[1] / "nlaverify" / "data" / "hf_configs"
 TOKENS = np.array([1, 5, 2, 12, 7, 3], dtype=np.int64)
 TARGETS = np.array([5, 2, 12, 7, 3, 0], dtype=np.int64)

@@ -20,9 +20,6 @@ from nlaverify.graph.run import init_params, run_graph, sample_data
 from nlaverify.tolerance import tolerance
 from nlaverify.train import Corpus, load_corpus, train
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_lora")
-
 TINY = preset("tiny")
 
 

@@ -33,9 +33,6 @@ from nlaverify.precision import (
 )
 from nlaverify.tolerance import LAMBDA, SAFETY, unit_roundoff
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_precision")
-
 TINY = preset("tiny")
 
 

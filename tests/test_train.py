@@ -39,9 +39,6 @@ from nlaverify.train import (
     windows,
 )
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_train")
-
 SEED_PAPER = Path("/work/shared/seeds/baggag-saad-nla-of-llms.txt")
 STEPS = 30
 #: standard errors by which the held-out loss must fall (a decrease this large has

@@ -33,9 +33,6 @@ from nlaverify.pipeline import format_report, verify_pipeline
 from nlaverify.strategies import transformer_configs
 from nlaverify.tolerance import tolerance
 
-# its expensive fixtures (session scope) are computed once: the module on one worker
-pytestmark = pytest.mark.xdist_group("test_transformer")
-
 
 # each example compiles two jitted functions: keep CI to a handful, nightly to many
 @settings(max_examples=3 if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else 100)
