@@ -207,13 +207,11 @@ def test_params_lora_command(capsys) -> None:
         assert msg in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("backend", [
-    "strict",
-    pytest.param("mpmath", marks=pytest.mark.skipif(
-        os.environ.get("HYPOTHESIS_PROFILE") != "nightly",
-        reason="the LoRA graph on mpmath: nightly only (each LoRA op is cross-checked on "
-               "mpmath by test_ops_crosscheck in CI)")),
-])
+@pytest.mark.skipif(os.environ.get("HYPOTHESIS_PROFILE") != "nightly",
+                    reason="the LoRA graph on strict and mpmath: nightly only (in CI each LoRA "
+                           "op is cross-checked on both by test_ops_crosscheck and "
+                           "test_device_clean, and the LoRA zoo member runs on numpy and jax)")
+@pytest.mark.parametrize("backend", ["strict", "mpmath"])
 def test_lora_graph_on_the_strict_and_exact_backends(backend: str) -> None:
     # numpy and jax run the LoRA zoo member in tests/test_zoo.py; here the device-strict
     # (array-api-strict) and high-precision (mpmath) backends, node by node against JAX
