@@ -242,26 +242,50 @@ def token_sequences(vocab: int, min_len: int = 1, max_len: int = 8) -> st.Search
 @st.composite
 def transformer_configs(draw: st.DrawFn, max_d_model: int = 8) -> Any:
     """A small valid :class:`~nlaverify.config.TransformerConfig` exercising every option:
-    norm, placement, positions, MLP kind, experts, grouped-query heads, biases, tying,
-    final norm, masking and temperature."""
-    from nlaverify.config import MLPS, NORMS, PLACEMENTS, POSITIONS, TransformerConfig
+    norm, placement, positions (with RoPE scaling), MLP kind, experts (renormalised or not),
+    grouped-query heads, biases (the output projection's apart), tying, final norm, masking
+    (with a sliding window), QK-norm, the embedding scale, LoRA adapters and temperature."""
+    from nlaverify.config import (
+        LORA_TARGETS,
+        MLPS,
+        NORMS,
+        PLACEMENTS,
+        POSITIONS,
+        RopeScaling,
+        TransformerConfig,
+    )
 
     n_heads = draw(st.sampled_from([1, 2, 4]))
     n_kv = draw(st.sampled_from([h for h in (1, 2, 4) if n_heads % h == 0]))
     d_model = draw(st.sampled_from([d for d in range(n_heads, max_d_model + 1, n_heads)
                                     if (d // n_heads) % 2 == 0] or [2 * n_heads]))
     n_experts = draw(st.sampled_from([0, 0, 2, 3]))
-    mlp = draw(st.sampled_from(MLPS))
+    mlp = draw(st.sampled_from([m for m in MLPS if not n_experts
+                                or m in ("relu", "gelu", "swiglu")]))
+    positions = draw(st.sampled_from(POSITIONS))
+    causal = draw(st.booleans())
+    scaling = None
+    if positions == "rope" and draw(st.booleans()):
+        scaling = draw(st.sampled_from([RopeScaling("linear", 2.0),
+                                        RopeScaling("llama3", 8.0, 1.0, 4.0, 16)]))
+    lora_rank = draw(st.sampled_from([0, 0, 1, 2]))
+    targets = tuple(t for t in LORA_TARGETS if draw(st.booleans()) and not (
+        t == "mlp" and n_experts)) or ("q",)
     return TransformerConfig(
         vocab_size=draw(st.integers(2, 9)), d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv,
         n_blocks=draw(st.integers(1, 2)), d_mlp=draw(st.integers(2, 6)),
         norm=draw(st.sampled_from(NORMS)), placement=draw(st.sampled_from(PLACEMENTS)),
-        positions=draw(st.sampled_from(POSITIONS)), context=8, mlp=mlp, n_experts=n_experts,
+        positions=positions, context=8, mlp=mlp, n_experts=n_experts,
         top_k=draw(st.integers(1, n_experts)) if n_experts else 1,
         attn_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()) and not n_experts,
         tied_embeddings=draw(st.booleans()), final_norm=draw(st.booleans()),
-        causal=draw(st.booleans()),
-        temperature=draw(st.sampled_from([1.0, 0.5, 2.0])), name="drawn")
+        causal=causal,
+        temperature=draw(st.sampled_from([1.0, 0.5, 2.0])), rope_scaling=scaling,
+        sliding_window=draw(st.sampled_from([None, None, 1, 3])) if causal else None,
+        qk_norm=draw(st.booleans()), attn_out_bias=draw(st.sampled_from([None, True, False])),
+        moe_renormalize=draw(st.booleans()), embed_scale=draw(st.booleans()),
+        lora_rank=lora_rank, lora_alpha=draw(st.sampled_from([None, 3.0])),
+        lora_targets=targets, name="drawn")
 
 
 # --------------------------------------------------------------------------------------
