@@ -348,7 +348,9 @@ def test_distillation_tends_to_logit_matching() -> None:
     loss_gap = abs(distill.distillation_loss(NP, zs, zt, 1e3) - distill.logit_matching_loss(
         NP, zs, zt))
     assert loss_gap < 1e-2 * distill.logit_matching_loss(NP, zs, zt)
-    assert distill.distillation_loss(NP, zs, zs, 2.0) == pytest.approx(0.0, abs=1e-15)
+    # KL(p || p) = 0 up to the rounding of T^2 times a sum of V log-ratios
+    tol = tolerance("float64", size=zs.shape[-1], depth=3)
+    assert distill.distillation_loss(NP, zs, zs, 2.0) == pytest.approx(0.0, abs=tol.rtol)
 
 
 def test_distillation_with_a_masked_teacher_class() -> None:
