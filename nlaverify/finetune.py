@@ -279,9 +279,7 @@ def energy_rank(sigma: np.ndarray, fraction: float = 0.9) -> int:
     rational arithmetic on the binary values of ``sigma`` (``fractions.Fraction``; the
     denominators are powers of two, so this is cheap), so no rounding of a partial sum can
     push the answer past ``len(sigma)`` or drop a tiny last value at ``fraction = 1``.
-    A ``fraction`` below 1 stands for every real number that rounds to it (``9/14`` typed
-    as a float is a little above :math:`9/14`): the smallest of them, its value less half
-    a unit in the last place, is used; ``fraction = 1`` is exactly 1 (all the energy).
+    ``fraction`` is taken at its exact binary value too.
 
     Raises:
         ArgumentError: ``sigma`` not a non-empty vector of finite numbers;
@@ -300,9 +298,7 @@ def energy_rank(sigma: np.ndarray, fraction: float = 0.9) -> int:
     total = sum(s2, Fraction(0))
     if total == 0:
         return 0
-    f = float(fraction)
-    share = Fraction(1) if f == 1 else Fraction(f) - Fraction(f - float(np.nextafter(f, 0))) / 2
-    target = share * total
+    target = Fraction(float(fraction)) * total
     running = Fraction(0)
     for k, e in enumerate(s2, start=1):
         running += e

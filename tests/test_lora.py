@@ -109,7 +109,10 @@ def test_intrinsic_dimension_and_energy_rank() -> None:
     assert F.intrinsic_dimension(runs, full, 0.85) == 16
     assert F.intrinsic_dimension(runs[:1], full) is None
     s = np.array([3.0, 2.0, 1.0, 0.0])                        # energies 9, 4, 1: total 14
-    assert [F.energy_rank(s, f) for f in (0.5, 9 / 14, 0.92, 0.93, 1.0)] == [1, 1, 2, 3, 3]
+    assert [F.energy_rank(s, f) for f in (0.5, 0.92, 0.93, 1.0)] == [1, 2, 3, 3]
+    # the threshold is inclusive, decided exactly: energies 4, 4, 4, 4 of 16
+    assert [F.energy_rank(np.full(4, 2.0), f) for f in (0.25, 0.5, 0.75, 0.7500001)] == [
+        1, 2, 3, 4]
     with pytest.raises(ArgumentError):
         F.energy_rank(np.zeros((2, 2)))
 
