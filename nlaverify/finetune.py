@@ -90,8 +90,11 @@ def merge_lora(config: TransformerConfig, params: Mapping[str, Any]
     r"""The adapted model as a plain one: ``config`` without LoRA and every adapted weight
     merged, :math:`W = W_0 + sAB` (:math:`s = \alpha/r`; identity ``lora_merge``), the
     adapters dropped — what an implementation without LoRA (or a checkpoint) holds."""
+    from nlaverify.backends import get_namespace
     from nlaverify.graph.build import build_transformer
+    from nlaverify.ops.lora import lora_linear
 
+    xp = get_namespace("numpy")
     if not config.lora_rank:
         raise ArgumentError("merge_lora: argument 'config': expected lora_rank >= 1, got 0")
     graph = build_transformer(config)
@@ -105,8 +108,12 @@ def merge_lora(config: TransformerConfig, params: Mapping[str, Any]
     for node, attrs in graph.nodes(data=True):
         if attrs.get("op") in ("lora_linear", "lora_affine"):
             W, A, B = _lora_args(graph, node)
-            out[W] = np.asarray(params[W]) + config.lora_scale * (
-                np.asarray(params[A]) @ np.asarray(params[B]))
+            # the op itself on the identity rows: I W + s (I A) B = W + s A B, exactly the
+            # merged weight of identity lora_merge (a product with I rounds nothing)
+            Wv = np.asarray(params[W])
+            out[W] = np.asarray(lora_linear(xp, np.eye(Wv.shape[0], dtype=Wv.dtype), Wv,
+                                            np.asarray(params[A]), np.asarray(params[B]),
+                                            scale=config.lora_scale))
     return config.replace(lora_rank=0, lora_alpha=None), out
 
 
