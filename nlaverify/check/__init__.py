@@ -1,0 +1,49 @@
+"""Check your own code: one call per kind of subject, one report type.
+
+=========================  ===============================================================
+call                        subject
+=========================  ===============================================================
+:func:`check_op`            your op or kernel (NumPy, JAX, PyTorch, CuPy) and its VJP/JVP,
+                            against the proved op at high precision
+:func:`prove`               your op written against ``xp``: the exact SymPy proof of its
+                            VJP/JVP, with a counterexample when it is wrong
+:func:`check_function`      any function against an nlaverify reference (closed forms,
+                            curvature products, Newton–Schulz maps, estimators' moments)
+:func:`check_optimizer`     your optimizer step against the reference update rules
+:func:`check_model`         your model, node by node against the graph
+:func:`check_decode`        your incremental decoding loop (KV cache) against the full
+                            forward
+:func:`model_curvature`     GGN / Fisher / Hessian products and K-FAC factors of your JAX
+                            loss and parameter pytree
+=========================  ===============================================================
+
+Every call returns a :class:`CheckReport` (``.ok``, ``.raise_if_failed()``, ``.to_json()``;
+``assert report`` shows the failing rows in pytest).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from nlaverify.check.report import CheckError, CheckFailed, CheckReport, Row
+
+_LAZY = {
+    "check_op": "nlaverify.check.op",
+    "op_signature": "nlaverify.check.op",
+    "prove": "nlaverify.check.prove",
+    "UserOp": "nlaverify.check.prove",
+    "check_function": "nlaverify.check.function",
+    "check_optimizer": "nlaverify.check.optimizer",
+    "check_model": "nlaverify.check.model",
+    "check_decode": "nlaverify.check.decode",
+    "model_curvature": "nlaverify.check.curvature",
+}
+
+__all__ = ["CheckError", "CheckFailed", "CheckReport", "Row", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:  # the calls load their own dependencies on first use
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'nlaverify.check' has no attribute {name!r}")

@@ -1,0 +1,813 @@
+r"""``check_op``: a user's op or kernel, and its VJP/JVP, against the proved op.
+
+The subject is the user's forward ``fn`` (NumPy, JAX, PyTorch or CuPy) in the user's dtype,
+with their VJP/JVP or, when they give none, their framework's autodiff of ``fn``. The
+reference is the op of :data:`nlaverify.ops.registry.OPS` whose forward, VJP and JVP are
+proved exactly (``nlaverify derive``), run on the mpmath namespace at 30 digits on the *same*
+inputs: drawn in float64 and rounded to the user's dtype first, so the comparison measures
+the user's arithmetic, not the rounding of the inputs.
+
+Cases: hypothesis draws sizes (the op's ranges or ``shapes=``), leading batch and head axes
+on the per-token arguments (those with a sequence axis ``n``: the batching family proves the
+reference op on a batch is the op on each sequence) and a seed for the values; the hostile
+cases of :data:`nlaverify.strategies.HOSTILE_OPS` (logits of :math:`\pm 10^4`, masked rows,
+tiny, huge and constant norm rows, activations far in the tails) follow. A failing drawn case
+is shrunk by hypothesis to a minimal one, which the report prints as a runnable reproducer.
+
+Bound of every row: :func:`nlaverify.tolerance.tolerance` for the user's dtype, with
+:math:`k` the largest array of the case, depth 1 (forward) or 2 (a derivative), float32
+accumulation below float32 (what PyTorch's and XLA's CPU and GPU kernels do; ``accumulation=``
+to change it), and the condition :math:`\kappa` estimated at the case by small-sample
+statistical condition estimation (Kenney & Laub 1994) on the float64 reference: the inputs
+are perturbed componentwise, :math:`x(1 + \epsilon r)` with random signs :math:`r` and
+:math:`\epsilon = 2^{-26}`, and
+
+.. math:: \kappa = \max\Bigl(1,\ \max_{r}\frac{\|f(x(1+\epsilon r)) - f(x)\|_\infty}
+          {\epsilon\,\max(1, \|f(x)\|_\infty)}\Bigr)
+
+over three draws, the amplification of a backward-stable kernel's relative input
+perturbations in the normwise measure of :func:`~nlaverify.check.report.compare_arrays`
+(likewise for the VJP with the cotangent perturbed too). Hostile cases keep the condition
+estimates derived for them (``nlaverify.strategies.hostile_op_cases``).
+
+Seed: Baggag & Saad §2.6 (every op's VJP), §3 (the ops); Higham & Mary (2019), Kenney &
+Laub (1994) for the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from nlaverify.check.adapters import (
+    DTYPES,
+    autodiff_jvp,
+    autodiff_vjp,
+    detect_framework,
+    framework_dtype,
+    require_framework,
+    to_float64,
+    to_framework,
+)
+from nlaverify.check.report import (
+    CheckError,
+    CheckReport,
+    Row,
+    compare_arrays,
+    error_row,
+    skip_row,
+)
+from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask, get_op
+from nlaverify.tolerance import Tolerance, tolerance
+
+__all__ = ["OpCaseInput", "check_op", "exact_in", "op_signature"]
+
+#: digits of the mpmath reference (its error, 1e-30, is far below float64's 1.1e-16)
+REFERENCE_DIGITS = 30
+#: relative perturbation of the statistical condition estimate (in float64: the measured
+#: differences keep ~10 significant digits)
+SCE_EPS = 2.0**-26
+SCE_DRAWS = 3
+
+
+def exact_in(values: Any, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` (float64, float32, bfloat16, float16) and back to
+    float64: numbers exactly representable in ``dtype``, so the user's kernel and the
+    reference see the same inputs. Values beyond the dtype's range are an error."""
+    x = np.asarray(values, dtype=np.float64)
+    if dtype == "float64":
+        return x.copy()
+    target = framework_dtype("numpy", dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(target).astype(np.float64)
+    if np.any(np.isinf(y) & np.isfinite(x)):
+        raise CheckError(f"an input value exceeds the range of {dtype} (max "
+                         f"{float(np.nanmax(np.abs(x[np.isfinite(x)]))):.3g}): rescale "
+                         "the inputs (shapes=) or check in a wider dtype")
+    return y
+
+
+def op_signature(op: str | OpSpec) -> str:
+    """How ``check_op`` calls your function for ``op``: the positional arguments with their
+    named dimensions and kinds, and the static values the reference uses.
+
+    >>> op_signature("rmsnorm")
+    'rmsnorm(x[..., n, d], gamma[d]); static: eps=1e-05'
+    """
+    spec = get_op(op) if isinstance(op, str) else op
+    parts = []
+    for a in spec.args:
+        dims = ", ".join(str(d) for d in a.dims)
+        lead = "..., " if "n" in a.dims else ""
+        kind = "" if a.kind == "real" else f" ({a.kind})"
+        parts.append(f"{a.name}[{lead}{dims}]{kind}")
+    static = ", ".join(f"{k}={v!r}" for k, v in spec.static.items())
+    return f"{spec.name}({', '.join(parts)})" + (f"; static: {static}" if static else "")
+
+
+@dataclass
+class OpCaseInput:
+    """One case: the arguments (float64 values exact in the dtype; tokens int64), the
+    cotangent, the tangents, the static values, where it came from, and the spec."""
+
+    spec: OpSpec
+    args: list[np.ndarray]
+    cotangent: np.ndarray
+    tangents: list[np.ndarray]
+    static: dict[str, Any]
+    origin: str
+    condition: Callable[[list[Any]], float] | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    batch: tuple[int, ...] = ()
+
+
+# -- cases -------------------------------------------------------------------------------
+
+
+def _batched_arg(spec: OpSpec, a: Any) -> bool:
+    """Arguments that take the leading batch/head axes: those with a sequence axis, and
+    the fixed/mask arguments per token (the batching family's rule)."""
+    return "n" in a.dims
+
+
+def _draw_values(spec: OpSpec, sizes: dict[str, int], batch: tuple[int, ...], seed: int,
+                 dtype: str, static: Mapping[str, Any]) -> OpCaseInput:
+    from nlaverify.backends import get_namespace
+
+    rng = np.random.default_rng(seed)
+    args: list[np.ndarray] = []
+    for a in spec.args:
+        shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
+        if _batched_arg(spec, a):
+            shape = (*batch, *shape)
+        if a.kind == "tokens":
+            toks = rng.integers(0, sizes["V"], size=shape, dtype=np.int64)
+            if a.ignore is not None and shape and shape[-1] > 1:
+                pad = rng.random(shape) < 1 / 3
+                pad[..., 0] = False
+                toks[pad] = a.ignore
+            args.append(toks)
+        elif a.kind == "mask":
+            m = fixed_routing_mask(*shape[-2:])
+            args.append(np.broadcast_to(m, shape).copy())
+        else:
+            args.append(exact_in(rng.standard_normal(shape), dtype))
+    out = spec.forward(get_namespace("numpy"), *args, **static)
+    G = exact_in(rng.standard_normal(np.shape(out)), dtype)
+    T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype)
+         for k, a in enumerate(spec.args) if a.kind == "real"]
+    return OpCaseInput(spec, args, G, T, dict(static), "drawn", spec.condition, dict(sizes),
+                       tuple(batch))
+
+
+#: decimal exponent ranges of the "realistic" hostile norm rows per dtype: large
+#: activations a model meets (x^2 stays in range), and tiny rows whose mean square is
+#: below eps (where the position of eps shows)
+_REALISTIC_NORM = {"float64": (2.0, 4.0), "float32": (2.0, 4.0), "bfloat16": (2.0, 4.0),
+                   "float16": (1.0, 2.0)}
+
+
+def realistic_norm_rows(rng: np.random.Generator, n: int, d: int, dtype: str) -> np.ndarray:
+    r"""Rows for LayerNorm/RMSNorm that a model meets: large
+    (:math:`10^{2}..10^{4}`, :math:`10^{1}..10^{2}` in float16, so :math:`x^2` stays in
+    range), large with a common offset, tiny (:math:`10^{-3.5}..10^{-2.5}`: the mean
+    square is comparable to :math:`\epsilon`, where a misplaced :math:`\epsilon` shows),
+    constant, zero and standard normal rows, cycling in a drawn order."""
+    lo, hi = _REALISTIC_NORM[dtype]
+    kinds = ["large", "offset", "tiny", "constant", "zero", "moderate"]
+    rng.shuffle(kinds)
+    rows = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        if kind == "large":
+            rows.append(10.0 ** rng.uniform(lo, hi) * rng.uniform(-1.0, 1.0, d))
+        elif kind == "offset":
+            rows.append(10.0 ** rng.uniform(lo, hi) * (1.0 + 0.1 * rng.standard_normal(d)))
+        elif kind == "tiny":
+            rows.append(10.0 ** rng.uniform(-3.5, -2.5) * rng.standard_normal(d))
+        elif kind == "constant":
+            rows.append(np.full(d, rng.choice([7.0, -2.5])))
+        elif kind == "zero":
+            rows.append(np.zeros(d))
+        else:
+            rows.append(rng.standard_normal(d))
+    return exact_in(np.stack(rows), dtype)
+
+
+def _hostile_cases(spec: OpSpec, dtype: str, count: int, static: Mapping[str, Any],
+                   extreme: bool = False) -> list[OpCaseInput]:
+    from nlaverify.backends import get_namespace
+    from nlaverify.strategies import (
+        HOSTILE_OPS,
+        LOGIT_ROWS,
+        _hostile_logit_array,
+        make_hostile_case,
+    )
+
+    if spec.name not in HOSTILE_OPS or not _registered(spec):
+        return []
+    base = "float32" if dtype != "float64" else "float64"
+    cases = []
+    for seed in range(count):
+        hc = make_hostile_case(spec.name, base, seed)
+        if not extreme and spec.name in ("layernorm", "rmsnorm"):
+            rows = realistic_norm_rows(np.random.default_rng(seed), 7, hc.sizes["d"], dtype)
+            hc = replace(hc, args=[rows, *hc.args[1:]])
+        elif not extreme and spec.name == "softmax":
+            # a row with every entry masked: the reference's convention is a zero row, most
+            # libraries' (torch, jax.nn) is nan: a convention, checked only when "extreme"
+            rng = np.random.default_rng(seed)
+            kinds = tuple(k for k in LOGIT_ROWS if k != "all_masked")
+            Z = _hostile_logit_array(rng, np.shape(hc.args[0]), base, kinds)
+            hc = replace(hc, args=[Z])
+        args = [a if np.issubdtype(np.asarray(a).dtype, np.integer) else exact_in(a, dtype)
+                for a in hc.args]
+        out = spec.forward(get_namespace("numpy"), *args, **static)
+        rng = np.random.default_rng(10_000 + seed)
+        G = exact_in(hc.cotangent, dtype)
+        if np.shape(G) != np.shape(out):
+            G = exact_in(rng.standard_normal(np.shape(out)), dtype)
+        T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype)
+             for k in hc.real_indices()]
+        cases.append(OpCaseInput(spec, args, G, T, dict(static), f"hostile seed {seed}",
+                                 hc.spec.condition, dict(hc.sizes)))
+    return cases
+
+
+# -- reference and condition ---------------------------------------------------------------
+
+
+def _ns_args(xp: Any, case: OpCaseInput) -> list[Any]:
+    out = []
+    for a, x in zip(case.spec.args, case.args, strict=True):
+        if a.kind == "tokens":
+            out.append(x)
+        else:
+            out.append(xp.asarray(x) if xp.object_arrays else xp.asarray(x, dtype=xp.float64))
+    return out
+
+
+def _registered(spec: OpSpec) -> bool:
+    """``spec`` is an op of the registry (possibly with other static values)."""
+    known = OPS.get(spec.name)
+    return known is not None and known.forward is spec.forward and known.args == spec.args
+
+
+def _real_idx(spec: OpSpec) -> list[int]:
+    return [k for k, a in enumerate(spec.args) if a.kind == "real"]
+
+
+@dataclass
+class _Reference:
+    out: np.ndarray
+    cotangents: list[np.ndarray]
+    tangent: np.ndarray | None
+
+
+def _reference(case: OpCaseInput, want_jvp: bool) -> _Reference:
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_float64 as f64
+
+    xp = get_namespace("mpmath", digits=REFERENCE_DIGITS)
+    args = _ns_args(xp, case)
+    spec, st = case.spec, case.static
+    out = f64(spec.forward(xp, *args, **st))
+    cot = [f64(c) for c in spec.vjp(xp, xp.asarray(case.cotangent), *args, **st)] \
+        if spec.differentiable else []
+    tan = None
+    if want_jvp and spec.jvp is not None and spec.differentiable:
+        tan = f64(spec.jvp(xp, tuple(xp.asarray(t) for t in case.tangents), *args, **st))
+    return _Reference(out, cot, tan)
+
+
+def _sce(case: OpCaseInput, which: str) -> float:
+    """The statistical condition estimate of the forward, the VJP or the JVP at the case
+    (see the module docstring), on the float64 NumPy reference."""
+    from nlaverify.backends import get_namespace
+
+    xp = get_namespace("numpy")
+    spec, st = case.spec, case.static
+    real = _real_idx(spec)
+    base_args = [np.asarray(a) for a in case.args]
+
+    def run(args: list[np.ndarray], G: np.ndarray, T: list[np.ndarray]) -> list[np.ndarray]:
+        with np.errstate(all="ignore"):
+            if which == "forward":
+                return [np.asarray(spec.forward(xp, *args, **st), dtype=np.float64)]
+            if which == "vjp":
+                return [np.asarray(c, dtype=np.float64) for c in spec.vjp(xp, G, *args, **st)]
+            return [np.asarray(spec.jvp(xp, tuple(T), *args, **st), dtype=np.float64)]
+
+    try:
+        f0 = run(base_args, case.cotangent, case.tangents)
+    except Exception:
+        return 1.0
+    scale = max([1.0] + [float(np.max(np.abs(y[np.isfinite(y)]))) if np.isfinite(y).any()
+                         else 0.0 for y in f0 if y.size])
+    rng = np.random.default_rng(len(case.args) * 104_729 + int(np.size(case.cotangent)))
+    kappa = 1.0
+    for _ in range(SCE_DRAWS):
+        def pert(x: np.ndarray) -> np.ndarray:
+            return x * (1 + SCE_EPS * rng.choice([-1.0, 1.0], np.shape(x)))
+
+        args = [pert(a) if k in real or spec.args[k].kind == "fixed" else a
+                for k, a in enumerate(base_args)]
+        G = pert(case.cotangent) if which == "vjp" else case.cotangent
+        T = [pert(t) for t in case.tangents] if which == "jvp" else case.tangents
+        try:
+            f1 = run(args, G, T)
+        except Exception:
+            continue
+        with np.errstate(invalid="ignore"):
+            diffs = [np.abs(a - b) for a, b in zip(f1, f0, strict=True) if a.size]
+        finite = [d[np.isfinite(d)] for d in diffs]
+        worst = max([float(np.max(d)) if d.size else 0.0 for d in finite], default=0.0)
+        kappa = max(kappa, worst / (SCE_EPS * scale))
+    return kappa
+
+
+def _size(case: OpCaseInput) -> int:
+    return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
+
+
+# -- the user's side ---------------------------------------------------------------------
+
+
+def _user_args(case: OpCaseInput, framework: str, dtype: str) -> list[Any]:
+    return [to_framework(x, framework, None if np.issubdtype(np.asarray(x).dtype, np.integer)
+                         else dtype) for x in case.args]
+
+
+def _as_list(x: Any, what: str, n: int) -> list[Any]:
+    if isinstance(x, list | tuple):
+        items = list(x)
+    elif n == 1:
+        items = [x]
+    else:
+        raise CheckError(f"{what}: expected a tuple of {n} arrays (one per real argument), "
+                         f"got {type(x).__name__}")
+    if len(items) != n:
+        raise CheckError(f"{what}: expected {n} arrays (one per real argument), got "
+                         f"{len(items)}")
+    return items
+
+
+@dataclass
+class _Settings:
+    fn: Callable[..., Any]
+    vjp: Callable[..., Any] | None
+    jvp: Callable[..., Any] | None
+    framework: str
+    dtype: str
+    accumulation: str | None
+    products: str | None
+    subject: str
+    check_jvp: bool
+    real: list[int] = field(default_factory=list)
+    _jit: dict[str, Any] = field(default_factory=dict)
+
+    def _jitted(self, key: str, f: Callable[..., Any], *args: Any) -> Any:
+        """JAX: run ``f`` under ``jax.jit`` (one compilation per shape instead of one per
+        primitive); a function that cannot be traced runs eagerly from then on."""
+        if self.framework != "jax" or self._jit.get(key) is False:
+            return f(*args)
+        import jax
+
+        if key not in self._jit:
+            self._jit[key] = jax.jit(f)
+        try:
+            return self._jit[key](*args)
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+                jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError):
+            self._jit[key] = False
+            return f(*args)
+
+    def forward(self, args: list[Any]) -> Any:
+        return self._jitted("fn", self.fn, *args)
+
+    def autodiff_vjp(self, G: Any, args: list[Any]) -> list[Any]:
+        return self._jitted("vjp", lambda G, *a: autodiff_vjp(self.fn, self.framework, a,
+                                                              self.real, G)[1], G, *args)
+
+    def autodiff_jvp(self, T: list[Any], args: list[Any]) -> Any:
+        return self._jitted("jvp", lambda T, *a: autodiff_jvp(self.fn, self.framework, a,
+                                                              self.real, T), T, *args)
+
+
+def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
+    return tolerance(s.dtype, size=_size(case), condition=max(1.0, kappa), depth=depth,
+                     accumulation=s.accumulation, products=s.products)
+
+
+def _case_condition(case: OpCaseInput, which: str) -> float:
+    if case.condition is not None and case.origin.startswith("hostile"):
+        real = [case.args[k] for k in _real_idx(case.spec)]
+        return max(1.0, float(case.condition(real)))
+    return _sce(case, which)
+
+
+def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
+    """Every row of one case: forward, each cotangent, the tangent."""
+    spec = case.spec
+    rows: list[Row] = []
+    tag = "" if case.origin == "drawn" else f" ({case.origin})"
+    want_jvp = s.check_jvp and spec.jvp is not None
+    ref = _reference(case, want_jvp)
+    args = _user_args(case, s.framework, s.dtype)
+    kappa_f = _case_condition(case, "forward")
+    try:
+        out = s.forward(args)
+        out64 = to_float64(out, what="output of fn")
+    except CheckError:
+        raise
+    except Exception as exc:
+        return [error_row(s.subject, "forward" + tag, exc, where="fn")]
+    rows.append(compare_arrays(s.subject, "forward" + tag, out64, ref.out,
+                               _tol(s, case, kappa_f, 1), label="out"))
+    if not spec.differentiable:
+        return rows
+    real = _real_idx(spec)
+    names = [spec.args[k].name for k in real]
+    kappa_b = max(kappa_f, _case_condition(case, "vjp"))
+    tol_b = _tol(s, case, kappa_b, 2)
+    G = to_framework(case.cotangent, s.framework, s.dtype)
+    try:
+        if s.vjp is not None:
+            cots = _as_list(s.vjp(G, *args), "output of vjp", len(real))
+            how = "vjp"
+        else:
+            cots = s.autodiff_vjp(G, args)
+            how = f"vjp ({s.framework} autodiff)"
+    except NotImplementedError as exc:
+        rows.append(skip_row(s.subject, "vjp", str(exc)))
+        cots = None
+    except CheckError:
+        raise
+    except Exception as exc:
+        rows.append(error_row(s.subject, "vjp" + tag, exc, where="vjp"))
+        cots = None
+    if cots is not None:
+        for name, c, e in zip(names, cots, ref.cotangents, strict=True):
+            rows.append(compare_arrays(s.subject, f"{how} {name}{tag}",
+                                       to_float64(c, what=f"cotangent of {name}"), e, tol_b,
+                                       label=name))
+    if want_jvp and ref.tangent is not None:
+        kappa_t = max(kappa_f, _case_condition(case, "jvp"))
+        T = [to_framework(t, s.framework, s.dtype) for t in case.tangents]
+        try:
+            if s.jvp is not None:
+                tan = s.jvp(tuple(T), *args)
+                how = "jvp"
+            else:
+                tan = s.autodiff_jvp(T, args)
+                how = f"jvp ({s.framework} autodiff)"
+            rows.append(compare_arrays(s.subject, how + tag, to_float64(tan, what="tangent"),
+                                       ref.tangent, _tol(s, case, kappa_t, 2), label="tangent"))
+        except NotImplementedError as exc:
+            rows.append(skip_row(s.subject, "jvp", str(exc)))
+        except CheckError:
+            raise
+        except Exception as exc:
+            if s.jvp is not None:
+                rows.append(error_row(s.subject, "jvp" + tag, exc, where="jvp"))
+            else:  # the framework's forward mode could not run fn: not the user's bug
+                rows.append(skip_row(s.subject, "jvp", f"{s.framework} forward-mode autodiff "
+                                     f"of fn raised {type(exc).__name__}: {exc}"))
+    return rows
+
+
+# -- the reproducer ----------------------------------------------------------------------
+
+
+def _source_ref(fn: Callable[..., Any], name: str) -> str:
+    mod = getattr(fn, "__module__", None)
+    qual = getattr(fn, "__qualname__", None)
+    if mod and qual and mod != "__main__" and "<" not in qual and "." not in qual:
+        return f"from {mod} import {qual} as {name}"
+    return f"{name} = ...  # your function (defined in {mod or 'an unnamed module'})"
+
+
+def _array_code(x: np.ndarray) -> str:
+    if np.issubdtype(x.dtype, np.integer):
+        return f"np.array({x.tolist()!r}, dtype=np.int64)"
+    return f"np.array({np.asarray(x, np.float64).tolist()!r})"
+
+
+def reproducer(s: _Settings, case: OpCaseInput, op_text: str, options: str) -> str:
+    """A snippet that re-runs ``check_op`` on exactly this case."""
+    lines = ["import numpy as np", "from nlaverify.check import check_op",
+             _source_ref(s.fn, "fn")]
+    if s.vjp is not None:
+        lines.append(_source_ref(s.vjp, "vjp"))
+    if s.jvp is not None:
+        lines.append(_source_ref(s.jvp, "jvp"))
+    lines.append("args = [")
+    lines += [f"    {_array_code(np.asarray(a))}," for a in case.args]
+    lines.append("]")
+    lines.append(f"cotangent = {_array_code(case.cotangent)}")
+    extra = "".join(f", {k}={k}" for k in ("vjp", "jvp") if getattr(s, k) is not None)
+    lines.append(f"report = check_op(fn, {op_text}{extra}, inputs=[(args, cotangent)]"
+                 f"{options})")
+    lines.append("print(report)")
+    return "\n".join(lines)
+
+
+# -- the call ------------------------------------------------------------------------------
+
+
+def _spec_of(op: str | OpSpec) -> OpSpec:
+    if isinstance(op, OpSpec):
+        return op
+    if not isinstance(op, str):
+        raise CheckError(f"argument 'op': expected an op name or an OpSpec, got "
+                         f"{type(op).__name__}")
+    try:
+        return get_op(op)
+    except KeyError as exc:
+        raise CheckError(f"argument 'op': {exc}") from None
+
+
+#: dimensions whose default range check_op widens to realistic sizes (up to
+#: :data:`DEFAULT_MAX_SIZE`): well-conditioned normalizations, and bugs that scale with
+#: the size (a missing 1/d, 1/sqrt(d_k)) show clearly even in bfloat16
+WIDENED = ("n", "d", "d_k", "d_v", "d_in", "d_out", "hd", "d_h", "V", "m")
+DEFAULT_MAX_SIZE = 16
+
+
+def _size_ranges(spec: OpSpec, shapes: Mapping[str, Any] | None) -> dict[str, tuple[int, int]]:
+    ranges = {k: (lo, max(hi, DEFAULT_MAX_SIZE) if k in WIDENED and _registered(spec)
+                  else hi) for k, (lo, hi) in spec.size_ranges.items()}
+    for k, v in (shapes or {}).items():
+        if k not in ranges:
+            raise CheckError(f"argument 'shapes': {op_signature(spec)} has no dimension "
+                             f"{k!r}; expected some of {', '.join(ranges)}")
+        if isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= 1:
+            ranges[k] = (int(v), int(v))
+        elif (isinstance(v, tuple | list) and len(v) == 2
+              and all(isinstance(t, int | np.integer) for t in v) and 1 <= v[0] <= v[1]):
+            ranges[k] = (int(v[0]), int(v[1]))
+        else:
+            raise CheckError(f"argument 'shapes': dimension {k!r}: expected a size >= 1 or "
+                             f"a range (lo, hi) with 1 <= lo <= hi, got {v!r}")
+    return ranges
+
+
+def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
+    if batch is True:
+        return None
+    if batch is False:
+        return [()]
+    try:
+        b = tuple(int(v) for v in batch)
+    except TypeError:
+        raise CheckError(f"argument 'batch': expected True, False or a tuple of leading "
+                         f"sizes, got {batch!r}") from None
+    if any(v < 1 for v in b):
+        raise CheckError(f"argument 'batch': expected sizes >= 1, got {b}")
+    return [b]
+
+
+def _explicit_cases(spec: OpSpec, inputs: Sequence[Any], dtype: str,
+                    static: Mapping[str, Any]) -> list[OpCaseInput]:
+    from nlaverify.backends import get_namespace
+
+    cases = []
+    for i, item in enumerate(inputs):
+        if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], list | tuple)):
+            arrs, G = list(item[0]), item[1]
+        else:
+            arrs, G = list(item), None
+        if len(arrs) != len(spec.args):
+            raise CheckError(f"argument 'inputs'[{i}]: expected {len(spec.args)} arrays for "
+                             f"{op_signature(spec)}, got {len(arrs)}")
+        args = []
+        for a, x in zip(spec.args, arrs, strict=True):
+            x = to_float64(x, what=f"inputs[{i}] argument {a.name!r}") \
+                if a.kind != "tokens" else np.asarray(x, dtype=np.int64)
+            args.append(x if a.kind == "tokens" else exact_in(x, dtype))
+        try:
+            out = spec.forward(get_namespace("numpy"), *args, **static)
+        except Exception as exc:
+            raise CheckError(f"argument 'inputs'[{i}]: the reference op rejects these "
+                             f"arrays: {exc}") from exc
+        rng = np.random.default_rng(i)
+        if G is None:
+            G = rng.standard_normal(np.shape(out))
+        G = exact_in(to_float64(G, what=f"inputs[{i}] cotangent"), dtype)
+        if G.shape != np.shape(out):
+            raise CheckError(f"argument 'inputs'[{i}]: cotangent: expected shape "
+                             f"{np.shape(out)} (the output's), got {G.shape}")
+        T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype) for k in _real_idx(spec)]
+        cases.append(OpCaseInput(spec, args, G, T, dict(static), f"input {i}", spec.condition))
+    return cases
+
+
+def check_op(
+    fn: Callable[..., Any],
+    op: str | OpSpec,
+    *,
+    vjp: Callable[..., Any] | None = None,
+    jvp: Callable[..., Any] | None = None,
+    dtype: str = "float32",
+    framework: str | None = None,
+    static: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, int | tuple[int, int]] | None = None,
+    batch: bool | Sequence[int] = True,
+    examples: int = 12,
+    hostile: bool | int | str = True,
+    inputs: Sequence[Any] | None = None,
+    check_jvp: bool = True,
+    accumulation: str | None = None,
+    products: str | None = None,
+    seed: int = 0,
+    name: str | None = None,
+) -> CheckReport:
+    r"""Check your forward ``fn`` (and its VJP/JVP) against the proved op ``op``.
+
+    Args:
+        fn: your forward, called as ``fn(*args)`` with the op's arguments in the order of
+            :func:`op_signature` (arrays of ``framework`` in ``dtype``; token ids int64),
+            returning one array. Bake static values (``eps``, ``n_heads``) into ``fn``;
+            ``static=`` sets the reference's.
+        op: a name of :data:`nlaverify.ops.registry.OPS` (``"rmsnorm"``, ``"softmax"``,
+            ``"causal_attention"``, ...) or an :class:`~nlaverify.ops.registry.OpSpec`.
+        vjp: your reverse mode, ``vjp(G, *args) -> (x̄, ...)`` (one cotangent per real
+            argument). Omitted: your framework's autodiff of ``fn`` (JAX, PyTorch); NumPy
+            and CuPy have none, so their VJP rows are skipped, with the reason.
+        jvp: your forward mode, ``jvp(tangents, *args) -> ḟ``. Omitted: the framework's.
+        dtype: the precision of your kernel: ``float64``, ``float32``, ``bfloat16``,
+            ``float16``; the bound is the tolerance model's for it.
+        framework: ``numpy``, ``jax``, ``torch`` or ``cupy``; default: detected from ``fn``
+            (:func:`~nlaverify.check.adapters.detect_framework`).
+        shapes: sizes (``{"d": 64}``) or ranges (``{"n": (1, 16)}``) of the named
+            dimensions; default the op's small ranges.
+        batch: ``True`` draws leading axes ``()``, ``(B,)`` or ``(B, H)`` for the per-token
+            arguments (``B, H \le 3``); ``False`` none; a tuple fixes them.
+        examples: hypothesis-drawn cases (a failing one is shrunk to a minimal one).
+        hostile: the hostile cases of ``HOSTILE_OPS`` (``True``: 4 seeds; an int: that many):
+            logits of :math:`\pm 10^4` with masked rows, attention scores of
+            :math:`\pm 10^4`, activations in the tails; for the norms the rows a model
+            meets (:func:`realistic_norm_rows`). ``"extreme"``: the full hostile strategies
+            (norm rows up to the dtype's overflow, where :math:`x^2` overflows in a naive
+            kernel: a robustness test beyond what models meet).
+        inputs: explicit cases instead of drawn ones: a list of argument lists, or of
+            ``(args, cotangent)`` pairs (what the reproducer of a failure uses).
+        accumulation, products: the precisions of sums and of products' operands, as in
+            :func:`~nlaverify.tolerance.tolerance` (default: float32 sums below float32;
+            ``products="tfloat32"`` for float32 matmuls on tensor cores).
+        seed: the seed of the drawn values (the run is deterministic).
+
+    Returns:
+        A :class:`~nlaverify.check.report.CheckReport`: one row per case and check, the
+        worst row per check when all pass; a failure names the argument and entry, your
+        value, the reference, the bound and the ratio, and carries a reproducer.
+    """
+    if not callable(fn):
+        raise CheckError(f"argument 'fn': expected a callable, got {type(fn).__name__}")
+    for what, f in (("vjp", vjp), ("jvp", jvp)):
+        if f is not None and not callable(f):
+            raise CheckError(f"argument {what!r}: expected a callable, got {type(f).__name__}")
+    spec = _spec_of(op)
+    if dtype not in DTYPES:
+        raise CheckError(f"argument 'dtype': expected one of {', '.join(DTYPES)}, got "
+                         f"{dtype!r}")
+    fw = framework or detect_framework(fn)
+    require_framework(fw)
+    framework_dtype(fw, dtype)  # e.g. CuPy has no bfloat16
+    if static:
+        unknown = set(static) - set(spec.static)
+        if unknown:
+            raise CheckError(f"argument 'static': {op_signature(spec)} has no static "
+                             f"{', '.join(sorted(unknown))}")
+    st = {**spec.static, **(static or {})}
+    if st != dict(spec.static):
+        spec = replace(spec, static=st)
+    if not isinstance(examples, int) or examples < 0:
+        raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
+    ranges = _size_ranges(spec, shapes)
+    choices = _batch_choices(batch)
+    acc = accumulation if accumulation is not None else (
+        "float32" if dtype in ("bfloat16", "float16") else None)
+    subject = name or getattr(fn, "__name__", None) or type(fn).__name__
+    s = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp, _real_idx(spec))
+    report = CheckReport(subject, "check_op")
+    report.notes.append(f"reference: {op_signature(spec)}, proved (nlaverify derive), run in "
+                        f"mpmath at {REFERENCE_DIGITS} digits on your inputs rounded to "
+                        f"{dtype}; framework {fw}")
+    if fw in ("torch", "jax", "cupy") and dtype == "float32" and products is None:
+        report.notes.append("on a GPU, float32 matmuls may run in TF32 (torch "
+                            "allow_tf32, JAX default precision): pass products='tfloat32' "
+                            "there")
+    options = f", dtype={dtype!r}" + (f", framework={fw!r}" if framework else "") + (
+        f", static={dict(static)!r}" if static else "") + (
+        f", accumulation={accumulation!r}" if accumulation else "") + (
+        f", products={products!r}" if products else "")
+    op_text = repr(op) if isinstance(op, str) else "spec"
+
+    if inputs is not None:
+        cases = _explicit_cases(spec, inputs, dtype, st)
+        for case in cases:
+            rows = _run_case(s, case)
+            if any(r.verdict == "fail" for r in rows):
+                rows = _attach(rows, reproducer(s, case, op_text, options))
+            report.extend(rows)
+        return report
+
+    worst: dict[str, Row] = {}
+    failed: list[Row] = []
+
+    def keep(rows: list[Row]) -> None:
+        for r in rows:
+            key = _ORIGIN.sub("", r.check)
+            if r.verdict == "skip":
+                worst.setdefault("skip " + r.check, r)
+            elif key not in worst or _rank(r) > _rank(worst[key]):
+                worst[key] = r
+
+    # drawn cases, shrunk by hypothesis on failure
+    if examples:
+        minimal = _search(s, spec, ranges, choices, examples, seed, dtype, keep)
+        if minimal is not None:
+            rows = _run_case(s, minimal)
+            failed += _attach(rows, reproducer(s, minimal, op_text, options))
+    # hostile cases
+    n_hostile = 4 if hostile in (True, "extreme") else int(hostile or 0)
+    for case in _hostile_cases(spec, dtype, n_hostile, st, extreme=hostile == "extreme"):
+        rows = _run_case(s, case)
+        if any(r.verdict == "fail" for r in rows):
+            failed += _attach(rows, reproducer(s, case, op_text, options))
+            break
+        keep(rows)
+    if failed:
+        report.extend(r for r in failed if r.verdict != "pass")
+        report.extend(r for r in failed if r.verdict == "pass")
+    else:
+        report.extend(worst.values())
+    return report
+
+
+_ORIGIN = re.compile(r" \((hostile seed \d+|input \d+)\)$")
+
+
+def _rank(r: Row) -> float:
+    ratio = r.ratio
+    return -1.0 if math.isnan(ratio) else ratio
+
+
+def _attach(rows: list[Row], code: str) -> list[Row]:
+    return [replace(r, reproducer=code) if r.verdict == "fail" else r for r in rows]
+
+
+def _search(s: _Settings, spec: OpSpec, ranges: Mapping[str, tuple[int, int]],
+            choices: list[tuple[int, ...]] | None, examples: int, seed: int, dtype: str,
+            keep: Callable[[list[Row]], None]) -> OpCaseInput | None:
+    """Draw ``examples`` cases with hypothesis; return the minimal failing one (shrunk), or
+    ``None`` when every case passed (their rows go to ``keep``)."""
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import NoSuchExample
+
+    sizes = st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()})
+    if spec.fix_sizes:
+        sizes = sizes.map(spec.fix_sizes)
+    if choices is None:
+        batches = st.one_of(st.just(()), st.tuples(st.integers(1, 3)),
+                            st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    else:
+        batches = st.sampled_from(choices)
+    strategy = st.tuples(sizes, batches, st.integers(0, 2**31 - 1))
+    errors: list[BaseException] = []
+
+    def fails(draw: tuple[dict[str, int], tuple[int, ...], int]) -> bool:
+        sz, b, value_seed = draw
+        try:
+            case = _draw_values(spec, sz, b, value_seed ^ seed, dtype, spec.static)
+        except CheckError:
+            return False  # a value beyond the dtype's range: not a case of this dtype
+        try:
+            rows = _run_case(s, case)
+        except CheckError as exc:  # bad output of the user's function: stop and say so
+            errors.append(exc)
+            return True
+        bad = any(r.verdict == "fail" for r in rows)
+        if not bad:
+            keep(rows)
+        return bad
+
+    cfg = settings(max_examples=examples, deadline=None, database=None,
+                   phases=[Phase.generate, Phase.shrink],
+                   suppress_health_check=list(HealthCheck))
+    try:
+        found = find(strategy, fails, settings=cfg, random=random.Random(seed))
+    except NoSuchExample:
+        return None
+    if errors:
+        raise errors[-1]
+    sz, b, value_seed = found
+    return _draw_values(spec, sz, b, value_seed ^ seed, dtype, spec.static)

@@ -1,0 +1,278 @@
+r"""The one report type of :mod:`nlaverify.check`: rows of (subject, check, error, bound,
+ratio, verdict), each failure naming the argument or node and the entry where it is worst.
+
+Every ``check_*`` call returns a :class:`CheckReport`. ``report.ok`` is true when every row
+that ran passed and at least one ran (an empty check proves nothing); ``bool(report)`` is
+``report.ok``, so ``assert report`` works in pytest and shows the table of failing rows;
+``report.raise_if_failed()`` raises :class:`CheckFailed` (an :class:`AssertionError`) with
+the same table and the reproducer of the first failure; ``report.to_json()`` is the
+machine-readable form.
+
+The comparison of one array is :func:`compare_arrays`: the normwise criterion of
+:mod:`nlaverify.tolerance`,
+
+.. math:: \mathrm{error} = \frac{\max_\iota |a_\iota - e_\iota|}{\max(1, \max_\iota |e_\iota|)}
+          \le \mathrm{bound},\qquad \mathrm{ratio} = \mathrm{error} / \mathrm{bound},
+
+and the entry :math:`\iota^\ast = \arg\max_\iota |a_\iota - e_\iota|` (a non-finite entry of
+the subject first) is reported with the user's value and the reference's.
+
+Seed: Baggag & Saad §2.6 (back-propagation as a chain of stages, each checked against its
+reference); Higham & Mary (2019) for the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from nlaverify.errors import NlaverifyError
+from nlaverify.tolerance import Tolerance
+
+Verdict = Literal["pass", "fail", "skip"]
+
+__all__ = [
+    "CheckError",
+    "CheckFailed",
+    "CheckReport",
+    "Row",
+    "compare_arrays",
+    "error_row",
+    "skip_row",
+]
+
+
+class CheckError(NlaverifyError, ValueError):
+    """Bad input to a ``check_*`` call: the message names the argument and the expected
+    versus the actual shape, dtype, type or value."""
+
+
+class CheckFailed(AssertionError):
+    """Raised by :meth:`CheckReport.raise_if_failed`; its message is the table of failing
+    rows and the reproducer of the first one."""
+
+    def __init__(self, report: CheckReport) -> None:
+        self.report = report
+        super().__init__(report.failure_text())
+
+
+@dataclass(frozen=True)
+class Row:
+    """One check of one subject.
+
+    ``error`` and ``bound`` are normwise relative (see the module docstring); ``where`` names
+    the argument or node and the worst entry (``"x[1, 0, 3]"``); ``actual`` and ``expected``
+    are the user's and the reference's values there; ``reason`` says why the bound has its
+    value (the tolerance model's terms) or why the check failed or was skipped.
+    """
+
+    subject: str
+    check: str
+    error: float
+    bound: float
+    verdict: Verdict
+    where: str = ""
+    actual: float | None = None
+    expected: float | None = None
+    reason: str = ""
+    reproducer: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        """``error / bound`` (``inf`` for a non-finite error, ``nan`` for a skipped row)."""
+        if self.verdict == "skip" or math.isnan(self.bound):
+            return math.nan
+        if math.isinf(self.error):
+            return math.inf
+        return self.error / self.bound if self.bound > 0 else (math.inf if self.error else 0.0)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict != "fail"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ratio"] = self.ratio
+        return {k: _jsonable(v) for k, v in d.items()}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
+
+
+@dataclass
+class CheckReport:
+    """The outcome of one ``check_*`` call: its rows, in the order they ran."""
+
+    subject: str
+    kind: str
+    rows: list[Row] = field(default_factory=list)
+    #: free-form notes (the reference used, what was not checked and why)
+    notes: list[str] = field(default_factory=list)
+
+    # -- verdict -------------------------------------------------------------------------
+
+    @property
+    def ran(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict != "skip"]
+
+    @property
+    def failures(self) -> list[Row]:
+        return [r for r in self.rows if r.verdict == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        """Every row that ran passed, and at least one ran."""
+        return bool(self.ran) and not self.failures
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def first_failure(self) -> Row | None:
+        return self.failures[0] if self.failures else None
+
+    @property
+    def worst_ratio(self) -> float:
+        """The largest ``error / bound`` of the rows that ran (0 if none)."""
+        ratios = [r.ratio for r in self.ran if not math.isnan(r.ratio)]
+        return max(ratios, default=0.0)
+
+    def raise_if_failed(self) -> CheckReport:
+        """Raise :class:`CheckFailed` unless :attr:`ok`; return ``self`` otherwise."""
+        if not self.ok:
+            raise CheckFailed(self)
+        return self
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        self.rows.extend(rows)
+
+    # -- output --------------------------------------------------------------------------
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "kind": self.kind, "ok": self.ok,
+                "worst_ratio": _jsonable(self.worst_ratio), "notes": list(self.notes),
+                "rows": [r.as_dict() for r in self.rows]}
+
+    def to_json(self, **kw: Any) -> str:
+        """The report as JSON (non-finite numbers as ``"inf"`` / ``null``)."""
+        return json.dumps(self.as_dict(), **kw)
+
+    def table(self, rows: Sequence[Row] | None = None) -> str:
+        """A fixed-width table of ``rows`` (default: all) and a closing count line."""
+        rows = self.rows if rows is None else rows
+        head = (f"{'check':<34} {'where':<24} {'error':>9} {'bound':>9} {'ratio':>8}  verdict")
+        lines = [head]
+        for r in rows:
+            if r.verdict == "skip":
+                lines.append(f"{r.check:<34} {r.where:<24} {'':>9} {'':>9} {'':>8}  "
+                             f"skip: {r.reason}")
+                continue
+            lines.append(f"{r.check:<34} {r.where:<24} {_num(r.error):>9} {_num(r.bound):>9} "
+                         f"{_num(r.ratio, '.2f'):>8}  {r.verdict}")
+            if r.verdict == "fail":
+                if r.actual is not None or r.expected is not None:
+                    lines.append(f"    {r.where or 'value'}: yours {_val(r.actual)}, reference "
+                                 f"{_val(r.expected)}")
+                if r.reason:
+                    lines.append(f"    {r.reason}")
+        n_pass = sum(r.verdict == "pass" for r in self.rows)
+        n_fail = sum(r.verdict == "fail" for r in self.rows)
+        n_skip = sum(r.verdict == "skip" for r in self.rows)
+        lines.append(f"{self.kind} {self.subject}: {n_pass} passed, {n_fail} failed, "
+                     f"{n_skip} skipped")
+        return "\n".join(lines)
+
+    def failure_text(self) -> str:
+        """The failing rows (or why nothing ran), then the first failure's reproducer."""
+        if not self.ran:
+            text = (f"{self.kind} {self.subject}: no check ran\n"
+                    + self.table([r for r in self.rows]))
+        else:
+            text = self.table(self.failures)
+        first = self.first_failure
+        if first is not None and first.reproducer:
+            text += "\n\nreproducer (runs as it is):\n" + first.reproducer
+        return text
+
+    def __str__(self) -> str:
+        text = self.table()
+        if self.notes:
+            text += "\n" + "\n".join(f"note: {n}" for n in self.notes)
+        return text
+
+    def __repr__(self) -> str:  # shown by pytest for ``assert report``
+        state = "ok" if self.ok else "FAILED"
+        body = self.failure_text() if not self.ok else self.table()
+        return f"CheckReport({self.kind} {self.subject}: {state})\n{body}"
+
+
+def _num(x: float | None, fmt: str = ".2e") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return format(x, fmt)
+
+
+def _val(x: float | None) -> str:
+    return "-" if x is None else repr(float(x))
+
+
+def _float64(x: Any) -> np.ndarray:
+    from nlaverify.backends.host import to_float64
+
+    return to_float64(x)
+
+
+def compare_arrays(subject: str, check: str, actual: Any, expected: Any, tol: Tolerance, *,
+                   label: str = "output", floor: float = 1.0) -> Row:
+    """One row: ``actual`` (the user's array) against ``expected`` (the reference) by ``tol``.
+
+    A shape mismatch fails the row, naming the expected and actual shapes; a non-finite
+    entry of ``actual`` where the reference is finite fails it at that entry (the same
+    non-finite value on both sides, e.g. a ``-inf`` log-probability of a masked entry,
+    counts as agreement).
+    """
+    a, e = _float64(actual), _float64(expected)
+    if a.shape != e.shape:
+        return Row(subject, check, math.inf, tol.rtol, "fail", label,
+                   reason=f"{label}: expected shape {e.shape}, got {a.shape}")
+    if a.size == 0:
+        return Row(subject, check, 0.0, tol.rtol, "pass", label, reason=tol.reason)
+    same = (a == e) | (np.isnan(a) & np.isnan(e))
+    diff = np.where(same, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    finite_e = e[np.isfinite(e)]
+    scale = max(floor, float(np.max(np.abs(finite_e))) if finite_e.size else 0.0) or 1.0
+    flat = int(np.argmax(diff))
+    idx = np.unravel_index(flat, a.shape)
+    worst = float(diff[idx])
+    error = worst / scale
+    where = f"{label}[{', '.join(str(int(i)) for i in idx)}]" if a.ndim else label
+    ok = error <= tol.rtol
+    reason = tol.reason if ok else f"bound {tol.rtol:.3g} = {tol.reason}"
+    return Row(subject, check, error, tol.rtol, "pass" if ok else "fail", where,
+               float(a[idx]), float(e[idx]), reason)
+
+
+def error_row(subject: str, check: str, exc: BaseException, *, where: str = "") -> Row:
+    """A check whose subject raised: it fails on its own row with the exception."""
+    return Row(subject, check, math.inf, math.nan, "fail", where,
+               reason=f"raised {type(exc).__name__}: {exc}")
+
+
+def skip_row(subject: str, check: str, why: str) -> Row:
+    """A check that could not run here (no autodiff in NumPy, no GPU): skipped, with why."""
+    return Row(subject, check, math.nan, math.nan, "skip", "", reason=why)
+
+
+def with_reproducer(row: Row, code: str) -> Row:
+    return replace(row, reproducer=code)
