@@ -31,8 +31,8 @@ from nlaverify.check.report import CheckError, CheckFailed, CheckReport, Row
 _LAZY = {
     "check_op": "nlaverify.check.op",
     "op_signature": "nlaverify.check.op",
-    "prove": "nlaverify.check.prove",
-    "UserOp": "nlaverify.check.prove",
+    "prove": "nlaverify.check.proof",
+    "UserOp": "nlaverify.check.proof",
     "check_function": "nlaverify.check.function",
     "check_optimizer": "nlaverify.check.optimizer",
     "check_model": "nlaverify.check.model",

@@ -80,23 +80,48 @@ def detect_framework(fn: Callable[..., Any]) -> str:
     for base in type(fn).__mro__:
         if _root(base) == "torch":
             return "torch"
-    target = getattr(fn, "__wrapped__", fn)
-    if isinstance(target, type(detect_framework)):  # a Python function: look at its globals
-        seen: set[str] = set()
-        code = target.__code__
-        names = set(code.co_names)
-        for const in code.co_consts:  # nested functions and lambdas
-            if inspect.iscode(const):
-                names |= set(const.co_names)
-        for name in names:
-            obj = target.__globals__.get(name)
-            if obj is None:
-                continue
-            seen.add(_root(obj) if not inspect.ismodule(obj) else obj.__name__.split(".")[0])
-        for fw in ("torch", "cupy", "jax"):
-            if fw in seen or (fw == "jax" and "jaxlib" in seen):
-                return fw
+    seen = _roots(getattr(fn, "__wrapped__", fn), depth=3, visited=set())
+    for fw in ("torch", "cupy", "jax"):
+        if fw in seen or (fw == "jax" and "jaxlib" in seen):
+            return fw
     return "numpy"
+
+
+def _roots(obj: Any, depth: int, visited: set[int]) -> set[str]:
+    """The top-level packages a function's code refers to: the modules and objects named in
+    its code (and in nested functions), the classes' bases, and, ``depth`` levels down, the
+    functions it calls (a helper module's own imports)."""
+    if id(obj) in visited or depth < 0:
+        return set()
+    visited.add(id(obj))
+    if inspect.isclass(obj):
+        return {_root(b) for b in obj.__mro__}
+    if not inspect.isfunction(obj):
+        return {_root(type(obj))}
+    names: set[str] = set()
+    stack = [obj.__code__]
+    while stack:
+        code = stack.pop()
+        names |= set(code.co_names)
+        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    found: set[str] = set()
+    cells = dict(zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False))
+    refs = [obj.__globals__.get(name) for name in names]
+    for cell in cells.values():
+        try:
+            refs.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    for ref in refs:
+        if ref is None:
+            continue
+        if inspect.ismodule(ref):
+            found.add(ref.__name__.split(".")[0])
+        elif inspect.isclass(ref) or inspect.isfunction(ref):
+            found |= {_root(ref)} | _roots(ref, depth - 1, visited)
+        else:
+            found.add(_root(type(ref)))
+    return found
 
 
 def framework_dtype(framework: str, dtype: str) -> Any:
@@ -150,6 +175,14 @@ def to_framework(x: np.ndarray, framework: str, dtype: str | None, *,
     if integer:
         return np.asarray(x, dtype=np.int64)
     return np.asarray(x, np.float64).astype(framework_dtype("numpy", dtype or "float64"))
+
+
+def array_framework(x: Any) -> str | None:
+    """The framework of an array (``None`` for anything else)."""
+    if isinstance(x, np.ndarray | np.generic):
+        return "numpy"
+    root = _root(type(x))
+    return {"jaxlib": "jax", "jax": "jax", "torch": "torch", "cupy": "cupy"}.get(root)
 
 
 def to_float64(x: Any, *, what: str = "output") -> np.ndarray:

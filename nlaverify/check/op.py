@@ -47,6 +47,7 @@ import numpy as np
 
 from nlaverify.check.adapters import (
     DTYPES,
+    array_framework,
     autodiff_jvp,
     autodiff_vjp,
     detect_framework,
@@ -423,6 +424,11 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
     kappa_f = _case_condition(case, "forward")
     try:
         out = s.forward(args)
+        got = array_framework(out)
+        if got is not None and got != s.framework and not (s.framework == "numpy"
+                                                             and np.ndim(out) == 0):
+            raise CheckError(f"argument 'framework': fn was called with {s.framework} "
+                             f"arrays and returned a {got} array: pass framework={got!r}")
         out64 = to_float64(out, what="output of fn")
     except CheckError:
         raise
