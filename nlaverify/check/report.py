@@ -85,8 +85,10 @@ class Row:
     @property
     def ratio(self) -> float:
         """``error / bound`` (``inf`` for a non-finite error, ``nan`` for a skipped row)."""
-        if self.verdict == "skip" or math.isnan(self.bound):
+        if self.verdict == "skip":
             return math.nan
+        if math.isnan(self.bound):  # a subject that raised: no bound, an infinite ratio
+            return math.inf if self.verdict == "fail" else math.nan
         if math.isinf(self.error):
             return math.inf
         return self.error / self.bound if self.bound > 0 else (math.inf if self.error else 0.0)
@@ -168,14 +170,14 @@ class CheckReport:
     def table(self, rows: Sequence[Row] | None = None) -> str:
         """A fixed-width table of ``rows`` (default: all) and a closing count line."""
         rows = self.rows if rows is None else rows
-        head = (f"{'check':<34} {'where':<24} {'error':>9} {'bound':>9} {'ratio':>8}  verdict")
+        head = (f"{'check':<42} {'where':<22} {'error':>9} {'bound':>9} {'ratio':>8}  verdict")
         lines = [head]
         for r in rows:
             if r.verdict == "skip":
-                lines.append(f"{r.check:<34} {r.where:<24} {'':>9} {'':>9} {'':>8}  "
+                lines.append(f"{r.check:<42} {r.where:<22} {'':>9} {'':>9} {'':>8}  "
                              f"skip: {r.reason}")
                 continue
-            lines.append(f"{r.check:<34} {r.where:<24} {_num(r.error):>9} {_num(r.bound):>9} "
+            lines.append(f"{r.check:<42} {r.where:<22} {_num(r.error):>9} {_num(r.bound):>9} "
                          f"{_num(r.ratio, '.2f'):>8}  {r.verdict}")
             if r.verdict == "fail":
                 if r.actual is not None or r.expected is not None:

@@ -1,0 +1,696 @@
+r"""``check_optimizer``: a user's optimizer step against the reference update rules, step by
+step (Baggag & Saad §2.4: SGD, momentum, Adagrad, RMSprop, Adam, AdamW; §5.4 Shampoo;
+§5.5 Muon).
+
+Both sides start from the same parameters :math:`w_0` and see the same gradients
+:math:`g_1, \dots, g_T` (drawn once with ``seed``, exactly representable in ``dtype``). The
+reference rule (:mod:`nlaverify.optim.rules`, :mod:`nlaverify.optim.muon`) runs on NumPy in
+float64; the user's step runs in ``dtype`` in its own framework; after every step ``t`` each
+parameter leaf is compared (row ``step t``, where ``params['W'][2, 1]``).
+
+**The bound after t steps.** The gradients are fixed (they do not depend on :math:`w`), so
+the two trajectories differ only by what each step adds: the rounding of the stored
+parameters (one per step) and the error of each update :math:`u_s`, relative to the
+update. With :math:`\tau(\cdot)` the tolerance model (:func:`nlaverify.tolerance.tolerance`),
+
+.. math:: \frac{\max_\iota |w^{\text{yours}}_{t,\iota} - w^{\text{ref}}_{t,\iota}|}
+          {\max(1, \|w^{\text{ref}}_t\|_\infty)} \le
+          \tau(u, D{=}t) + \tau(u, k, \kappa, D{=}t\,S)\,
+          \frac{\sum_{s\le t}\|u^{\text{ref}}_s\|_\infty}{\max(1, \|w^{\text{ref}}_t\|_\infty)},
+
+with :math:`S` the dependent rounding stages of one step of the rule, :math:`k` its longest
+accumulation and :math:`\kappa` its condition (:data:`ERROR_MODELS`: the state carries the
+roundings of all :math:`t` steps, hence the depth :math:`tS`). The update magnitudes come
+from the reference run, so the bound needs no learning rate. The terms compose linearly
+(the worst case) in float64 and float32; in bfloat16 and float16 the linear worst case is
+vacuous (:math:`C D u > 1` from :math:`D = 8`) and independent roundings add in quadrature
+(``composition="random"``, Higham & Mary 2019, as :mod:`nlaverify.precision` does). The
+check resolves a direction error :math:`\delta` where :math:`\eta\,\delta` exceeds the
+bound (a note of the report gives the bound at the last step): in bfloat16 only gross bugs
+at large learning rates.
+
+**What ``update`` may be** (detected in this order):
+
+1. an optax ``GradientTransformation`` (anything with callable ``init`` and ``update``):
+   ``state = update.init(params)``; ``u, state = update.update(grads, state, params)``;
+   ``params = optax.apply_updates(params, u)``, JAX arrays (``update.update`` is jitted
+   unless ``jit=False``);
+2. a ``torch.optim.Optimizer`` subclass, built as ``cls(list_of_params, **options)``, or a
+   factory of one argument, ``lambda params: torch.optim.AdamW(params, ...)``, called with the
+   list of ``torch.nn.Parameter`` (in the order of ``params``' keys): each step sets every
+   ``p.grad`` and calls ``optimizer.step()``;
+3. a plain function ``step(params, grads, state) -> (params, state)`` of three arguments on
+   flat dicts name -> array of ``framework`` (detected from the function, or given), with
+   ``init(params) -> state`` passed as ``init=`` (default: the state starts as ``None``).
+
+Anything else is a :class:`~nlaverify.check.report.CheckError` naming ``update``; an
+exception raised by the user's code, or an output of the wrong structure, fails the step's
+row with the message (later steps are skipped).
+
+**Conventions** (checked by ``tests/test_check_optimizer.py``).
+``torch.optim.AdamW(lr=η, betas=(β1, β2), eps=ε, weight_decay=λ)`` is
+``("adamw", dict(lr=η, b1=β1, b2=β2, eps=ε, weight_decay=λ))`` exactly: torch first decays
+:math:`w \leftarrow w(1 - \eta\lambda)` and then subtracts
+:math:`\eta\,\hat m_t/(\sqrt{v_t}/\sqrt{1-\beta_2^t} + \epsilon)`, which is optax's
+:math:`w - \eta(\hat m_t/(\sqrt{\hat v_t} + \epsilon) + \lambda w)` (``eps_root = 0``: both
+add :math:`\epsilon` outside the root of the *corrected* moment, both multiply the decay by
+the learning rate). Only the defaults differ (torch :math:`\lambda = 10^{-2}`, optax
+:math:`10^{-4}`), so pass every hyper-parameter on both sides. ``torch.optim.Adam(...,
+weight_decay=λ)`` is L2 regularisation (coupled), not ``adamw``.
+``torch.optim.SGD(lr, momentum=β, nesterov=...)`` with ``dampening=0`` is
+``("momentum", dict(lr=lr, beta=β, nesterov=...))`` (torch's buffer starts at :math:`g_1`,
+optax's trace at 0: the same :math:`v_1`). ``torch.optim.RMSprop`` and
+``torch.optim.Adagrad`` add :math:`\epsilon` *outside* the root, optax's rules inside, so
+they differ (Adagrad's initial accumulator too: torch 0, optax 0.1).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from nlaverify.check.adapters import (
+    DTYPES,
+    FRAMEWORKS,
+    detect_framework,
+    framework_dtype,
+    require_framework,
+    to_float64,
+    to_framework,
+)
+from nlaverify.check.report import (
+    CheckError,
+    CheckReport,
+    Row,
+    compare_arrays,
+    error_row,
+    skip_row,
+    with_reproducer,
+)
+from nlaverify.errors import NlaverifyError
+from nlaverify.optim import rules as _r
+from nlaverify.tolerance import Tolerance, tolerance
+
+__all__ = ["DEFAULT_SHAPES", "ERROR_MODELS", "RULES", "ErrorModel", "check_optimizer", "draw_case",
+           "reference_trajectory"]
+
+#: the parameters drawn by default: a wide and a tall matrix (Muon's transpose trick and
+#: shape scale, Shampoo's two statistics) and a vector (Muon's AdamW fallback)
+DEFAULT_SHAPES: dict[str, tuple[int, ...]] = {"W": (4, 6), "V": (6, 3), "b": (6,)}
+DEFAULT_STEPS = 5
+#: the gradient matrices are scaled so that their largest singular value is at least this:
+#: Muon's quintic diverges above ~1.3 without the normalisation before Newton–Schulz
+MIN_TOP_SINGULAR_VALUE = 2.0
+
+
+def _rules() -> dict[str, Callable[..., _r.Rule]]:
+    from nlaverify.optim import muon as _mu
+
+    return {"sgd": _r.sgd, "momentum": _r.momentum,
+            "nesterov": partial(_r.momentum, nesterov=True), "adagrad": _r.adagrad,
+            "rmsprop": _r.rmsprop, "adam": _r.adam, "nadam": partial(_r.adam, nesterov=True),
+            "adamw": _r.adamw, "nadamw": partial(_r.adamw, nesterov=True), "muon": _mu.muon,
+            "shampoo": _mu.shampoo}
+
+
+#: the rule names ``rule`` accepts
+RULES: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "nadam",
+                          "adamw", "nadamw", "muon", "shampoo")
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    r"""The rounding model of one step of a rule on one parameter: ``stages`` dependent
+    rounding stages :math:`S`, the longest accumulation :math:`k` (``size``, from the
+    parameter's shape) and the condition :math:`\kappa` (``condition(t, shape, state)``,
+    ``state`` the reference's state of that parameter after step :math:`t`, or ``None``)."""
+
+    stages: int
+    size: Callable[[tuple[int, ...]], int]
+    condition: Callable[[int, tuple[int, ...], Any], float]
+    why: str
+
+
+def _one(shape: tuple[int, ...]) -> int:
+    return 1
+
+
+def _root_condition(stats: Any) -> float:
+    r"""Shampoo's amplification of rounding: the statistics :math:`S` of a parameter of order
+    :math:`o` enter as :math:`S^{-1/p}`, :math:`p = 2o`, so a rounding of the gradient along
+    an eigenvector of :math:`\lambda_{\min}` (where the exact gradient has no component: the
+    :math:`\epsilon I` directions) is amplified by :math:`(\lambda_{\max}/\lambda_{\min})^{1/p}`
+    relative to the direction's scale."""
+    if not stats:
+        return 1.0
+    p, worst = 2 * len(stats), 1.0
+    for S in stats:
+        w = np.linalg.eigvalsh(np.asarray(S, np.float64))
+        if w.size and w[-1] > 0:
+            worst = max(worst, (w[-1] / max(w[0], w[-1] * np.finfo(np.float64).eps)) ** (1 / p))
+    return float(worst)
+_MUON_KAPPA = float(sum(abs(a) for a in (3.4445, -4.7750, 2.0315)))
+
+#: per rule name (a matrix leaf of Muon uses ``"muon"``, its other leaves ``"adam"``)
+ERROR_MODELS: dict[str, ErrorModel] = {
+    "sgd": ErrorModel(2, _one, lambda t, s, st: 1.0, "SGD: scale and decay, S=2"),
+    # the trace sums up to t gradients: its cancellation is bounded by t
+    "momentum": ErrorModel(3, _one, lambda t, s, st: float(t),
+                           "momentum: trace, look-ahead, scale, S=3, kappa=t (a sum of t "
+                           "gradients)"),
+    "adagrad": ErrorModel(4, _one, lambda t, s, st: 1.0,
+                          "Adagrad: square, sum, root, division, S=4"),
+    "rmsprop": ErrorModel(6, _one, lambda t, s, st: float(t),
+                          "RMSprop: moment, root, division, scale, trace, S=6, kappa=t"),
+    # two moments, their corrections, root, epsilon, division, scale (tests/test_optim_rules)
+    "adam": ErrorModel(8, _one, lambda t, s, st: 1.0,
+                       "Adam: two moments, corrections, root, eps, division, scale, S=8"),
+    # Newton–Schulz: three dependent products per step (5 steps), normalisation and moment;
+    # the cancelling terms of Muon's quintic: kappa = sum |a_i|
+    "muon": ErrorModel(17, lambda s: max(s[-2:]), lambda t, s, st: _MUON_KAPPA,
+                       f"Muon: Newton-Schulz 3 x 5 products + normalisation + moment, S=17, "
+                       f"k=max(m, n), kappa=sum|a_i|={_MUON_KAPPA:g}"),
+    # two Gram products, two eigendecompositions and inverse roots, two products
+    "shampoo": ErrorModel(8, lambda s: max(s), lambda t, s, st: _root_condition(st),
+                          "Shampoo: statistics, eigh and inverse roots, products, S=8, "
+                          "kappa=max (lambda_max/lambda_min)^(1/p) of the statistics"),
+}
+ERROR_MODELS["nesterov"] = ERROR_MODELS["momentum"]
+ERROR_MODELS["nadam"] = ERROR_MODELS["adamw"] = ERROR_MODELS["nadamw"] = ERROR_MODELS["adam"]
+
+
+def _leaf_model(rule_name: str, shape: tuple[int, ...], is_matrix: Callable[..., bool],
+                key: str) -> ErrorModel:
+    if rule_name == "muon":
+        return ERROR_MODELS["muon" if is_matrix(key, shape) else "adam"]
+    return ERROR_MODELS.get(rule_name, ERROR_MODELS["muon"])
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+def _check_dtype(dtype: Any) -> str:
+    name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+    if name not in DTYPES:
+        raise CheckError(f"argument 'dtype': expected one of {', '.join(DTYPES)}, got "
+                         f"{dtype!r}")
+    return name
+
+
+def _resolve_rule(rule: Any) -> tuple[_r.Rule, dict[str, Any]]:
+    """The reference :class:`Rule` and its hyper-parameters (empty for a Rule object)."""
+    if isinstance(rule, _r.Rule):
+        return rule, {}
+    if isinstance(rule, str):
+        name, hyper = rule, {}
+    elif isinstance(rule, Sequence) and len(rule) == 2 and isinstance(rule[0], str) \
+            and isinstance(rule[1], Mapping):
+        name, hyper = rule[0], dict(rule[1])
+    else:
+        raise CheckError(f"argument 'rule': expected a rule name, (name, hyper-parameters) "
+                         f"or a nlaverify.optim.rules.Rule, got {rule!r}")
+    table = _rules()
+    if name not in table:
+        raise CheckError(f"argument 'rule': unknown rule {name!r}; known: {', '.join(RULES)}")
+    try:
+        built = table[name](**hyper)
+    except (NlaverifyError, TypeError, ValueError) as exc:
+        raise CheckError(f"argument 'rule': {name} with {hyper!r}: {exc}") from exc
+    return built, hyper
+
+
+def _is_torch_optimizer_class(obj: Any) -> bool:
+    return isinstance(obj, type) and any(
+        b.__name__ == "Optimizer" and b.__module__.startswith("torch.optim")
+        for b in obj.__mro__)
+
+
+def _is_torch_optimizer_instance(obj: Any) -> bool:
+    return _is_torch_optimizer_class(type(obj))
+
+
+def _positional_arity(fn: Callable[..., Any]) -> int | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = list(sig.parameters.values())
+    if any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params):
+        return 3
+    return sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in params)
+
+
+def _resolve_update(update: Any, framework: str | None, init: Any) -> tuple[str, str]:
+    """``(kind, framework)``: kind is ``"optax"``, ``"torch"`` or ``"step"``."""
+    if framework is not None and framework not in FRAMEWORKS:
+        raise CheckError(f"argument 'framework': expected one of {', '.join(FRAMEWORKS)}, got "
+                         f"{framework!r}")
+    if init is not None and not callable(init):
+        raise CheckError(f"argument 'init': expected a callable init(params) -> state, got "
+                         f"{type(init).__name__}")
+    if _is_torch_optimizer_instance(update):
+        raise CheckError("argument 'update': got a torch.optim.Optimizer instance, which is "
+                         "bound to its own parameters; pass the class (torch.optim.AdamW) or "
+                         "a factory (lambda params: torch.optim.AdamW(params, lr=...))")
+    if not isinstance(update, type) and callable(getattr(update, "init", None)) and callable(
+            getattr(update, "update", None)):
+        kind, fw = "optax", "jax"
+    elif _is_torch_optimizer_class(update):
+        kind, fw = "torch", "torch"
+    elif callable(update):
+        arity = _positional_arity(update)
+        if arity == 1:
+            kind, fw = "torch", "torch"
+        elif arity == 3:
+            kind, fw = "step", detect_framework(update)
+        else:
+            raise CheckError(f"argument 'update': expected an optax GradientTransformation, a "
+                             f"torch.optim.Optimizer class, a factory of one argument "
+                             f"(params -> optimizer) or a step(params, grads, state) -> "
+                             f"(params, state) of three; got a callable of "
+                             f"{'unknown' if arity is None else arity} positional arguments")
+    else:
+        raise CheckError(f"argument 'update': expected an optax GradientTransformation, a "
+                         f"torch.optim.Optimizer class or factory, or a step function; got "
+                         f"{type(update).__name__}")
+    if kind != "step" and init is not None:
+        raise CheckError(f"argument 'init': only for a plain step function; a {kind} optimizer "
+                         "initialises its own state")
+    if framework is not None:
+        if kind != "step" and framework != fw:
+            raise CheckError(f"argument 'framework': a {kind} optimizer runs on {fw!r}, got "
+                             f"{framework!r}")
+        fw = framework
+    require_framework(fw, argument="framework")
+    return kind, fw
+
+
+def _round(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (an overflow becomes inf, refused by the caller)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(framework_dtype("numpy", dtype)).astype(
+            np.float64)
+
+
+def _draw(shapes: Mapping[str, tuple[int, ...]], steps: int, dtype: str, seed: int
+          ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """Parameters and gradients, standard normal, rounded to ``dtype``; each gradient matrix
+    scaled so that its top singular value is at least :data:`MIN_TOP_SINGULAR_VALUE`."""
+    rng = np.random.default_rng(seed)
+    params = {k: _round(rng.standard_normal(s), dtype) for k, s in shapes.items()}
+    grads = []
+    for _ in range(steps):
+        g = {}
+        for k, s in shapes.items():
+            x = rng.standard_normal(s)
+            if len(s) == 2 and min(s) > 0:
+                top = float(np.linalg.norm(x, 2))
+                x = x * max(1.0, MIN_TOP_SINGULAR_VALUE / top) if top > 0 else x
+            g[k] = _round(x, dtype)
+        grads.append(g)
+    return params, grads
+
+
+def draw_case(shapes: Mapping[str, tuple[int, ...]] | None = None, *, steps: int = DEFAULT_STEPS,
+              dtype: str = "float64", seed: int = 0
+              ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """The parameters and the ``steps`` gradients :func:`check_optimizer` draws (float64
+    arrays holding values of ``dtype``; the first ``t`` gradients do not depend on
+    ``steps``): standard normal, each gradient matrix scaled to a top singular value of at
+    least :data:`MIN_TOP_SINGULAR_VALUE`."""
+    return _draw(DEFAULT_SHAPES if shapes is None else shapes, steps, _check_dtype(dtype), seed)
+
+
+def reference_trajectory(rule: Any, params: Mapping[str, np.ndarray],
+                         grads: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The reference parameters after each step (float64 NumPy), ``rule`` as in
+    :func:`check_optimizer`."""
+    ref_rule, _ = _resolve_rule(rule)
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    return _reference(ref_rule, p, [{k: np.asarray(v, np.float64) for k, v in g.items()}
+                                    for g in grads])[0]
+
+
+def _reproducer(rule: Any, row: Row, t: int, dtype: str, seed: int) -> str:
+    return (f"from nlaverify.check.optimizer import draw_case, reference_trajectory\n"
+            f"rule = {rule!r}\n"
+            f"params, grads = draw_case(steps={t}, dtype={dtype!r}, seed={seed})\n"
+            f"ref = reference_trajectory(rule, params, grads)\n"
+            f"print(ref[-1]{row.where[len('params'):]})  # reference {row.expected!r}, "
+            f"yours {row.actual!r}\n"
+            f"# yours on the same inputs: check_optimizer(your_update, rule, params=params, "
+            f"grads=grads, dtype={dtype!r})\n")
+
+
+def _leaf(x: Any, dtype: str, what: str) -> np.ndarray:
+    if isinstance(x, bool) or not (hasattr(x, "shape") or isinstance(x, list | tuple | float
+                                                                        | int)):
+        raise CheckError(f"{what}: expected an array, got {type(x).__name__}")
+    try:
+        a = to_float64(np.asarray(x) if isinstance(x, list | tuple) else x, what=what)
+    except CheckError:
+        raise
+    except Exception as exc:
+        raise CheckError(f"{what}: expected a real array, got {type(x).__name__} "
+                         f"({type(exc).__name__}: {exc})") from exc
+    r = _round(a, dtype)
+    if not np.all(np.isfinite(r)):
+        raise CheckError(f"{what}: expected finite values in {dtype}, got a non-finite entry")
+    return r
+
+
+def _take(params: Any, grads: Any, steps: int | None, dtype: str, seed: int
+          ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)
+                              or steps < 1):
+        raise CheckError(f"argument 'steps': expected an integer >= 1, got {steps!r}")
+    if params is None:
+        shapes = DEFAULT_SHAPES
+    else:
+        if not isinstance(params, Mapping) or not params:
+            raise CheckError(f"argument 'params': expected a non-empty dict name -> array, got "
+                             f"{type(params).__name__}")
+        p = {}
+        for k, v in params.items():
+            if not isinstance(k, str):
+                raise CheckError(f"argument 'params': keys must be strings, got {k!r}")
+            p[k] = _leaf(v, dtype, f"argument 'params': key {k!r}")
+        shapes = {k: v.shape for k, v in p.items()}
+    if grads is None:
+        n = DEFAULT_STEPS if steps is None else steps
+        drawn_p, drawn_g = _draw(shapes, n, dtype, seed)
+        return (drawn_p if params is None else p), drawn_g
+    if isinstance(grads, Mapping) or not isinstance(grads, Sequence) or not grads:
+        raise CheckError(f"argument 'grads': expected a non-empty list of dicts name -> array "
+                         f"(one per step), got {type(grads).__name__}")
+    if steps is not None and steps != len(grads):
+        raise CheckError(f"argument 'steps': {steps} steps, but 'grads' holds {len(grads)}")
+    if params is None:
+        raise CheckError("argument 'params': required with 'grads' (the gradients' shapes "
+                         "are the parameters')")
+    out = []
+    for i, g in enumerate(grads):
+        if not isinstance(g, Mapping) or set(g) != set(shapes):
+            got = sorted(g) if isinstance(g, Mapping) else type(g).__name__
+            raise CheckError(f"argument 'grads': step {i}: expected a dict with the keys of "
+                             f"params {sorted(shapes)}, got {got}")
+        gi = {}
+        for k in shapes:
+            gi[k] = _leaf(g[k], dtype, f"argument 'grads': step {i}: key {k!r}")
+            if gi[k].shape != shapes[k]:
+                raise CheckError(f"argument 'grads': step {i}: key {k!r}: expected shape "
+                                 f"{shapes[k]} (as in params), got {gi[k].shape}")
+        out.append(gi)
+    return p, out
+
+
+# ------------------------------------------------------------------------------ runners
+
+
+class _Protocol(Exception):
+    """The user's step returned something of the wrong structure."""
+
+
+def _readback(new: Any, keys: Sequence[str], t: int) -> dict[str, np.ndarray]:
+    if not isinstance(new, Mapping):
+        raise _Protocol(f"update at step {t}: expected the new params as a dict name -> array, "
+                        f"got {type(new).__name__}")
+    if set(new) != set(keys):
+        missing, extra = sorted(set(keys) - set(new)), sorted(set(new) - set(keys))
+        raise _Protocol(f"update at step {t}: the returned params' keys differ from params': "
+                        f"missing {missing}, unexpected {extra}")
+    out = {}
+    for k in keys:
+        try:
+            out[k] = to_float64(new[k], what=f"params[{k!r}] returned at step {t}")
+        except CheckError as exc:
+            raise _Protocol(str(exc)) from exc
+    return out
+
+
+class _Runner:
+    subject: str
+
+    def start(self, params: dict[str, np.ndarray]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def step(self, grads: dict[str, np.ndarray], t: int) -> dict[str, np.ndarray]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+
+class _OptaxRunner(_Runner):
+    def __init__(self, tx: Any, dtype: str, jit: bool) -> None:
+        self.tx, self.dtype, self.jit = tx, dtype, jit
+        self.subject = f"optax {type(tx).__name__}"
+
+    def start(self, params: dict[str, np.ndarray]) -> None:
+        import jax
+
+        self.keys = list(params)
+        self.params = {k: to_framework(v, "jax", self.dtype) for k, v in params.items()}
+        self.state = self.tx.init(self.params)
+        self.update = jax.jit(self.tx.update) if self.jit else self.tx.update
+
+    def step(self, grads: dict[str, np.ndarray], t: int) -> dict[str, np.ndarray]:
+        import jax.numpy as jnp
+
+        g = {k: to_framework(v, "jax", self.dtype) for k, v in grads.items()}
+        out = self.update(g, self.state, self.params)
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            raise _Protocol(f"update.update at step {t}: expected (updates, state), got "
+                            f"{type(out).__name__}")
+        u, self.state = out
+        _readback(u, self.keys, t)  # the updates' structure
+        self.params = {k: jnp.asarray(p + u[k]).astype(p.dtype) for k, p in self.params.items()}
+        return _readback(self.params, self.keys, t)
+
+
+class _TorchRunner(_Runner):
+    def __init__(self, make: Any, dtype: str, options: Mapping[str, Any]) -> None:
+        self.make, self.dtype, self.options = make, dtype, dict(options)
+        self.subject = getattr(make, "__name__", type(make).__name__)
+
+    def start(self, params: dict[str, np.ndarray]) -> None:
+        import torch
+
+        self.params = {k: torch.nn.Parameter(to_framework(v, "torch", self.dtype))
+                       for k, v in params.items()}
+        opt = self.make(list(self.params.values()), **self.options)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise CheckError(f"argument 'update': the factory returned {type(opt).__name__}, "
+                             f"expected a torch.optim.Optimizer")
+        self.opt = opt
+        self.subject = type(opt).__name__
+
+    def step(self, grads: dict[str, np.ndarray], t: int) -> dict[str, np.ndarray]:
+        for k, p in self.params.items():
+            p.grad = to_framework(grads[k], "torch", self.dtype)
+        self.opt.step()
+        return _readback({k: p.detach() for k, p in self.params.items()}, list(self.params), t)
+
+
+class _StepRunner(_Runner):
+    def __init__(self, fn: Callable[..., Any], init: Callable[..., Any] | None, framework: str,
+                 dtype: str) -> None:
+        self.fn, self.init, self.fw, self.dtype = fn, init, framework, dtype
+        self.subject = getattr(fn, "__qualname__", type(fn).__name__)
+
+    def start(self, params: dict[str, np.ndarray]) -> None:
+        self.keys = list(params)
+        self.params = {k: to_framework(v, self.fw, self.dtype) for k, v in params.items()}
+        self.state = None if self.init is None else self.init(dict(self.params))
+
+    def step(self, grads: dict[str, np.ndarray], t: int) -> dict[str, np.ndarray]:
+        g = {k: to_framework(v, self.fw, self.dtype) for k, v in grads.items()}
+        out = self.fn(dict(self.params), g, self.state)
+        if not (isinstance(out, tuple | list) and len(out) == 2):
+            raise _Protocol(f"update at step {t}: expected (params, state), got "
+                            f"{type(out).__name__}")
+        new, self.state = out
+        read = _readback(new, self.keys, t)
+        self.params = dict(new)
+        return read
+
+
+# ------------------------------------------------------------------------------ reference
+
+
+def _reference(rule: _r.Rule, params: dict[str, np.ndarray],
+               grads: list[dict[str, np.ndarray]]
+               ) -> tuple[list[dict[str, np.ndarray]], list[dict[str, float]], list[Any]]:
+    """The reference trajectory :math:`w_1..w_T` (float64 NumPy), the update magnitudes
+    :math:`\\|u_s\\|_\\infty` per leaf and the states after each step."""
+    from nlaverify.backends import get_namespace
+
+    xp = get_namespace("numpy")
+    p = {k: v.copy() for k, v in params.items()}
+    try:
+        state = rule.init(xp, p)
+        traj, mags, states = [], [], []
+        for g in grads:
+            u, state = rule.update(xp, g, state, p)
+            mags.append({k: float(np.max(np.abs(u[k]))) if u[k].size else 0.0 for k in p})
+            p = _r.apply_updates(xp, p, u)
+            traj.append({k: np.asarray(v, np.float64) for k, v in p.items()})
+            states.append(state)
+    except NlaverifyError as exc:
+        raise CheckError(f"argument 'rule': the reference {rule.name} cannot run on these "
+                         f"params: {exc}") from exc
+    return traj, mags, states
+
+
+def _composition(dtype: str) -> str:
+    return "linear" if dtype in ("float64", "float32") else "random"
+
+
+def step_bound(dtype: str, t: int, model: ErrorModel, shape: tuple[int, ...], mass: float,
+               scale: float, state: Any = None) -> Tolerance:
+    r"""The bound of one leaf after step ``t`` (module docstring):
+    :math:`\tau(u, D{=}t) + \tau(u, k, \kappa, D{=}tS)\cdot\mathrm{mass}/\mathrm{scale}`."""
+    comp = _composition(dtype)
+    tw = tolerance(dtype, depth=t, composition=comp)  # type: ignore[arg-type]
+    td = tolerance(dtype, size=max(1, model.size(shape)), depth=t * model.stages,
+                   condition=model.condition(t, shape, state), composition=comp)  # type: ignore[arg-type]
+    rtol = tw.rtol + td.rtol * mass / scale
+    return Tolerance(rtol, f"after {t} steps: storage of w, {t} roundings ({tw.reason}) + "
+                           f"sum_s<=t max|u_s| = {mass:.3g} over scale {scale:.3g} x the "
+                           f"update's error, {t} steps of {model.why} ({td.reason})")
+
+
+def _leaf_state(state: Any, key: str) -> Any:
+    """The part of a reference state that the error model reads (Shampoo's statistics)."""
+    if isinstance(state, dict) and isinstance(state.get("stats"), dict):
+        return state["stats"].get(key)
+    return None
+
+
+# ------------------------------------------------------------------------------ the call
+
+
+def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None = None,
+                    grads: Sequence[Mapping[str, Any]] | None = None, steps: int | None = None,
+                    dtype: str = "float64", framework: str | None = None, seed: int = 0,
+                    init: Callable[[Any], Any] | None = None,
+                    options: Mapping[str, Any] | None = None, jit: bool = True
+                    ) -> CheckReport:
+    r"""Check a user's optimizer against a reference update rule, step by step.
+
+    After every step :math:`t` each parameter leaf of the user's run in ``dtype`` is compared
+    with the float64 reference run by the normwise criterion of
+    :func:`~nlaverify.check.report.compare_arrays`, with the bound (module docstring)
+
+    .. math:: \tau(u, D{=}t) + \tau(u, k, \kappa, D{=}tS)\,
+              \frac{\sum_{s\le t}\|u^{\text{ref}}_s\|_\infty}{\max(1,\|w^{\text{ref}}_t\|_\infty)}
+
+    (Baggag & Saad §2.4 for the rules, §5.4 Shampoo, §5.5 Muon; Higham & Mary 2019 for
+    :math:`\tau`).
+
+    Args:
+        update: an optax ``GradientTransformation``, a ``torch.optim.Optimizer`` class or a
+            factory ``params -> optimizer``, or a plain ``step(params, grads, state) ->
+            (params, state)`` (module docstring).
+        rule: the reference: a name of :data:`RULES`, ``(name, hyper-parameters)`` such as
+            ``("adamw", dict(lr=1e-3, weight_decay=0.1))`` (the keywords of
+            :mod:`nlaverify.optim.rules`' constructors), or a
+            :class:`~nlaverify.optim.rules.Rule`.
+        params: the initial parameters, a flat dict name -> array; default
+            :data:`DEFAULT_SHAPES`, standard normal. Values are rounded to ``dtype``.
+        grads: one dict of gradients per step (with ``params``); default drawn with ``seed``
+            (standard normal, matrices scaled to a top singular value >= 2).
+        steps: the number of steps (default 5, or ``len(grads)``).
+        dtype: the user's precision: float64, float32, bfloat16 or float16.
+        framework: the arrays a plain step function takes (numpy, jax, torch, cupy; default
+            detected from it); optax is jax, torch.optim is torch.
+        seed: the seed of the drawn parameters and gradients.
+        init: ``init(params) -> state`` of a plain step function (default: state ``None``).
+        options: keyword arguments for a ``torch.optim.Optimizer`` class.
+        jit: jit an optax ``update`` (default ``True``).
+
+    Returns:
+        A :class:`~nlaverify.check.report.CheckReport` with one row per step and leaf
+        (check ``"step t"``, where ``"params['W'][i, j]"``, the worst entry).
+
+    Raises:
+        CheckError: bad input, naming the argument (``update``, ``rule``, ``params``,
+            ``grads``, ``steps``, ``dtype``, ``framework``, ``init``, ``options``).
+    """
+    dtype = _check_dtype(dtype)
+    ref_rule, hyper = _resolve_rule(rule)
+    kind, fw = _resolve_update(update, framework, init)
+    if options is not None and (kind != "torch" or not isinstance(update, type)):
+        raise CheckError("argument 'options': only for a torch.optim.Optimizer class (a "
+                         "factory or a step function takes its own hyper-parameters)")
+    if options is not None and not isinstance(options, Mapping):
+        raise CheckError(f"argument 'options': expected a dict of keyword arguments, got "
+                         f"{type(options).__name__}")
+    if fw == "cupy" and dtype == "bfloat16":
+        framework_dtype("cupy", dtype)  # CheckError naming dtype
+    p0, gs = _take(params, grads, steps, dtype, seed)
+    traj, mags, states = _reference(ref_rule, p0, gs)
+
+    runner: _Runner
+    if kind == "optax":
+        runner = _OptaxRunner(update, dtype, jit)
+    elif kind == "torch":
+        runner = _TorchRunner(update, dtype, options or {})
+    else:
+        runner = _StepRunner(update, init, fw, dtype)
+    spec = ref_rule.name if not hyper else f"({ref_rule.name!r}, {hyper!r})"
+    report = CheckReport(runner.subject, "optimizer",
+                         notes=[f"reference: nlaverify.optim rule {spec}, float64 NumPy; "
+                                f"yours: {kind} on {fw} in {dtype}; {len(gs)} steps, seed "
+                                f"{seed}"])
+    is_matrix = hyper.get("is_matrix", lambda k, s: len(s) == 2)
+    try:
+        runner.start(p0)
+    except CheckError:
+        raise
+    except Exception as exc:
+        report.subject = runner.subject
+        report.rows.append(error_row(report.subject, "init", exc, where="update"))
+        return report
+    report.subject = runner.subject
+    mass = dict.fromkeys(p0, 0.0)
+    for t, g in enumerate(gs, start=1):
+        try:
+            got = runner.step({k: v.copy() for k, v in g.items()}, t)
+        except _Protocol as exc:
+            report.rows.append(Row(report.subject, f"step {t}", math.inf, math.nan, "fail",
+                                   "params", reason=str(exc)))
+            got = None
+        except Exception as exc:
+            report.rows.append(error_row(report.subject, f"step {t}", exc, where="update"))
+            got = None
+        if got is None:
+            report.rows.extend(skip_row(report.subject, f"step {s}", f"step {t} failed")
+                               for s in range(t + 1, len(gs) + 1))
+            break
+        for k, w_ref in traj[t - 1].items():
+            mass[k] += mags[t - 1][k]
+            scale = max(1.0, float(np.max(np.abs(w_ref))) if w_ref.size else 0.0)
+            model = _leaf_model(ref_rule.name, w_ref.shape, is_matrix, k)
+            tol = step_bound(dtype, t, model, w_ref.shape, mass[k], scale,
+                             _leaf_state(states[t - 1], k))
+            row = compare_arrays(report.subject, f"step {t}", got[k], w_ref, tol,
+                                 label=f"params[{k!r}]")
+            if (row.verdict == "fail" and report.first_failure is None and params is None
+                    and grads is None and not isinstance(rule, _r.Rule)
+                    and row.where.startswith("params[")):
+                row = with_reproducer(row, _reproducer(rule, row, t, dtype, seed))
+            report.rows.append(row)
+    last = [r for r in report.rows if r.verdict != "skip" and math.isfinite(r.bound)]
+    if last:
+        report.notes.append(f"resolution: the largest bound is {max(r.bound for r in last):.3g}"
+                            f" (relative to max(1, |w|)); a direction error d shows where "
+                            f"lr x d x steps exceeds it")
+    if ref_rule.name not in ERROR_MODELS:
+        report.notes.append(f"rule {ref_rule.name!r} has no error model: Muon's (the most "
+                            f"conservative) is used")
+    return report
