@@ -13,8 +13,9 @@ call                        subject
 :func:`check_model`         your model, node by node against the graph
 :func:`check_decode`        your incremental decoding loop (KV cache) against the full
                             forward
-:func:`model_curvature`     GGN / Fisher / Hessian products and K-FAC factors of your JAX
-                            loss and parameter pytree
+:func:`model_curvature`     GGN / Fisher / Hessian products, eigenvalues and natural
+                            gradients of your JAX loss and parameter pytree
+:func:`check_curvature`     your own curvature product against those
 =========================  ===============================================================
 
 Every call returns a :class:`CheckReport` (``.ok``, ``.raise_if_failed()``, ``.to_json()``;
@@ -38,6 +39,7 @@ _LAZY = {
     "check_model": "nlaverify.check.model",
     "check_decode": "nlaverify.check.decode",
     "model_curvature": "nlaverify.check.curvature",
+    "check_curvature": "nlaverify.check.curvature",
 }
 
 __all__ = ["CheckError", "CheckFailed", "CheckReport", "Row", *sorted(_LAZY)]

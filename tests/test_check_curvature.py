@@ -1,0 +1,227 @@
+"""Curvature of a user's JAX model (nlaverify.check.curvature): products against dense
+autodiff references built here independently (jax.jacfwd of the outputs, jax.hessian of the
+loss in z and in the parameters), GGN = Fisher for the categorical likelihood, and
+check_curvature naming a buggy user GGN (J^T J, the loss Hessian missing) at its entry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+from jax.flatten_util import ravel_pytree  # noqa: E402
+
+from nlaverify.check import CheckError, model_curvature  # noqa: E402
+from nlaverify.check.curvature import check_curvature, curvature_bound  # noqa: E402
+from nlaverify.tolerance import tolerance  # noqa: E402
+
+# -- two user models, written the way users write them --------------------------------------
+
+
+def mlp(params, x):
+    h = jnp.tanh(x @ params["W1"] + params["b1"])
+    return h @ params["W2"] + params["b2"]
+
+
+def mlp_params(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {"W1": jax.random.normal(k1, (3, 5)) * 0.7, "b1": jnp.zeros(5) + 0.1,
+            "W2": jax.random.normal(k2, (5, 4)) * 0.7,
+            "b2": jax.random.normal(k3, (4,)) * 0.1}
+
+
+def transformer(params, tokens):
+    """One pre-norm block (single head, causal) on (B, n) tokens -> (B, n, V) logits."""
+    x = params["emb"][tokens] + params["pos"][: tokens.shape[-1]]
+    h = x - x.mean(-1, keepdims=True)
+    h = h / jnp.sqrt((h * h).mean(-1, keepdims=True) + 1e-5)
+    q, k, v = h @ params["Wq"], h @ params["Wk"], h @ params["Wv"]
+    s = q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(q.shape[-1])
+    n = tokens.shape[-1]
+    s = jnp.where(jnp.tril(jnp.ones((n, n), bool)), s, -jnp.inf)
+    x = x + jax.nn.softmax(s, -1) @ v @ params["Wo"]
+    x = x + jax.nn.gelu(x @ params["W1"]) @ params["W2"]
+    return x @ params["emb"].T
+
+
+def transformer_params(key, V=5, d=4, n=3):
+    ks = jax.random.split(key, 8)
+    shapes = {"emb": (V, d), "pos": (n, d), "Wq": (d, d), "Wk": (d, d), "Wv": (d, d),
+              "Wo": (d, d), "W1": (d, 2 * d), "W2": (2 * d, d)}
+    return {name: jax.random.normal(k, s) * 0.5 for k, (name, s) in zip(ks, shapes.items(),
+                                                                       strict=True)}
+
+
+def ce_loss(model):
+    def loss_fn(params, batch):
+        logp = jax.nn.log_softmax(model(params, batch["inputs"]), -1)
+        return -jnp.take_along_axis(logp, batch["targets"][..., None], -1).mean()
+    return loss_fn
+
+
+@pytest.fixture(scope="module")
+def cases():
+    key = jax.random.key(0)
+    x = jax.random.normal(jax.random.key(1), (6, 3))
+    y = jax.random.randint(jax.random.key(2), (6,), 0, 4)
+    toks = jax.random.randint(jax.random.key(3), (2, 3), 0, 5)
+    tgt = jax.random.randint(jax.random.key(4), (2, 3), 0, 5)
+    return {"mlp": (mlp, mlp_params(key), {"inputs": x, "targets": y}),
+            "transformer": (transformer, transformer_params(key),
+                            {"inputs": toks, "targets": tgt})}
+
+
+def dense_ggn(model, params, batch):
+    """J^T H_L J built densely: jax.jacfwd of the logits, jax.hessian of the loss in z."""
+    flat, unravel = ravel_pytree(params)
+    z = model(params, batch["inputs"])
+    J = jax.jit(jax.jacfwd(lambda t: model(unravel(t), batch["inputs"])))(flat)
+    J = J.reshape(z.size, -1)
+
+    def loss_of_z(zf):
+        logp = jax.nn.log_softmax(zf.reshape(z.shape), -1)
+        return -jnp.take_along_axis(logp, batch["targets"][..., None], -1).mean()
+
+    H = jax.jit(jax.hessian(loss_of_z))(z.reshape(-1))
+    return np.asarray(J.T @ H @ J)
+
+
+def _bound(mc):
+    return curvature_bound(mc, "float64").rtol
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_ggn_fisher_hessian_against_dense_autodiff(cases, name):
+    model, params, batch = cases[name]
+    mc = model_curvature(ce_loss(model), params, batch, model_fn=model)
+    rtol = _bound(mc)
+    G = dense_ggn(model, params, batch)
+    scale = max(1.0, np.abs(G).max())
+    assert np.abs(mc.dense("ggn") - G).max() <= rtol * scale
+    # the exact Fisher by the square-root route equals the GGN (categorical likelihood)
+    assert np.abs(mc.dense("fisher") - G).max() <= rtol * scale
+    if name == "mlp":  # the Hessian product against jax.hessian (the MLP: fast to build)
+        flat, unravel = ravel_pytree(params)
+        Hd = np.asarray(jax.jit(jax.hessian(lambda t: ce_loss(model)(unravel(t), batch)))(flat))
+        assert np.abs(mc.dense("hessian") - Hd).max() <= rtol * max(1.0, np.abs(Hd).max())
+    # pytree in, pytree out
+    v = jax.tree.map(jnp.ones_like, params)
+    out = mc.matvec(v)
+    assert jax.tree.structure(out) == jax.tree.structure(params)
+    assert np.abs(ravel_pytree(out)[0] - G @ np.ones(mc.size)).max() <= rtol * scale
+
+
+def test_empirical_and_monte_carlo_fisher(cases):
+    model, params, batch = cases["mlp"]
+    mc = model_curvature(None, params, batch, model_fn=model, samples=4000, seed=1)
+    flat, unravel = ravel_pytree(params)
+    z = model(params, batch["inputs"])
+    J = jax.jit(jax.jacfwd(lambda t: model(unravel(t), batch["inputs"])))(flat)  # (n, C, P)
+    g = jax.nn.softmax(z) - jax.nn.one_hot(batch["targets"], 4)
+    u = jnp.einsum("nc,ncp->np", g, J)
+    emp = np.asarray(u.T @ u / z.shape[0])
+    got = mc.dense("empirical_fisher")
+    assert np.abs(got - emp).max() <= _bound(mc) * max(1.0, np.abs(emp).max())
+    # the MC Fisher is a Monte-Carlo mean of the GGN: within 6 standard errors entrywise
+    F_mc, G = mc.dense("fisher"), dense_ggn(model, params, batch)
+    assert not np.allclose(F_mc, G, atol=1e-8)        # it is sampled, not the exact one
+    assert np.abs(F_mc - G).max() <= 6 * np.abs(G).max() * np.sqrt(2 / 4000) * 4
+
+
+def test_eigenvalues_and_natural_gradient(cases):
+    model, params, batch = cases["mlp"]
+    mc = model_curvature(None, params, batch, model_fn=model)
+    G = dense_ggn(model, params, batch)
+    pairs = mc.top_eigenvalues(2)
+    exact = np.sort(np.linalg.eigvalsh(G))[::-1][:2]
+    assert np.all(np.abs(pairs.values - exact) <= pairs.residuals + _bound(mc) * exact[0])
+    d, sol = mc.natural_gradient(1e-2, kind="ggn")
+    grad = ravel_pytree(mc.gradient())[0]
+    ref = np.linalg.solve(G + 1e-2 * np.eye(mc.size), grad)
+    assert sol.residual < 1e-6
+    assert np.abs(ravel_pytree(d)[0] - ref).max() <= 1e-4 * np.abs(ref).max()
+    text = mc.summary(top=2, kinds=("ggn", "empirical_fisher"))
+    assert "ggn" in text and "empirical_fisher" in text and "+-" in text
+    assert f"{exact[0]:.4g}"[:4] in text
+
+
+def test_check_curvature_passes_correct_and_names_missing_loss_hessian(cases):
+    model, params, batch = cases["transformer"]
+
+    @jax.jit
+    def my_ggn(p, b, v):           # correct: jvp, softmax-CE Hessian, vjp (mean over tokens)
+        f = lambda q: model(q, b["inputs"])  # noqa: E731
+        z, Jv = jax.jvp(f, (p,), (v,))
+        pr = jax.nn.softmax(z, -1)
+        HJv = (pr * Jv - pr * (pr * Jv).sum(-1, keepdims=True)) / z[..., 0].size
+        return jax.vjp(f, p)[1](HJv)[0]
+
+    @jax.jit
+    def my_ggn_buggy(p, b, v):     # J^T J: the loss Hessian forgotten
+        f = lambda q: model(q, b["inputs"])  # noqa: E731
+        z, Jv = jax.jvp(f, (p,), (v,))
+        return jax.vjp(f, p)[1](Jv / z[..., 0].size)[0]
+
+    ok = check_curvature(my_ggn, None, params, batch, model_fn=model)
+    assert ok, repr(ok)
+    bad = check_curvature(my_ggn_buggy, None, params, batch, model_fn=model)
+    assert not bad.ok
+    row = bad.first_failure
+    assert row.check == "ggn product, probe 0"
+    assert row.where.startswith("['") and "[" in row.where[2:], row.where  # e.g. ['W2'][3, 1]
+    assert row.ratio > 1e6
+    assert "ggn product" in repr(bad)
+    # float32 (on the MLP, faster to compile): the correct product passes, the buggy fails
+    model, params, batch = cases["mlp"]
+    ok32 = check_curvature(my_ggn, None, params, batch, model_fn=model, dtype="float32")
+    assert ok32, repr(ok32)
+    bad32 = check_curvature(my_ggn_buggy, None, params, batch, model_fn=model, dtype="float32")
+    assert not bad32 and bad32.worst_ratio > 100, repr(bad32)
+
+
+def test_check_curvature_hessian_sign_bug(cases):
+    model, params, batch = cases["mlp"]
+    loss = ce_loss(model)
+
+    @jax.jit
+    def hvp(p, b, v):
+        return jax.jvp(jax.grad(lambda q: loss(q, b)), (p,), (v,))[1]
+
+    def hvp_bad(p, b, v):  # the second-order term of the tanh layer with the wrong sign
+        return jax.tree.map(lambda a, c: a - 0.01 * c, hvp(p, b, v), v)
+
+    assert check_curvature(hvp, loss, params, batch, kind="hessian")
+    assert not check_curvature(hvp_bad, loss, params, batch, kind="hessian")
+
+
+def test_bound_comes_from_the_tolerance_model(cases):
+    model, params, batch = cases["mlp"]
+    mc = model_curvature(None, params, batch, model_fn=model)
+    t = curvature_bound(mc, "float32")
+    assert t.rtol < tolerance("float32", size=10**6, depth=1000).rtol
+    assert "kappa" in t.reason
+
+
+def test_bad_input_names_the_argument(cases):
+    model, params, batch = cases["mlp"]
+    with pytest.raises(CheckError, match="'kind'"):
+        model_curvature(None, params, batch, model_fn=model, kind="gnn")
+    with pytest.raises(CheckError, match="'batch'"):
+        model_curvature(None, params, (batch["inputs"],), model_fn=model)
+    with pytest.raises(CheckError, match="needs model_fn"):
+        model_curvature(ce_loss(model), params, batch, kind="ggn")
+    with pytest.raises(CheckError, match="disagree"):
+        model_curvature(lambda p, b: 2 * ce_loss(model)(p, b), params, batch, model_fn=model)
+    with pytest.raises(CheckError, match="targets"):
+        model_curvature(None, params, {"inputs": batch["inputs"], "targets": batch["targets"][:3]},
+                        model_fn=model)
+    mc = model_curvature(None, params, batch, model_fn=model)
+    with pytest.raises(CheckError, match="'v'"):
+        mc.matvec(jnp.ones(3))
+    with pytest.raises(CheckError, match="no Fisher"):
+        model_curvature(None, params, batch, model_fn=model,
+                        likelihood=lambda z, y: jnp.sum(z**2)).operator("fisher")
+    raising = check_curvature(lambda p, b, v: 1 / 0, None, params, batch, model_fn=model)
+    assert not raising.ok and "ZeroDivisionError" in raising.first_failure.reason
