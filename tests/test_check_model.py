@@ -1,0 +1,211 @@
+"""check_model: the nanoGPT-style PyTorch and the Llama-style equinox examples verify node by
+node (float64, float32 without false alarm), each planted bug is named at its node, and bad
+input is a CheckError naming the argument."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("equinox")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import equinox_gpt  # noqa: E402
+import nanogpt_torch  # noqa: E402
+
+from nlaverify.check import CheckError, check_model  # noqa: E402
+from nlaverify.check.model import chunk, compose, heads_first  # noqa: E402
+from nlaverify.graph.run import sample_data  # noqa: E402
+
+EXAMPLES = {"nanogpt": nanogpt_torch, "equinox": equinox_gpt}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_example_verifies(name: str, dtype: str) -> None:
+    report = EXAMPLES[name].verify(None, dtype)
+    assert report
+    checks = [r.check for r in report.rows]
+    # every node the example maps, the loss and every parameter's gradient ran
+    assert "node logits" in checks and "node loss" in checks
+    assert "node blocks.1.attn.heads" in checks
+    assert sum(c.startswith("gradient ") for c in checks) >= 20
+    assert all(r.verdict == "pass" for r in report.rows)
+
+
+@pytest.mark.parametrize("name,plant", [(n, p) for n in sorted(EXAMPLES)
+                                        for p in sorted(EXAMPLES[n].PLANTS)])
+def test_planted_bug_named_at_its_node(name: str, plant: str) -> None:
+    mod = EXAMPLES[name]
+    report = mod.verify(plant, "float64", gradients=False)  # the values name it
+    assert not report.ok
+    node = mod.PLANTS[plant]
+    assert report.first_failure.check == f"node {node}", report
+    assert report.first_failure.where.startswith(node)
+    assert report.first_failure.ratio > 1e3  # far beyond the bound, not a rounding quarrel
+    assert any(n.startswith(f"first divergent node: {node}") for n in report.notes)
+    # every node before it agrees: the bug is located, not merely detected
+    rows = [r.check for r in report.rows]
+    assert all(r.verdict == "pass" for r in report.rows[:rows.index(f"node {node}")])
+
+
+@pytest.mark.parametrize("plant", ["scale", "mask"])
+def test_planted_bug_named_in_float32(plant: str) -> None:
+    report = nanogpt_torch.verify(plant, "float32")
+    assert report.first_failure.check == f"node {nanogpt_torch.PLANTS[plant]}", report
+
+
+def test_main_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nanogpt_torch.main([]) == 0
+    assert nanogpt_torch.main(["--plant", "scale"]) == 0  # the plant was found at its node
+    out = capsys.readouterr().out
+    assert "expected at 'node blocks.0.attn.heads', found at 'node blocks.0.attn.heads'" in out
+
+
+def test_wrong_gradient_is_named() -> None:
+    """A bug only the backward shows: a straight-through clamp whose forward is the identity
+    on these values but whose gradient is zero (detached): every value passes, the gradients
+    of the parameters before it fail."""
+    c = nanogpt_torch.GPTConfig()
+    model = nanogpt_torch.GPT(c).double()
+
+    class Detach(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.detach()
+
+    model.transformer.drop = Detach()  # x0 reaches the blocks without its gradient
+    data = sample_data(c.vocab_size, 8, 0)
+    report = check_model(model, nanogpt_torch.graph_config(c), None, data["tokens"],
+                         targets=data["targets"], load=nanogpt_torch.load,
+                         intermediates=nanogpt_torch.intermediates(c),
+                         call=lambda m, x, y: m(x, y))
+    assert all(r.verdict == "pass" for r in report.rows if r.check.startswith("node "))
+    assert report.first_failure.check == "gradient embed.W_E"
+    assert {r.check for r in report.failures} >= {"gradient embed.W_E", "gradient pos.W_P"}
+
+
+# --- a JAX function model (no equinox), intermediates keyed by graph node -------------------
+
+def _jax_model():
+    import jax.numpy as jnp
+
+    from nlaverify.config import TransformerConfig
+
+    config = TransformerConfig(vocab_size=13, d_model=8, n_heads=2, n_blocks=1, d_mlp=16,
+                               context=8, norm="rmsnorm", positions="none", mlp="relu",
+                               final_norm=False, name="tiny-jax")
+
+    def rms(x, g):
+        return g * x / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + config.norm_eps)
+
+    def model(p, tokens):
+        x = p["embed.W_E"][tokens]
+        h = rms(x, p["blocks.0.norm1.gamma"])
+        q, k, v = (h @ p[f"blocks.0.attn.{s}.W_{s.upper()}"] for s in "qkv")
+        n = x.shape[0]
+        qh, kh, vh = (a.reshape(n, 2, 4).transpose(1, 0, 2) for a in (q, k, v))
+        s = qh @ kh.transpose(0, 2, 1) / 2.0
+        s = jnp.where(jnp.tril(jnp.ones((n, n), bool)), s, -jnp.inf)
+        w = jnp.exp(s - s.max(-1, keepdims=True))
+        heads = (w / w.sum(-1, keepdims=True)) @ vh
+        x = x + heads.transpose(1, 0, 2).reshape(n, 8) @ p["blocks.0.attn.out.W_O"]
+        m = jnp.maximum(rms(x, p["blocks.0.norm2.gamma"]) @ p["blocks.0.mlp.in.W_in"], 0)
+        x = x + m @ p["blocks.0.mlp.out.W_out"]
+        return x @ p["unembed.W_U"], {"blocks.0.norm1": h, "blocks.0.attn.heads": heads,
+                                      "blocks.0.resid2": x}
+    return config, model
+
+
+def test_jax_function_identity_map() -> None:
+    config, model = _jax_model()
+    report = check_model(model, config, None, np.arange(6) % 13, framework="jax")
+    assert report, report
+    checks = [r.check for r in report.rows]
+    assert checks[:3] == ["node blocks.0.norm1", "node blocks.0.attn.heads",
+                          "node blocks.0.resid2"]
+    assert any(n.startswith("graph nodes your model does not expose") for n in report.notes)
+
+
+def test_layout_helpers() -> None:
+    a = np.arange(2 * 3 * 12).reshape(2 * 3, 12).astype(float)  # (n=6, [q|k|v] of 2 heads)
+    k = compose(chunk(1, 3), heads_first(2))(a)
+    assert k.shape == (2, 6, 2)
+    np.testing.assert_array_equal(k[1, 4], a[4, 6:8])  # head 1 of K is columns 4+2..4+4
+    heads_last = a[:, :4].reshape(6, 2, 2)  # (n, H, d_h), as most code holds heads
+    np.testing.assert_array_equal(heads_first(2)(heads_last), heads_last.transpose(1, 0, 2))
+
+
+# --- bad input ------------------------------------------------------------------------
+
+def _nano(**kw):
+    c = nanogpt_torch.GPTConfig()
+    model = nanogpt_torch.GPT(c).double()
+    data = sample_data(c.vocab_size, 8, 0)
+    args = dict(targets=data["targets"], load=nanogpt_torch.load,
+                intermediates=nanogpt_torch.intermediates(c), call=lambda m, x, y: m(x, y))
+    args.update(kw)
+    return check_model(model, nanogpt_torch.graph_config(c), None, data["tokens"], **args)
+
+
+def test_unknown_module_names_the_argument() -> None:
+    with pytest.raises(CheckError, match=r"'intermediates'.*no module 'transformer\.h\.0\.ln1'"):
+        _nano(intermediates={"blocks.{l}.norm1": "transformer.h.{l}.ln1"})
+
+
+def test_unknown_node_names_the_argument() -> None:
+    with pytest.raises(CheckError, match=r"'intermediates'.*'blocks\.0\.norm_1' is not an op"):
+        _nano(intermediates={"blocks.{l}.norm_1": "transformer.h.{l}.ln_1"})
+
+
+def test_wrong_intermediate_shape_names_the_node() -> None:
+    # the attention heads read without the heads-first layout: (n, d), not (H, n, d_h)
+    with pytest.raises(CheckError, match=r"'intermediates'.*'blocks\.0\.attn\.heads'.*"
+                                         r"expected shape \(2, 8, 4\).*got \(8, 8\)"):
+        _nano(intermediates={"blocks.{l}.attn.heads": "transformer.h.{l}.attn.c_proj:input"})
+
+
+def test_model_that_raises_names_the_argument() -> None:
+    def boom(m, x, y):
+        raise RuntimeError("shape mismatch in my attention")
+    with pytest.raises(CheckError, match=r"argument 'model': raised RuntimeError.*my attention"):
+        _nano(call=boom)
+
+
+def test_non_array_output_names_the_output() -> None:
+    with pytest.raises(CheckError, match=r"output of model: expected logits, a torch\.Tensor"):
+        _nano(call=lambda m, x, y: ("logits", None))
+    config, _ = _jax_model()
+    with pytest.raises(CheckError, match=r"output of model: expected logits, an array"):
+        check_model(lambda p, t: ([1.0], {}), config, None, np.arange(6), framework="jax")
+
+
+def test_bad_load_names_the_argument() -> None:
+    def partial(model, p):
+        s = nanogpt_torch.load(model, p)
+        s.pop("transformer.wpe.weight")
+        return s
+    with pytest.raises(CheckError, match=r"'load': no weight for the model's parameter "
+                                         r"'transformer\.wpe\.weight'"):
+        _nano(load=partial)
+    with pytest.raises(CheckError, match=r"'load': weight 'transformer\.wpe\.weight': expected "
+                                         r"shape \(16, 8\), got \(8, 16\)"):
+        _nano(load=lambda m, p: {**nanogpt_torch.load(m, p),
+                                 "transformer.wpe.weight": p["pos.W_P"].T.contiguous()})
+    with pytest.raises(CheckError, match=r"argument 'load': a PyTorch model needs"):
+        _nano(load=None)
+
+
+def test_bad_tokens_and_config() -> None:
+    with pytest.raises(CheckError, match=r"argument 'tokens': expected ids in \[0, vocab_size"):
+        check_model(*_jax_model()[::-1], None, np.array([0, 99]), framework="jax")
+    with pytest.raises(CheckError, match=r"argument 'config': expected a TransformerConfig"):
+        check_model(_jax_model()[1], {"d_model": 8}, None, np.arange(4), framework="jax")
+    config, model = _jax_model()
+    with pytest.raises(CheckError, match=r"'intermediates'.*have no key 'h1'"):
+        check_model(model, config, None, np.arange(6), framework="jax",
+                    intermediates={"blocks.0.norm1": "h1"})
