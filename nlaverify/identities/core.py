@@ -69,6 +69,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.lowrank",
     "nlaverify.identities.lora",
     "nlaverify.identities.geometry",
+    "nlaverify.identities.online_softmax",
 )
 
 

@@ -490,3 +490,33 @@ def get_op(name: str) -> OpSpec:
     except KeyError:
         raise UnknownNameError(
             f"unknown op {name!r}: expected one of {', '.join(sorted(OPS))}") from None
+
+
+def _online_softmax_specs() -> list[OpSpec]:
+    r"""The blockwise (online-softmax, FlashAttention) attention of
+    :mod:`nlaverify.ops.online_softmax`: :math:`n = 3` tokens, keys in blocks of 2 (a ragged
+    split :math:`[2, 1]`); causal, queries 0 and 1 see no key of the second block (the
+    masked-block path). Self-attention shapes (one ``n``), so that the batching machinery
+    gives every argument a batch axis; other query counts are proved by the identity
+    ``blockwise_attention_equals_softmax_attention``."""
+    from nlaverify.ops import online_softmax as osm
+
+    args = [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))]
+    stmt = (r"P_b = e^{S_b - m}/\ell,\ \bar V_b = P_b^\top G,\ dS_b = P_b\odot(GV_b^\top - "
+            r"\operatorname{rowsum}(G\odot A)),\ \bar Q = \textstyle\sum_b dS_b K_b/\sqrt{d_k},"
+            r"\ \bar K_b = dS_b^\top Q/\sqrt{d_k}")
+    sizes = {"n": 3, "d_k": 2, "d_v": 1}
+    ranges = {"n": (1, 6), "d_k": _NUM, "d_v": _NUM}
+    return [
+        _spec("blockwise_attention", osm.blockwise_attention, osm.blockwise_attention_vjp,
+              args, "Baggag & Saad §3.4.2; Milakov & Gimelshein 2018; Dao et al. 2022",
+              stmt, sizes, ranges, static={"block": 2}),
+        _spec("causal_blockwise_attention", osm.blockwise_attention,
+              osm.blockwise_attention_vjp, args,
+              "Baggag & Saad §3.4.4; Dao et al. 2022 (FlashAttention, causal)",
+              stmt + r",\ P_{ij} = 0 \text{ for } j > i", sizes, ranges,
+              static={"block": 2, "causal": True}),
+    ]
+
+
+OPS.update({s.name: s for s in _online_softmax_specs()})
