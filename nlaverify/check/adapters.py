@@ -156,7 +156,9 @@ def to_framework(x: np.ndarray, framework: str, dtype: str | None, *,
     mod = require_framework(framework)
     integer = np.issubdtype(np.asarray(x).dtype, np.integer)
     if framework == "torch":
-        t = mod.from_numpy(np.ascontiguousarray(x, dtype=np.int64 if integer else np.float64))
+        # np.array, not np.ascontiguousarray: the latter makes a 0-d array (a scalar loss's
+        # cotangent) 1-d, which torch.autograd.grad rejects against a 0-d output
+        t = mod.from_numpy(np.array(x, dtype=np.int64 if integer else np.float64, order="C"))
         if not integer and dtype is not None:
             t = t.to(framework_dtype("torch", dtype))
         if requires_grad and not integer:

@@ -345,6 +345,48 @@ def _user_args(case: OpCaseInput, framework: str, dtype: str) -> list[Any]:
                          else dtype) for x in case.args]
 
 
+def _snapshot(args: list[Any]) -> list[np.ndarray | None]:
+    """The arguments as the framework holds them (JAX flushes float32 subnormals), to tell
+    an in-place write from the conversion; ``None`` for JAX's immutable arrays."""
+    return [None if array_framework(x) == "jax" else to_float64(x, what="argument")
+            for x in args]
+
+
+def _mutated(case: OpCaseInput, before: list[np.ndarray | None],
+             args: list[Any]) -> str | None:
+    """The first argument the user's function modified in place (``x.mul_()``), or
+    ``None``: such a kernel corrupts its caller's tensors (and, in torch, autograd)."""
+    for a, x0, x in zip(case.spec.args, before, args, strict=True):
+        if x0 is None:
+            continue
+        if getattr(x, "_version", 0):  # torch counts in-place writes, x.mul_(1) included
+            return a.name
+        try:
+            now = to_float64(x, what=f"argument {a.name!r}")
+        except CheckError:
+            return a.name
+        if now.shape != x0.shape or not np.array_equal(now, x0, equal_nan=True):
+            return a.name
+    return None
+
+
+def _integer_output(out: Any) -> str | None:
+    """The dtype of an integer or boolean output (a float kernel returning ``int64``:
+    truncated values), or ``None`` for a floating one."""
+    if isinstance(out, bool | int):
+        return type(out).__name__
+    dt = getattr(out, "dtype", None)
+    if dt is None:
+        return None
+    if hasattr(out, "is_floating_point"):  # torch
+        return None if out.is_floating_point() else str(dt).removeprefix("torch.")
+    try:
+        kind = np.dtype(dt).kind
+    except TypeError:
+        return None
+    return str(dt) if kind in "biu" else None
+
+
 def _as_list(x: Any, what: str, n: int) -> list[Any]:
     if isinstance(x, list | tuple):
         items = list(x)
@@ -406,6 +448,13 @@ def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance
                      accumulation=s.accumulation, products=s.products)
 
 
+def _derived_condition(case: OpCaseInput) -> float:
+    """The op's a-priori condition at the case (``OpSpec.condition``; 1 without one)."""
+    if case.condition is None:
+        return 1.0
+    return max(1.0, float(case.condition([case.args[k] for k in _real_idx(case.spec)])))
+
+
 def _case_condition(case: OpCaseInput, which: str) -> float:
     if case.condition is not None and case.origin.startswith("hostile"):
         real = [case.args[k] for k in _real_idx(case.spec)]
@@ -421,6 +470,7 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
     want_jvp = s.check_jvp and spec.jvp is not None
     ref = _reference(case, want_jvp)
     args = _user_args(case, s.framework, s.dtype)
+    before = _snapshot(args)
     kappa_f = _case_condition(case, "forward")
     try:
         out = s.forward(args)
@@ -434,13 +484,30 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
         raise
     except Exception as exc:
         return [error_row(s.subject, "forward" + tag, exc, where="fn")]
-    rows.append(compare_arrays(s.subject, "forward" + tag, out64, ref.out,
-                               _tol(s, case, kappa_f, 1), label="out"))
+    row = compare_arrays(s.subject, "forward" + tag, out64, ref.out,
+                         _tol(s, case, kappa_f, 1), label="out")
+    integer = _integer_output(out)
+    if integer is not None:
+        row = replace(row, verdict="fail", error=math.inf, reason=f"out: fn returned "
+                      f"{integer}, expected a floating array ({s.dtype})")
+    changed = _mutated(case, before, args)
+    if changed is not None:
+        row = replace(row, verdict="fail", error=math.inf, where=changed, actual=None,
+                      expected=None, reason=f"fn modified its argument {changed!r} in "
+                      "place: a kernel must not write to its inputs")
+    rows.append(row)
+    if changed is not None:  # every later call would see the modified values
+        return rows
     if not spec.differentiable:
         return rows
     real = _real_idx(spec)
     names = [spec.args[k].name for k in real]
-    kappa_b = max(kappa_f, _case_condition(case, "vjp"))
+    # a derivative's statistical estimate perturbs the inputs only; it is blind to the
+    # rounding of the intermediates a kernel's backward reuses (a normalization's x-hat,
+    # whose error 1/sigma amplifies, while x-hat itself barely moves with x when d is
+    # small): the op's a-priori condition covers those
+    kappa_d = max(kappa_f, _derived_condition(case))
+    kappa_b = max(kappa_d, _case_condition(case, "vjp"))
     tol_b = _tol(s, case, kappa_b, 2)
     G = to_framework(case.cotangent, s.framework, s.dtype)
     try:
@@ -464,7 +531,7 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
                                        to_float64(c, what=f"cotangent of {name}"), e, tol_b,
                                        label=name))
     if want_jvp and ref.tangent is not None:
-        kappa_t = max(kappa_f, _case_condition(case, "jvp"))
+        kappa_t = max(kappa_d, _case_condition(case, "jvp"))
         T = [to_framework(t, s.framework, s.dtype) for t in case.tangents]
         try:
             if s.jvp is not None:
@@ -496,10 +563,13 @@ def _source_ref(fn: Callable[..., Any], name: str) -> str:
     qual = getattr(fn, "__qualname__", None)
     if mod and qual and mod != "__main__" and "<" not in qual and "." not in qual:
         return f"from {mod} import {qual} as {name}"
-    return f"{name} = ...  # your function (defined in {mod or 'an unnamed module'})"
+    return (f"{name} = ...  # your function: define or import it here (it is defined in "
+            f"{mod or 'an unnamed module'} as {qual or '?'})")
 
 
 def _array_code(x: np.ndarray) -> str:
+    """NumPy code for ``x`` (non-finite entries as ``inf``/``nan``: the reproducer imports
+    them from NumPy)."""
     if np.issubdtype(x.dtype, np.integer):
         return f"np.array({x.tolist()!r}, dtype=np.int64)"
     return f"np.array({np.asarray(x, np.float64).tolist()!r})"
@@ -507,19 +577,25 @@ def _array_code(x: np.ndarray) -> str:
 
 def reproducer(s: _Settings, case: OpCaseInput, op_text: str, options: str) -> str:
     """A snippet that re-runs ``check_op`` on exactly this case."""
-    lines = ["import numpy as np", "from nlaverify.check import check_op",
+    lines = ["import numpy as np", "from numpy import inf, nan  # noqa: F401",
+             "from nlaverify.check import check_op",
              _source_ref(s.fn, "fn")]
     if s.vjp is not None:
         lines.append(_source_ref(s.vjp, "vjp"))
     if s.jvp is not None:
         lines.append(_source_ref(s.jvp, "jvp"))
+    if op_text == "spec":
+        lines.append("spec = ...  # your function's reference: the OpSpec or UserOp given as op")
     lines.append("args = [")
     lines += [f"    {_array_code(np.asarray(a))}," for a in case.args]
     lines.append("]")
     lines.append(f"cotangent = {_array_code(case.cotangent)}")
+    lines.append("tangents = [")
+    lines += [f"    {_array_code(np.asarray(t))}," for t in case.tangents]
+    lines.append("]")
     extra = "".join(f", {k}={k}" for k in ("vjp", "jvp") if getattr(s, k) is not None)
-    lines.append(f"report = check_op(fn, {op_text}{extra}, inputs=[(args, cotangent)]"
-                 f"{options})")
+    lines.append(f"report = check_op(fn, {op_text}{extra}, "
+                 f"inputs=[(args, cotangent, tangents)]{options})")
     lines.append("print(report)")
     return "\n".join(lines)
 
@@ -585,8 +661,11 @@ def _explicit_cases(spec: OpSpec, inputs: Sequence[Any], dtype: str,
 
     cases = []
     for i, item in enumerate(inputs):
-        if (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], list | tuple)):
+        tangents = None
+        if (isinstance(item, tuple) and len(item) in (2, 3)
+                and isinstance(item[0], list | tuple)):
             arrs, G = list(item[0]), item[1]
+            tangents = item[2] if len(item) == 3 else None
         else:
             arrs, G = list(item), None
         if len(arrs) != len(spec.args):
@@ -609,7 +688,20 @@ def _explicit_cases(spec: OpSpec, inputs: Sequence[Any], dtype: str,
         if G.shape != np.shape(out):
             raise CheckError(f"argument 'inputs'[{i}]: cotangent: expected shape "
                              f"{np.shape(out)} (the output's), got {G.shape}")
-        T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype) for k in _real_idx(spec)]
+        real = _real_idx(spec)
+        if tangents is None:
+            T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype) for k in real]
+        else:
+            if not isinstance(tangents, list | tuple) or len(tangents) != len(real):
+                raise CheckError(f"argument 'inputs'[{i}]: tangents: expected a list of "
+                                 f"{len(real)} arrays (one per real argument)")
+            T = [exact_in(to_float64(t, what=f"inputs[{i}] tangent {spec.args[k].name!r}"),
+                          dtype) for k, t in zip(real, tangents, strict=True)]
+            for k, t in zip(real, T, strict=True):
+                if t.shape != np.shape(args[k]):
+                    raise CheckError(f"argument 'inputs'[{i}]: tangent of "
+                                     f"{spec.args[k].name!r}: expected shape "
+                                     f"{np.shape(args[k])}, got {t.shape}")
         cases.append(OpCaseInput(spec, args, G, T, dict(static), f"input {i}", spec.condition))
     return cases
 
@@ -662,8 +754,9 @@ def check_op(
             meets (:func:`realistic_norm_rows`). ``"extreme"``: the full hostile strategies
             (norm rows up to the dtype's overflow, where :math:`x^2` overflows in a naive
             kernel: a robustness test beyond what models meet).
-        inputs: explicit cases instead of drawn ones: a list of argument lists, or of
-            ``(args, cotangent)`` pairs (what the reproducer of a failure uses).
+        inputs: explicit cases instead of drawn ones: a list of argument lists, of
+            ``(args, cotangent)`` pairs, or of ``(args, cotangent, tangents)`` triples (one
+            tangent per real argument: what the reproducer of a failure uses).
         accumulation, products: the precisions of sums and of products' operands, as in
             :func:`~nlaverify.tolerance.tolerance` (default: float32 sums below float32;
             ``products="tfloat32"`` for float32 matmuls on tensor cores).
@@ -713,7 +806,8 @@ def check_op(
     options = f", dtype={dtype!r}" + (f", framework={fw!r}" if framework else "") + (
         f", static={dict(static)!r}" if static else "") + (
         f", accumulation={accumulation!r}" if accumulation else "") + (
-        f", products={products!r}" if products else "")
+        f", products={products!r}" if products else "") + (
+        "" if check_jvp else ", check_jvp=False")
     op_text = repr(op) if isinstance(op, str) else "spec"
 
     if inputs is not None:
@@ -744,12 +838,17 @@ def check_op(
             failed += _attach(rows, reproducer(s, minimal, op_text, options))
     # hostile cases
     n_hostile = 4 if hostile in (True, "extreme") else int(hostile or 0)
-    for case in _hostile_cases(spec, dtype, n_hostile, st, extreme=hostile == "extreme"):
+    hostile_cases = _hostile_cases(spec, dtype, n_hostile, st, extreme=hostile == "extreme")
+    n_hostile_run = len(hostile_cases)
+    for case in hostile_cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
             failed += _attach(rows, reproducer(s, case, op_text, options))
             break
         keep(rows)
+    if not examples and not n_hostile_run:
+        report.notes.append(f"nothing ran: examples=0 and {spec.name} has no hostile cases "
+                            "here (hostile=" + repr(hostile) + "): the report is not ok")
     if failed:
         report.extend(r for r in failed if r.verdict != "pass")
         report.extend(r for r in failed if r.verdict == "pass")

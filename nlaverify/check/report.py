@@ -196,12 +196,15 @@ class CheckReport:
         """The failing rows (or why nothing ran), then the first failure's reproducer."""
         if not self.ran:
             text = (f"{self.kind} {self.subject}: no check ran\n"
-                    + self.table([r for r in self.rows]))
+                    + self.table([r for r in self.rows])
+                    + "".join(f"\nnote: {n}" for n in self.notes))
         else:
             text = self.table(self.failures)
         first = self.first_failure
         if first is not None and first.reproducer:
-            text += "\n\nreproducer (runs as it is):\n" + first.reproducer
+            how = ("define your function where marked, then it runs as it is"
+                   if _PLACEHOLDER in first.reproducer else "runs as it is")
+            text += f"\n\nreproducer ({how}):\n" + first.reproducer
         return text
 
     def __str__(self) -> str:
@@ -214,6 +217,11 @@ class CheckReport:
         state = "ok" if self.ok else "FAILED"
         body = self.failure_text() if not self.ok else self.table()
         return f"CheckReport({self.kind} {self.subject}: {state})\n{body}"
+
+
+#: the mark of a reproducer line where the user defines or imports a function that cannot
+#: be imported by name (defined in ``__main__``, a lambda, a closure)
+_PLACEHOLDER = "= ...  # your function"
 
 
 def _num(x: float | None, fmt: str = ".2e") -> str:
