@@ -39,6 +39,7 @@ __all__ = [
     "NORM_ROWS",
     "OpCase",
     "SpectralMatrix",
+    "exact_in",
     "hostile_activations",
     "hostile_logits",
     "hostile_norm_rows",
@@ -78,14 +79,43 @@ class OpCase:
         return f"OpCase({self.spec.name}, sizes={self.sizes})"
 
 
-def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0) -> OpCase:
-    """Build an :class:`OpCase` deterministically from sizes and a seed."""
+def exact_in(values: Any, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` (``float64``, ``float32``, ``bfloat16`` through
+    ml_dtypes, ``float16``) and back to float64: numbers exactly representable in ``dtype``,
+    so that a kernel in ``dtype`` and a float64 or mpmath reference see the same inputs."""
+    x = np.asarray(values, dtype=np.float64)
+    if dtype == "float64":
+        return x.copy()
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        target: Any = ml_dtypes.bfloat16
+    elif dtype in ("float32", "float16"):
+        target = np.dtype(dtype)
+    else:
+        raise ValueError(f"exact_in: argument 'dtype': expected one of float64, float32, "
+                         f"bfloat16, float16, got {dtype!r}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(target).astype(np.float64)
+
+
+def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0, *,
+              batch: tuple[int, ...] = (), dtype: str = "float64") -> OpCase:
+    """Build an :class:`OpCase` deterministically from sizes and a seed.
+
+    ``batch``: leading axes of the arguments with a sequence axis ``n`` (and of the output
+    and cotangent), e.g. ``(B,)`` or ``(B, H)``; shared parameters keep their shape (the
+    batching family proves the ops on such batches). ``dtype``: real values (arguments and
+    cotangent) exactly representable in it (:func:`exact_in`)."""
     from nlaverify.backends import get_namespace
 
     rng = np.random.default_rng(seed)
+    batch = tuple(int(b) for b in batch)
     args: list[Any] = []
     for a in spec.args:
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
+        if batch and "n" in a.dims:
+            shape = (*batch, *shape)
         if a.kind == "tokens":
             toks = rng.integers(0, sizes["V"], size=shape, dtype=np.int64)
             if a.ignore is not None and shape[-1] > 1:  # pad some targets (never position 0)
@@ -93,29 +123,55 @@ def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0
                 pad[..., 0] = False
                 toks[pad] = a.ignore
             args.append(toks)
-        elif a.kind == "fixed":
-            args.append(scale * rng.standard_normal(shape))
         elif a.kind == "mask":
-            args.append(fixed_routing_mask(*shape))
-        else:
-            args.append(scale * rng.standard_normal(shape))
+            args.append(np.broadcast_to(fixed_routing_mask(*shape[-2:]), shape).copy())
+        else:  # real and fixed arrays
+            args.append(exact_in(scale * rng.standard_normal(shape), dtype))
     static = dict(spec.static)
     out = spec.forward(get_namespace("numpy"), *args, **static)
-    G = rng.standard_normal(np.shape(out))
-    return OpCase(spec, dict(sizes), args, static, np.asarray(G, dtype=np.float64))
+    G = exact_in(rng.standard_normal(np.shape(out)), dtype)
+    return OpCase(spec, dict(sizes), args, static, G)
 
 
-def _sizes(spec: OpSpec) -> st.SearchStrategy[dict[str, int]]:
-    strategies = {k: st.integers(lo, hi) for k, (lo, hi) in spec.size_ranges.items()}
+def _sizes(spec: OpSpec, shapes: dict[str, Any] | None = None
+           ) -> st.SearchStrategy[dict[str, int]]:
+    ranges = dict(spec.size_ranges)
+    for k, v in (shapes or {}).items():
+        if k not in ranges:
+            raise ValueError(f"op_cases: argument 'shapes': op {spec.name!r} has no dimension "
+                             f"{k!r}; expected some of {', '.join(ranges)}")
+        ranges[k] = (v, v) if isinstance(v, int) else tuple(v)
+    strategies = {k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()}
     sizes = st.fixed_dictionaries(strategies)
     return sizes.map(spec.fix_sizes) if spec.fix_sizes else sizes
 
 
-@st.composite
-def op_cases(draw: st.DrawFn, op: str | OpSpec, scale: float = 1.0) -> OpCase:
-    """Strategy: an :class:`OpCase` of ``op`` with sizes in its ``size_ranges``."""
+#: the leading axes ``op_cases(batch=True)`` draws: none, a batch, a batch and heads
+BATCHES = st.one_of(st.just(()), st.tuples(st.integers(1, 3)),
+                    st.tuples(st.integers(1, 3), st.integers(1, 3)))
+
+
+def op_cases(op: str | OpSpec, scale: float = 1.0, *,
+             shapes: dict[str, int | tuple[int, int]] | None = None,
+             batch: bool | tuple[int, ...] = False,
+             dtype: str = "float64") -> st.SearchStrategy[OpCase]:
+    """Strategy: an :class:`OpCase` of ``op`` with sizes in its ``size_ranges`` (or
+    ``shapes``: a size or a range ``(lo, hi)`` per named dimension), leading batch axes
+    (``batch=True`` draws ``()``, ``(B,)`` or ``(B, H)`` with ``B, H <= 3``; a tuple fixes
+    them) and values exactly representable in ``dtype``. For a kernel in one call, see
+    :func:`nlaverify.check.check_op`, which draws from the same cases. Bad arguments raise
+    at once (not at the first draw)."""
     spec = OPS[op] if isinstance(op, str) else op
-    return make_case(spec, draw(_sizes(spec)), draw(seeds), scale)
+    sizes = _sizes(spec, shapes)
+    exact_in(np.zeros(1), dtype)  # an unknown dtype is named now
+    leads = BATCHES if batch is True else st.just(tuple(batch) if batch else ())
+    return _op_cases(spec, sizes, leads, scale, dtype)
+
+
+@st.composite
+def _op_cases(draw: st.DrawFn, spec: OpSpec, sizes: st.SearchStrategy[dict[str, int]],
+              leads: st.SearchStrategy[tuple[int, ...]], scale: float, dtype: str) -> OpCase:
+    return make_case(spec, draw(sizes), draw(seeds), scale, batch=draw(leads), dtype=dtype)
 
 
 @st.composite

@@ -478,3 +478,28 @@ def test_reproducer_replays_the_tangents():
         _SiLUJvp.wrong = False
     assert again.check == "jvp (input 0)" and again.where == f.where
     assert again.error == f.error
+
+
+def layernorm_torch(x, g, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps=1e-5)
+
+
+def test_layernorm_backward_of_a_narrow_row_in_bfloat16():
+    """No false alarm on torch's own LayerNorm backward in bfloat16 at d = 2 with a small
+    spread: x-hat barely moves with x there (the perturbation estimate of the VJP's
+    condition says 1), yet its rounding reaches the cotangent amplified by 1/sigma; the
+    bound takes the op's a-priori condition max|x| / sigma for the derivative rows."""
+    rng = np.random.default_rng(0)
+    x = np.array([[-0.73046875, -0.5390625], [-1.0546875, 0.44140625], [0.25, 0.3125]])
+    args = [x, np.array([1.25, -0.75]), np.array([0.5, 0.0])]
+    cases = [(args, rng.standard_normal((3, 2))) for _ in range(4)]
+    r = check_op(layernorm_torch, "layernorm", dtype="bfloat16", inputs=cases)
+    assert r.ok, r
+
+
+def test_jax_kernel_on_subnormal_inputs_is_not_a_mutation():
+    """JAX flushes float32 subnormals of the hostile activations: that is the conversion,
+    not an in-place write (JAX arrays are immutable), so a correct jax.nn.silu passes."""
+    jax = pytest.importorskip("jax")
+    r = check_op(jax.nn.silu, "silu", dtype="float32", framework="jax", examples=0, hostile=1)
+    assert r.ok, r

@@ -27,8 +27,14 @@ are perturbed componentwise, :math:`x(1 + \epsilon r)` with random signs :math:`
 
 over three draws, the amplification of a backward-stable kernel's relative input
 perturbations in the normwise measure of :func:`~nlaverify.check.report.compare_arrays`
-(likewise for the VJP with the cotangent perturbed too). Hostile cases keep the condition
-estimates derived for them (``nlaverify.strategies.hostile_op_cases``).
+(likewise for the VJP with the cotangent perturbed too). The derivative rows also take the
+op's a-priori condition (``OpSpec.condition``, e.g. :math:`\max|x|/\sigma` for the norms)
+when it is larger: an input perturbation cannot see the rounding of the intermediates a
+backward reuses (LayerNorm's :math:`\hat x` at small :math:`d`). Hostile cases keep the
+condition estimates derived for them (``nlaverify.strategies.hostile_op_cases``).
+
+A kernel that writes to its inputs (``x.mul_()``) or returns integers fails its forward
+row, naming the argument or the dtype.
 
 Seed: Baggag & Saad §2.6 (every op's VJP), §3 (the ops); Higham & Mary (2019), Kenney &
 Laub (1994) for the bound.
