@@ -70,7 +70,7 @@ from nlaverify.check.report import (
     error_row,
     skip_row,
 )
-from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask, get_op
+from nlaverify.ops.registry import OPS, OpSpec, get_op
 from nlaverify.tolerance import Tolerance, tolerance
 
 __all__ = ["OpCaseInput", "check_op", "exact_in", "op_signature"]
@@ -87,12 +87,11 @@ def exact_in(values: Any, dtype: str) -> np.ndarray:
     """``values`` rounded to ``dtype`` (float64, float32, bfloat16, float16) and back to
     float64: numbers exactly representable in ``dtype``, so the user's kernel and the
     reference see the same inputs. Values beyond the dtype's range are an error."""
+    from nlaverify.strategies import exact_in as rounded
+
     x = np.asarray(values, dtype=np.float64)
-    if dtype == "float64":
-        return x.copy()
-    target = framework_dtype("numpy", dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = x.astype(target).astype(np.float64)
+    framework_dtype("numpy", dtype)  # an unknown dtype is named as the argument 'dtype'
+    y = rounded(x, dtype)
     if np.any(np.isinf(y) & np.isfinite(x)):
         raise CheckError(f"an input value exceeds the range of {dtype} (max "
                          f"{float(np.nanmax(np.abs(x[np.isfinite(x)]))):.3g}): rescale "
@@ -137,40 +136,18 @@ class OpCaseInput:
 # -- cases -------------------------------------------------------------------------------
 
 
-def _batched_arg(spec: OpSpec, a: Any) -> bool:
-    """Arguments that take the leading batch/head axes: those with a sequence axis, and
-    the fixed/mask arguments per token (the batching family's rule)."""
-    return "n" in a.dims
-
-
 def _draw_values(spec: OpSpec, sizes: dict[str, int], batch: tuple[int, ...], seed: int,
                  dtype: str, static: Mapping[str, Any]) -> OpCaseInput:
-    from nlaverify.backends import get_namespace
+    """The drawn case of ``nlaverify.strategies.make_case`` (the same cases as
+    ``op_cases(op, batch=..., dtype=...)``), with tangents from a stream of their own."""
+    from nlaverify.strategies import make_case
 
-    rng = np.random.default_rng(seed)
-    args: list[np.ndarray] = []
-    for a in spec.args:
-        shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
-        if _batched_arg(spec, a):
-            shape = (*batch, *shape)
-        if a.kind == "tokens":
-            toks = rng.integers(0, sizes["V"], size=shape, dtype=np.int64)
-            if a.ignore is not None and shape and shape[-1] > 1:
-                pad = rng.random(shape) < 1 / 3
-                pad[..., 0] = False
-                toks[pad] = a.ignore
-            args.append(toks)
-        elif a.kind == "mask":
-            m = fixed_routing_mask(*shape[-2:])
-            args.append(np.broadcast_to(m, shape).copy())
-        else:
-            args.append(exact_in(rng.standard_normal(shape), dtype))
-    out = spec.forward(get_namespace("numpy"), *args, **static)
-    G = exact_in(rng.standard_normal(np.shape(out)), dtype)
-    T = [exact_in(rng.standard_normal(np.shape(args[k])), dtype)
-         for k, a in enumerate(spec.args) if a.kind == "real"]
-    return OpCaseInput(spec, args, G, T, dict(static), "drawn", spec.condition, dict(sizes),
-                       tuple(batch))
+    case = make_case(replace(spec, static=dict(static)), sizes, seed, batch=batch, dtype=dtype)
+    rng = np.random.default_rng([seed, 1])
+    T = [exact_in(rng.standard_normal(np.shape(case.args[k])), dtype)
+         for k in case.real_indices()]
+    return OpCaseInput(spec, case.args, case.cotangent, T, dict(static), "drawn",
+                       spec.condition, dict(sizes), tuple(batch))
 
 
 #: decimal exponent ranges of the "realistic" hostile norm rows per dtype: large
