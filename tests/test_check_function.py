@@ -264,3 +264,97 @@ def test_statistical_bad_input():
     with pytest.raises(CheckError, match="output of fn"):
         check_function(lambda x, y, W: np.zeros(3), "positive_features", batched=True)
     assert DEFAULT_REPLICATES >= 20_000 and set(REFERENCES) >= {"newton_schulz", "polar"}
+
+
+# -- heavy tails, the derived fourth moment, orthogonal features ---------------------------
+
+
+def test_heavy_tailed_positive_features_no_false_alarm():
+    # |x|, |y| near 1.6: lognormal terms, kurtosis in the thousands. With the plug-in mu4
+    # the correct estimator failed its variance row at ratio 85 (seed 1, scale 0.8); with
+    # the derived mu4 it passes, and the report says how little it can detect
+    for seed in (1, 2):
+        r = check_function(positive, "positive_features", batched=True, seed=seed,
+                           options={"scale": 0.8})
+        assert r, repr(r)
+        assert "exact mu4" in r.rows[1].reason
+        assert any("detects only" in n for n in r.notes)
+
+
+def test_lognormal_fourth_moment_is_the_lognormal_one():
+    from nlaverify.backends import get_namespace
+    from nlaverify.check.function import lognormal_fourth_moment
+    from nlaverify.tolerance import tolerance
+
+    xp = get_namespace("numpy")
+    x, y = np.array([0.3, -0.1, 0.2]), np.array([0.1, 0.4, -0.3])
+    s, c = float((x + y) @ (x + y)), float(x @ x + y @ y) / 2
+    mu, q = np.exp(s / 2 - c), np.exp(s)
+    tol = tolerance("float64", depth=4, condition=1 / (1 - np.exp(-s)) ** 2).rtol
+    # m = 1, positive: the central fourth moment of a lognormal (e^s - 1)^2 (e^4s + 2e^3s
+    # + 3e^2s - 3) mu^4
+    want = (q - 1) ** 2 * (q**4 + 2 * q**3 + 3 * q**2 - 3) * mu**4
+    got = float(lognormal_fourth_moment(xp, "positive", x, y, 1))
+    assert abs(got - want) <= tol * want
+    # m = 1, hyperbolic: Gauss-Hermite quadrature of (e^-c cosh u - mu)^4, u ~ N(0, s)
+    t, w = np.polynomial.hermite_e.hermegauss(80)
+    f = np.exp(-c) * np.cosh(np.sqrt(s) * t)
+    want = float(w @ (f - mu) ** 4 / w.sum())
+    got = float(lognormal_fourth_moment(xp, "hyperbolic", x, y, 1))
+    assert abs(got - want) <= tol * want
+    # the mean of m terms: mu4 = kappa4/m^3 + 3 kappa2^2/m^2 -> 3 sigma^4 (normal) as m grows
+    var = (q - 1) * mu**2
+    big = float(lognormal_fourth_moment(xp, "positive", x, y, 10**6))
+    assert abs(big / (3 * (var / 10**6) ** 2) - 1) < 1e-4 * 10
+
+
+def orthogonal_positive(x, y, W):
+    """Orthogonal random features as users write them: QR of each block of d Gaussian rows,
+    the sign fix, chi_d lengths (here: the lengths of the drawn rows)."""
+    _, m, d = W.shape
+    out = W.copy()
+    for lo in range(0, m, d):
+        blk = W[:, lo:lo + d]
+        q, r = np.linalg.qr(np.swapaxes(blk, 1, 2))
+        q = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
+        out[:, lo:lo + d] = np.swapaxes(q, 1, 2) * np.linalg.norm(blk, axis=-1)[..., None]
+    return positive(x, y, out)
+
+
+@pytest.mark.parametrize("seed", (0, 1))
+def test_orthogonal_features_are_a_different_estimator(seed):
+    # checked as i.i.d. they fail the variance (it is smaller, ratio 1.1-1.8 over seeds 0-3);
+    # with draw="orthogonal" the i.i.d. variance is an upper bound (Thm 2) and they pass
+    iid = check_function(orthogonal_positive, "positive_features", batched=True, seed=seed)
+    assert [row.where for row in iid.failures] == ["variance"]
+    ort = {"draw": "orthogonal"}
+    assert check_function(positive, "positive_features", batched=True, seed=seed, options=ort)
+    assert check_function(orthogonal_positive, "positive_features", batched=True, seed=seed,
+                          options=ort)
+    # one-sided, not blind: half the features (variance doubled) fails it
+    half = check_function(lambda x, y, W: positive(x, y, W[..., ::2, :]),
+                          "positive_features", batched=True, seed=seed, options=ort)
+    assert [row.where for row in half.failures] == ["variance"], repr(half)
+
+
+def test_orthogonal_draw_of_an_estimator_without_a_bound_is_refused():
+    with pytest.raises(CheckError, match=r"argument 'options'.*orthogonal"):
+        check_function(positive, "trig_features", batched=True, options={"draw": "orthogonal"})
+    with pytest.raises(CheckError, match=r"argument 'options'.*draw"):
+        check_function(positive, "positive_features", batched=True, options={"draw": "qmc"})
+
+
+def test_mc_fisher_fourth_moment_is_the_categorical_one():
+    from nlaverify.backends import get_namespace
+    from nlaverify.check.function import mc_fisher_fourth_moment
+    from nlaverify.tolerance import tolerance
+
+    z = np.array([0.5, -1.0, 2.0])
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    gs = [p - np.eye(3)[y] for y in range(3)]
+    F = sum(py * np.outer(g, g) for py, g in zip(p, gs, strict=True))
+    want = sum(py * (np.outer(g, g) - F) ** 4 for py, g in zip(p, gs, strict=True))
+    got = np.asarray(mc_fisher_fourth_moment(get_namespace("numpy"), z))
+    assert np.all(np.abs(got - want) <= tolerance("float64", size=3, depth=4).rtol
+                  * np.max(want))
