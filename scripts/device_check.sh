@@ -8,7 +8,8 @@
 #     array-api-compat array-api-strict
 # It runs: the op cross-check with CuPy, the whole tiny pipeline node by node with CuPy and
 # the strict stand-in, verification below float64 (float32 with matmuls pinned to full
-# precision, bfloat16), the pipeline benchmark, and the whole test suite with as many xdist
+# precision, bfloat16), check_op on CuPy and JAX-GPU kernels in low precision
+# (scripts/gpu_check_op.py), the pipeline benchmark, and the whole test suite with as many xdist
 # workers as cores (JAX allocates GPU memory on demand: tests/conftest.py).
 # Figures go to stdout and, when $OUT is set, to $OUT/device_check.txt.
 set -uo pipefail
@@ -48,6 +49,7 @@ step python3 -m nlaverify.cli verify --backends numpy,jax,mpmath,cupy,strict
 step python3 -m nlaverify.cli verify --preset tiny --backends cupy,jax,strict
 step python3 -m nlaverify.cli verify --preset tiny --dtype float32
 step python3 -m nlaverify.cli verify --preset tiny --dtype bfloat16
+step python3 scripts/gpu_check_op.py
 step python3 benchmarks/pipeline.py --repeats 20
 step python3 -m pytest -q -n "$(nproc)" -p no:cacheprovider
 echo "device_check: $([ $status -eq 0 ] && echo passed || echo FAILED)" | tee -a "$log"

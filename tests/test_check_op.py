@@ -503,3 +503,21 @@ def test_jax_kernel_on_subnormal_inputs_is_not_a_mutation():
     jax = pytest.importorskip("jax")
     r = check_op(jax.nn.silu, "silu", dtype="float32", framework="jax", examples=0, hostile=1)
     assert r.ok, r
+
+
+def test_float64_reference_for_large_low_precision_cases():
+    """reference="float64" (the proved op on NumPy) judges a bfloat16 attention kernel at
+    sizes where mpmath is slow, passes the correct one and names the 1/d scale; it is
+    refused for a float64 subject (the reference's error would equal the subject's)."""
+    big = {"n": (8, 24), "d_k": (16, 48), "d_v": (8, 16)}
+    ok = check_op(causal_attention, "causal_attention", dtype="bfloat16", shapes=big,
+                  examples=4, hostile=1, reference="float64")
+    assert ok.ok, ok.failure_text()
+    assert any("float64 NumPy" in n for n in ok.notes)
+    bad = check_op(causal_attention_scaled_by_d, "causal_attention", dtype="bfloat16",
+                   shapes=big, examples=4, hostile=False, reference="float64")
+    assert not bad.ok and "reference='float64'" in bad.first_failure.reproducer
+    with pytest.raises(CheckError, match="argument 'reference'"):
+        check_op(causal_attention, "causal_attention", dtype="float64", reference="float64")
+    with pytest.raises(CheckError, match=r"argument 'reference'.*'sympy'"):
+        check_op(causal_attention, "causal_attention", reference="sympy")

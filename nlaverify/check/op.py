@@ -254,11 +254,20 @@ class _Reference:
     tangent: np.ndarray | None
 
 
-def _reference(case: OpCaseInput, want_jvp: bool) -> _Reference:
+#: the references ``check_op`` can run the proved op on
+REFERENCES = ("mpmath", "float64")
+
+
+def _reference(case: OpCaseInput, want_jvp: bool, reference: str = "mpmath") -> _Reference:
+    r"""The proved op, its VJP and JVP at the case: in mpmath at :data:`REFERENCE_DIGITS`
+    digits, or (``"float64"``) on NumPy in float64, whose error (:math:`\approx 2^{-53}
+    \kappa`) is :math:`2^{-29}` below float32's unit roundoff: a reference for float32 and
+    narrower subjects that costs a NumPy call instead of an mpmath loop per entry."""
     from nlaverify.backends import get_namespace
     from nlaverify.backends.host import to_float64 as f64
 
-    xp = get_namespace("mpmath", digits=REFERENCE_DIGITS)
+    xp = (get_namespace("mpmath", digits=REFERENCE_DIGITS) if reference == "mpmath"
+          else get_namespace("numpy"))
     args = _ns_args(xp, case)
     spec, st = case.spec, case.static
     out = f64(spec.forward(xp, *args, **st))
@@ -396,6 +405,7 @@ class _Settings:
     subject: str
     check_jvp: bool
     real: list[int] = field(default_factory=list)
+    reference: str = "mpmath"
     _jit: dict[str, Any] = field(default_factory=dict)
 
     def _jitted(self, key: str, f: Callable[..., Any], *args: Any) -> Any:
@@ -451,7 +461,7 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
     rows: list[Row] = []
     tag = "" if case.origin == "drawn" else f" ({case.origin})"
     want_jvp = s.check_jvp and spec.jvp is not None
-    ref = _reference(case, want_jvp)
+    ref = _reference(case, want_jvp, s.reference)
     args = _user_args(case, s.framework, s.dtype)
     before = _snapshot(args)
     kappa_f = _case_condition(case, "forward")
@@ -706,6 +716,7 @@ def check_op(
     check_jvp: bool = True,
     accumulation: str | None = None,
     products: str | None = None,
+    reference: str = "mpmath",
     seed: int = 0,
     name: str | None = None,
 ) -> CheckReport:
@@ -743,6 +754,9 @@ def check_op(
         accumulation, products: the precisions of sums and of products' operands, as in
             :func:`~nlaverify.tolerance.tolerance` (default: float32 sums below float32;
             ``products="tfloat32"`` for float32 matmuls on tensor cores).
+        reference: ``"mpmath"`` (30 digits) or ``"float64"`` (the same proved op on NumPy:
+            for float32 and narrower kernels at large shapes, where the mpmath loop over
+            entries costs seconds per case; its error is far below the bound).
         seed: the seed of the drawn values (the run is deterministic).
 
     Returns:
@@ -777,11 +791,19 @@ def check_op(
     acc = accumulation if accumulation is not None else (
         "float32" if dtype in ("bfloat16", "float16") else None)
     subject = name or getattr(fn, "__name__", None) or type(fn).__name__
-    s = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp, _real_idx(spec))
+    if reference not in REFERENCES:
+        raise CheckError(f"argument 'reference': expected one of {', '.join(REFERENCES)}, "
+                         f"got {reference!r}")
+    if reference == "float64" and dtype == "float64":
+        raise CheckError("argument 'reference': a float64 reference cannot judge a float64 "
+                         "subject to float64's bound; use reference='mpmath'")
+    s = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp, _real_idx(spec),
+                  reference)
     report = CheckReport(subject, "check_op")
+    where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
+             else "float64 NumPy")
     report.notes.append(f"reference: {op_signature(spec)}, proved (nlaverify derive), run in "
-                        f"mpmath at {REFERENCE_DIGITS} digits on your inputs rounded to "
-                        f"{dtype}; framework {fw}")
+                        f"{where} on your inputs rounded to {dtype}; framework {fw}")
     if fw in ("torch", "jax", "cupy") and dtype == "float32" and products is None:
         report.notes.append("on a GPU, float32 matmuls may run in TF32 (torch "
                             "allow_tf32, JAX default precision): pass products='tfloat32' "
@@ -790,6 +812,7 @@ def check_op(
         f", static={dict(static)!r}" if static else "") + (
         f", accumulation={accumulation!r}" if accumulation else "") + (
         f", products={products!r}" if products else "") + (
+        f", reference={reference!r}" if reference != "mpmath" else "") + (
         "" if check_jvp else ", check_jvp=False")
     op_text = repr(op) if isinstance(op, str) else "spec"
 
