@@ -209,3 +209,46 @@ def test_bad_tokens_and_config() -> None:
     with pytest.raises(CheckError, match=r"'intermediates'.*have no key 'h1'"):
         check_model(model, config, None, np.arange(6), framework="jax",
                     intermediates={"blocks.0.norm1": "h1"})
+
+
+# --- a batch of padded sequences (as ``nlaverify verify --preset tiny --batch 3``) ------------
+
+def _nano_batch(call, plant=None, dtype="float64"):
+    c = nanogpt_torch.GPTConfig(plant=plant)
+    model = nanogpt_torch.GPT(c).to(getattr(torch, dtype))
+    data = sample_data(c.vocab_size, 8, 0, batch=3)  # rows of 8, 7, 6 real tokens
+    return check_model(model, nanogpt_torch.graph_config(c), None, data["tokens"],
+                       targets=data["targets"], load=nanogpt_torch.load,
+                       intermediates=nanogpt_torch.intermediates(c), call=call,
+                       gradients=plant is None)
+
+
+def _ignore_as_minus_one(m, x, y):  # nanoGPT's loss ignores -1, the graph's -100
+    return m(x, torch.where(y == -100, -1, y))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_padded_batch_verifies(dtype: str) -> None:
+    report = _nano_batch(_ignore_as_minus_one, dtype=dtype)
+    assert report, report
+    heads = next(r for r in report.rows if r.check == "node blocks.1.attn.heads")
+    assert heads.where.count(",") == 3  # (B, H, n, d_h): the batch axis is compared
+    assert any("a batch of 3 sequences of 8 tokens" in n for n in report.notes)
+
+
+def test_padded_batch_names_the_plant_and_the_padding_bug() -> None:
+    report = _nano_batch(_ignore_as_minus_one, plant="mask")
+    assert report.first_failure.check == "node blocks.0.attn.heads", report
+    # the loss taken over the padding too (its targets read as token 0): only the loss fails
+    report = _nano_batch(lambda m, x, y: m(x, torch.where(y == -100, 0, y)))
+    assert [r.check for r in report.failures][:1] == ["node loss"], report
+    assert all(r.verdict == "pass" for r in report.rows if r.check.startswith("node ")
+               and r.check != "node loss")
+
+
+def test_batch_bad_targets_named() -> None:
+    c = nanogpt_torch.GPTConfig()
+    data = sample_data(c.vocab_size, 8, 0, batch=2)
+    with pytest.raises(CheckError, match=r"'targets': expected shape \(2, 8\)"):
+        check_model(nanogpt_torch.GPT(c).double(), nanogpt_torch.graph_config(c), None,
+                    data["tokens"], targets=data["targets"][0], load=nanogpt_torch.load)

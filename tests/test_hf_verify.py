@@ -430,3 +430,25 @@ def test_config_hf_refuses_is_a_config_error() -> None:
                num_key_value_heads=4, head_dim=6)
     with pytest.raises(ConfigError, match=r"transformers .* refuses"):
         verify_hf(cfg, seq_len=N)
+
+
+def test_rows_come_from_check_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One node-comparison engine: every node row of verify_hf is a row of check_model's
+    compare_arrays, so a change there (here: every error doubled) changes verify_hf."""
+    from nlaverify.check import model as check_model_module
+
+    real = check_model_module.compare_arrays
+    seen: list[str] = []
+
+    def doubled(*args, **kwargs):
+        row = real(*args, **kwargs)
+        seen.append(row.check)
+        return row.__class__(**{**row.__dict__, "error": 2 * row.error})
+
+    before = verify_hf(CONFIGS["qwen2"], seq_len=N, exact=True)
+    monkeypatch.setattr(check_model_module, "compare_arrays", doubled)
+    after = verify_hf(CONFIGS["qwen2"], seq_len=N, exact=True)
+    assert [f"node {r.node}" for r in after.rows] == [c for c in seen if c.startswith("node ")]
+    for b, a in zip(before.rows, after.rows, strict=True):
+        assert a.error == 2 * b.error and a.bound == b.bound
+    assert len(after.gradients) == len(before.gradients)

@@ -12,15 +12,18 @@ undoing HF's conventions: the RoPE permutation of each head's coordinates
 HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
 ``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k, v), Mixtral's top-k indices
 (as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
-the graph's ``embed_scaled``). Node values are compared in topological order, each judged
+the graph's ``embed_scaled``). HF is one adapter of :func:`nlaverify.check.check_model`,
+not a separate engine: the captures are its map of ``intermediates`` (module hooks, and the
+attention function's tensors returned by its ``call``), its ``load`` is ``params_to_hf``
+made differentiable (:func:`_hf_load`), and every row below is check_model's row, renamed
+in HF's terms. Node values are compared in topological order, each judged
 by the tolerance model of the HF model's dtype exactly as
 :func:`nlaverify.graph.compare.compare` judges a graph evaluation (longest accumulation
 :math:`k`, the node's depth :math:`D`, :math:`\kappa` from the reference's magnitude);
 the first node beyond its bound is :attr:`HFVerifyReport.first_divergence`. Every
-parameter gradient of HF's ``loss.backward()`` is compared with the graph's, mapped into
-HF's state-dict layout by :func:`nlaverify.interop.weights.params_to_hf`
-(``gradients=True``), with the bound :func:`~nlaverify.graph.compare.compare` gives a
-parameter's cotangent.
+parameter gradient (torch autograd of HF's loss through ``load``) is compared with the
+graph's, with the bound :func:`~nlaverify.graph.compare.compare` gives a parameter's
+cotangent; an HF parameter's row is the worst of the graph parameters it holds.
 
 **Weights.** A config source gets nlaverify's seeded
 :func:`~nlaverify.graph.run.init_params`, written into HF by ``params_to_hf``. A
@@ -210,38 +213,6 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(CAPTURE_ATTENTION, eager_mask)
 
 
-@contextlib.contextmanager
-def _recording(model: Any, taps: list[_Tap], exact: bool,
-               fidelity: list[Any] | None = None) -> Iterator[_Recorder]:
-    """Forward hooks on every module a tap reads, and the recorder the attention function
-    writes to; all removed on exit."""
-    rec = _Recorder(exact, fidelity=fidelity)
-    modules = dict(model.named_modules())
-    handles = []
-    wanted: dict[str, set[str]] = {}
-    for t in taps:
-        if t.path is not None:
-            if t.path not in modules:
-                raise UnknownNameError(f"verify_hf: the HF model has no module {t.path!r} "
-                                       f"(needed for graph node {t.node!r})")
-            wanted.setdefault(t.path, set()).add(t.where)
-    for path, where in wanted.items():
-        def hook(module: Any, args: Any, output: Any, path: str = path,
-                 where: set[str] = where) -> None:
-            if "out" in where:
-                rec.keep((path, "out"), output)
-            if "in" in where:
-                rec.keep((path, "in"), args[0])
-        handles.append(modules[path].register_forward_hook(hook))
-    token = _ACTIVE.set(rec)
-    try:
-        yield rec
-    finally:
-        _ACTIVE.reset(token)
-        for h in handles:
-            h.remove()
-
-
 # --- the map from HF captures to graph nodes ----------------------------------------
 
 @dataclass(frozen=True)
@@ -337,7 +308,7 @@ def _gpt2_taps(c: Any) -> list[_Tap]:
 def _onehot(n_experts: int) -> Callable[[Any], np.ndarray]:
     """Mixtral's router output ``(logits, weights, indices)`` -> the 0/1 routing mask."""
     def f(out: Any) -> np.ndarray:
-        idx = np.asarray(out[2])
+        idx = np.asarray(out[2]).astype(np.int64)  # check_model hands it over in float64
         mask = np.zeros((idx.shape[0], n_experts))
         np.put_along_axis(mask, idx, 1.0, axis=-1)
         return mask
@@ -588,24 +559,100 @@ def _load_weights(model: Any, state: Mapping[str, np.ndarray]) -> None:
             target.copy_(torch.from_numpy(np.asarray(value, dtype=np.float64)))
 
 
-def _hf_forward(model: Any, tokens: np.ndarray, exact: bool,
-                fidelity: list[Any] | None = None) -> Any:
-    """Logits and loss (see the module docstring), then ``loss.backward()``; exact: HF's
-    own loss function on the same logits goes to ``fidelity``."""
+def _capture_name(t: _Tap) -> str:
+    """The name :func:`~nlaverify.check.check_model` reads ``t`` by: a module path (``:input``
+    for its first input) or a key of the intermediates :func:`_hf_call` returns."""
+    if t.path is None:
+        return t.source  # attention[layer].query / key / value / output
+    return t.path if t.where == "out" else f"{t.path}:input"
+
+
+def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any]
+             ) -> Callable[[Any, Any, Any], Any]:
+    """check_model's ``call``: HF on ``tokens[None]``, returning ``(logits, the attention
+    function's captures, loss)`` (module docstring: HF's own loss, or the same mean with
+    ``torch`` in the model dtype, HF's loss function then going to ``fidelity``)."""
+    def call(model: Any, ids: Any, targets: Any) -> tuple[Any, dict[str, Any], Any]:
+        import torch
+
+        from nlaverify.interop.hf_patches import record_fidelity
+
+        rec = _Recorder(exact_attention, fidelity=fidelity)
+        token = _ACTIVE.set(rec)
+        ids = ids[None, :]
+        try:
+            with _quiet_transformers():
+                if exact_loss:
+                    logits = model(input_ids=ids, use_cache=False).logits
+                    loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+                    record_fidelity(fidelity, "loss", "loss", "ForCausalLMLoss",
+                                    lambda: model.loss_function(
+                                        logits=logits, labels=ids,
+                                        vocab_size=model.config.vocab_size), loss)
+                else:
+                    out = model(input_ids=ids, labels=ids, use_cache=False)
+                    logits, loss = out.logits, out.loss
+        finally:
+            _ACTIVE.reset(token)
+        captured = {f"attention[{layer}].{where}": v
+                    for (layer, where), v in rec.tensors.items()}
+        return logits, captured, loss
+    return call
+
+
+def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
+             state: Mapping[str, np.ndarray], model: Any
+             ) -> tuple[Callable[[Any, Mapping[str, Any]], dict[str, Any]], dict[str, list[str]]]:
+    r"""check_model's ``load``: :func:`~nlaverify.interop.weights.params_to_hf` as a
+    differentiable map of torch tensors, and the graph parameters each HF key holds.
+
+    ``params_to_hf`` only moves entries (transposes, splits, concatenations, the RoPE
+    permutation of rows) and adds a constant (Gemma's :math:`w = \gamma - 1`): it is
+    :math:`T p + c` with :math:`T` a gather. Run on the entries' indices (``gradients=True``:
+    no offset), it gives the gather; on zeros, :math:`c`. The gather of ``params`` plus
+    :math:`c` must reproduce ``state = params_to_hf(params)`` exactly, or this is refused;
+    so autograd through ``load`` is autograd through the map HF's weights came from. The
+    values are HF's own parameters at the call (what ``from_pretrained`` read, or what was
+    written, a planted mistake included), exactly. Of
+    tied HF parameters (Gemma's, GPT-2's head) one key is given, as ``functional_call``
+    requires."""
     import torch
 
-    from nlaverify.interop.hf_patches import record_fidelity
+    from nlaverify.interop.weights import params_to_hf
 
-    ids = torch.from_numpy(tokens)[None, :]
-    if exact:
-        logits = model(input_ids=ids, use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
-        record_fidelity(fidelity, "loss", "loss", "ForCausalLMLoss", lambda: model.loss_function(
-            logits=logits, labels=ids, vocab_size=model.config.vocab_size), loss)
-    else:
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-    loss.backward()
-    return loss
+    names = list(params)
+    sizes = [int(np.size(params[k])) for k in names]
+    starts = np.cumsum([0, *sizes])
+    ids = {k: np.arange(starts[i], starts[i + 1], dtype=np.float64).reshape(np.shape(params[k]))
+           for i, k in enumerate(names)}
+    gather = {k: v.astype(np.int64) for k, v in params_to_hf(config, model_type, ids,
+                                                                gradients=True).items()}
+    const = params_to_hf(config, model_type, {k: np.zeros_like(v, dtype=np.float64)
+                                                 for k, v in params.items()})
+    flat = np.concatenate([np.asarray(params[k], dtype=np.float64).reshape(-1) for k in names])
+    for key, g in gather.items():
+        if not np.array_equal(flat[g] + const[key], np.asarray(state[key])):
+            raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
+                                "gather plus a constant; it cannot be differentiated here")
+    owner = np.repeat(np.arange(len(names)), sizes)
+    holds = {key: [names[i] for i in dict.fromkeys(owner[g].reshape(-1).tolist())]
+             for key, g in gather.items()}
+    first = set(dict(model.named_parameters()))  # one name per tied tensor
+    given = [k for k in gather if k in first]
+
+    def load(hf_model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+        x = torch.cat([p[k].reshape(-1) for k in names])
+        held = dict(hf_model.named_parameters())
+        out = {}
+        for key in given:
+            w = x[torch.from_numpy(gather[key])]
+            if np.any(const[key]):
+                w = w + torch.from_numpy(const[key]).to(x.dtype)
+            # the value HF holds (what it loaded, a planted mistake included), exactly; the
+            # derivative that of the gather (w - w.detach() is an exact zero)
+            out[key] = held[key].detach() + (w - w.detach())
+        return out
+    return load, holds
 
 
 def _exact_parts(exact: Any, known: Mapping[str, str]) -> frozenset[str]:
@@ -721,8 +768,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     """
     torch, _ = _require_hf()
     from nlaverify.graph.build import build_transformer
-    from nlaverify.graph.compare import accumulation_length, node_depths, node_tolerance
-    from nlaverify.graph.run import init_params, run_graph, sample_data
+    from nlaverify.graph.run import init_params, sample_data
     from nlaverify.interop.hf_patches import (
         EXACT_PATCHES,
         exact_arithmetic,
@@ -761,10 +807,10 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     n = tokens.shape[0]
     targets = np.concatenate([tokens[1:], [IGNORE_INDEX]]).astype(np.int64)
 
-    # the nlaverify side: values and every cotangent (hand-derived VJPs), float64
-    ev = run_graph(graph, "numpy", params, {"tokens": tokens, "targets": targets})
+    # the HF side, run and judged by check_model (one node-comparison engine): HF is an
+    # adapter, its captures a map of intermediates, its weights a load built on params_to_hf
+    from nlaverify.check.model import _compare_model
 
-    # the HF side
     taps = _taps(model_type, config)
     model = _build_hf_model(hf, getattr(torch, dtype), checkpoint)
     state = params_to_hf(config, model_type, params)
@@ -773,73 +819,58 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         _load_weights(model, state)
     else:  # HF read the checkpoint its own way: does it hold what nlaverify read?
         weights_check = _weights_check(model, state)
+    load, hf_keys = _hf_load(config, model_type, params, state, model)
     report = HFVerifyReport(described, model_type, config, dtype, parts == needed,
                             weights, tokens.tolist(), patches=sorted(parts), plant=plant)
     fidelity: list[Any] = []
+    sources = {t.node: t.source for t in taps}
+    sources["loss"] = ("torch cross_entropy in the model dtype" if "loss" in parts
+                       else "HF ForCausalLMLoss (loss_utils.py)")
     with exact_arithmetic(model, config, parts, fidelity=fidelity), plant_mistake(
-            model, model_type, plant, exact="router_softmax" in parts) as planted, \
-            _recording(model, taps, "attention_softmax" in parts, fidelity) as rec, \
-            _quiet_transformers():
-        loss = _hf_forward(model, tokens, "loss" in parts, fidelity)
+            model, model_type, plant, exact="router_softmax" in parts) as planted:
+        mc = _compare_model(
+            model, config, params, tokens, targets=targets, load=load,
+            intermediates={t.node: (_capture_name(t), t.convert) for t in taps},
+            call=_hf_call("attention_softmax" in parts, "loss" in parts, fidelity),
+            dtype=dtype, batched=False, subject=f"Hugging Face {model_type}")
     report.planted = planted
-    hf_values: dict[str, tuple[np.ndarray, str]] = {}
-    for t in taps:
-        if t.node not in graph:
-            raise UnknownNameError(f"verify_hf: graph node {t.node!r} (HF {t.source}) is not "
-                                   f"in the graph of {config.name}")
-        key = (t.layer, t.where) if t.path is None else (t.path, t.where)
-        if key not in rec.tensors:
-            raise UnknownNameError(f"verify_hf: HF never produced {t.source} (graph node "
-                                   f"{t.node!r}): the module layout is not the expected one")
-        hf_values[t.node] = (np.asarray(t.convert(rec.tensors[key]), dtype=np.float64),
-                             t.source)
-    hf_values["loss"] = (np.asarray(float(loss.detach())), "torch cross_entropy in the model "
-                         "dtype" if "loss" in parts else "HF ForCausalLMLoss (loss_utils.py)")
 
-    # node by node, in topological order, as graph.compare judges a graph evaluation
-    import networkx as nx
-
-    k = accumulation_length(graph, n)
-    depth = node_depths(graph)
+    # HF's rows are check_model's, with HF's names for the sources and the parameters
     judge32 = dtype == "float64" and not report.exact
-    for node in nx.topological_sort(graph):
-        attrs = graph.nodes[node]
-        if attrs["kind"] != "op":
+    grad_rows: dict[str, Any] = {}
+    for row in mc.report.rows:
+        if row.check.startswith("gradient"):
+            grad_rows[row.check.removeprefix("gradient ")] = row  # "gradients": raised
             continue
-        if node not in hf_values:
-            report.unmapped.append(node)
-            continue
-        ref = np.asarray(ev.values[node], dtype=np.float64)
-        got, src = hf_values[node]
-        tol = node_tolerance(dtype, k, depth[node], ref)
-        if got.shape != ref.shape:
-            row = HFNodeRow(node, attrs["op"], src, float("inf"), tol.rtol,
-                            f"shape {got.shape} vs graph {ref.shape}")
-        else:
-            row = HFNodeRow(node, attrs["op"], src, tol.compare(got, ref).normwise, tol.rtol)
-        report.rows.append(row)
-        if not row.ok and report.first_divergence is None:
-            report.first_divergence = node
+        node = row.check.removeprefix("node ")
+        error, bound, note = row.error, row.bound, ""
+        if row.verdict == "skip":
+            error, bound, note = 0.0, 1.0, f"skipped: {row.reason}"
+        elif not np.isfinite(error):
+            note = row.reason
+        report.rows.append(HFNodeRow(node, mc.graph.nodes[node]["op"], sources[node],
+                                     error, bound, note))
         if (judge32 and report.first_beyond_float32 is None
-                and not row.error <= node_tolerance("float32", k, depth[node], ref).rtol):
+                and not error <= mc.bound.linear("float32", node, False).rtol):
             report.first_beyond_float32 = node
+    report.first_divergence = mc.first
+    report.unmapped = list(mc.unmapped)
 
-    # every parameter gradient, in HF's layout, with the bound graph.compare gives a
-    # cotangent, depth 2 D_out - depth + 1 = 2 D_out (parameters are sources, depth 1)
-    d_out = depth["loss"]
-    graph_grads = {p: np.asarray(ev.cotangents[p], dtype=np.float64) for p in params}
-    mapped = params_to_hf(config, model_type, graph_grads, gradients=True)
+    # every HF parameter's gradient: the worst of check_model's rows of the graph
+    # parameters it holds (a fused c_attn holds three), in params_to_hf's order
     named = dict(model.named_parameters(remove_duplicate=False))
-    for key, g_ref in mapped.items():
+    failed = grad_rows.get("gradients")  # check_model's one row "gradients": autograd raised
+    for key, graph_params in hf_keys.items():
         p = named.get(key)
-        if p is None or tuple(p.shape) != g_ref.shape:
+        if p is None or tuple(p.shape) != np.shape(state[key]):
             check = HFCheck(key, math.inf, 0.0, "no such HF parameter" if p is None else
-                            f"HF shape {tuple(p.shape)} vs mapped {g_ref.shape}")
+                            f"HF shape {tuple(p.shape)} vs mapped {np.shape(state[key])}")
+        elif failed is not None:
+            check = HFCheck(key, math.inf, math.nan, failed.reason)
         else:
-            got = (p.grad.detach().to(torch.float64).numpy() if p.grad is not None
-                   else np.zeros(tuple(p.shape)))  # no gradient reached it: zero
-            tol = node_tolerance(dtype, k, 2 * d_out, p.detach().to(torch.float64).numpy())
-            check = HFCheck(key, tol.compare(got, g_ref).normwise, tol.rtol)
+            worst = max((grad_rows[g] for g in graph_params), key=lambda r: r.ratio)
+            check = HFCheck(key, worst.error, worst.bound, "" if len(graph_params) == 1 else
+                            f"worst of {', '.join(graph_params)}: {worst.check}")
         report.gradients.append(check)
         if not check.ok and report.first_gradient_divergence is None:
             report.first_gradient_divergence = key
