@@ -225,3 +225,15 @@ def test_bad_input_names_the_argument(cases):
                         likelihood=lambda z, y: jnp.sum(z**2)).operator("fisher")
     raising = check_curvature(lambda p, b, v: 1 / 0, None, params, batch, model_fn=model)
     assert not raising.ok and "ZeroDivisionError" in raising.first_failure.reason
+
+
+def test_low_precision_bound_is_not_vacuous_and_monte_carlo_is_refused(cases):
+    """bfloat16: tens of stages composed in quadrature with float32 sums give a bound below 1
+    (the linear rule gave 13.8: no bfloat16 bug could fail); a Monte-Carlo product is random
+    and is refused with the way to check it."""
+    model, params, batch = cases["mlp"]
+    mc = model_curvature(None, params, batch, model_fn=model)
+    assert curvature_bound(mc, "bfloat16").rtol < 1  # an error the size of Cv is seen
+    with pytest.raises(CheckError, match=r"argument 'samples'.*mc_fisher"):
+        check_curvature(lambda p, b, v: v, None, params, batch, model_fn=model,
+                        kind="fisher", samples=16)

@@ -16,6 +16,8 @@ call                        subject
 :func:`model_curvature`     GGN / Fisher / Hessian products, eigenvalues and natural
                             gradients of your JAX loss and parameter pytree
 :func:`check_curvature`     your own curvature product against those
+:func:`model_kfac`          K-FAC factors of your named linear layers (``kfac_report``:
+                            the curvature report; ``check_kfac``: your factor code)
 =========================  ===============================================================
 
 Every call returns a :class:`CheckReport` (``.ok``, ``.raise_if_failed()``, ``.to_json()``;
@@ -40,6 +42,9 @@ _LAZY = {
     "check_decode": "nlaverify.check.decode",
     "model_curvature": "nlaverify.check.curvature",
     "check_curvature": "nlaverify.check.curvature",
+    "model_kfac": "nlaverify.check.kfac",
+    "kfac_report": "nlaverify.check.kfac",
+    "check_kfac": "nlaverify.check.kfac",
 }
 
 __all__ = ["CheckError", "CheckFailed", "CheckReport", "Row", *sorted(_LAZY)]
