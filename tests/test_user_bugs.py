@@ -1,0 +1,65 @@
+"""Smoke test of ``benchmarks/user_bugs.py``: a handful of its correct/buggy kernel pairs,
+one seed each. ``nlaverify.check`` must pass every correct version and kill every buggy one,
+naming the argument or entry; ``torch.autograd.gradcheck`` must miss a forward bug (a
+missing ``1/d``: consistent forward and backward) and catch a wrong hand-written backward.
+The full measurement (50 seeds, every kernel) is the benchmark's, not CI's."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import _user_kernels as uk
+import user_bugs
+
+pytest.importorskip("torch")
+pytest.importorskip("jax")
+
+
+def kernel(name: str, framework: str) -> uk.Kernel:
+    return next(k for k in uk.KERNELS if k.name == name and k.framework == framework)
+
+
+# (kernel, framework, dtype, the start of the failing row's `where` for the buggy one)
+PAIRS = [
+    ("rmsnorm", "torch", "float32", "out["),  # the missing 1/d shows in the forward
+    ("rope", "torch", "bfloat16", "out["),  # half-split pairs: wrong even in bfloat16
+    ("softmax", "jax", "float32", "out["),  # overflow: only the hostile logits show it
+    ("rmsnorm autograd.Function", "torch", "float32", "x["),  # backward only: names x̄
+    ("K-FAC factors", "jax", "bfloat16", "output["),
+]
+
+
+@pytest.mark.parametrize(("name", "framework", "dtype", "where"), PAIRS,
+                         ids=[f"{n}-{f}-{d}" for n, f, d, _ in PAIRS])
+def test_correct_passes_and_bug_is_killed(name: str, framework: str, dtype: str,
+                                          where: str) -> None:
+    k = kernel(name, framework)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # JAX's float64 truncation notes and the like
+        good = user_bugs.run_check(k, "correct", dtype, 0, examples=2, hostile=1)
+        bad = user_bugs.run_check(k, "buggy", dtype, 0, examples=2, hostile=1)
+    assert good.ok, good
+    assert not bad.ok, f"{name} ({framework}, {dtype}): the bug survived\n{bad}"
+    assert bad.first_failure.where.startswith(where), bad
+    assert bad.first_failure.ratio > 1
+
+
+def test_gradcheck_misses_a_forward_bug_and_catches_a_backward_bug() -> None:
+    assert user_bugs.gradcheck_verdict(kernel("rmsnorm", "torch"), "buggy") == "passed"
+    f = kernel("rmsnorm autograd.Function", "torch")
+    assert user_bugs.gradcheck_verdict(f, "correct") == "passed"
+    assert user_bugs.gradcheck_verdict(f, "buggy") == "caught"
+
+
+def test_table_reports_kills_and_alarms() -> None:
+    k = kernel("repeat_kv (GQA)", "torch")
+    res = user_bugs.measure(k, seeds=1, quick=True)
+    assert all(res.killed.values()) and all(a[0] == 0 for a in res.alarms.values())
+    text = user_bugs.table([res], "smoke", 0.0)
+    assert "killed: forward: out[" in text and "kill rate 2/2" in text
