@@ -521,3 +521,37 @@ def test_float64_reference_for_large_low_precision_cases():
         check_op(causal_attention, "causal_attention", dtype="float64", reference="float64")
     with pytest.raises(CheckError, match=r"argument 'reference'.*'sympy'"):
         check_op(causal_attention, "causal_attention", reference="sympy")
+
+
+def test_framework_imported_inside_the_function():
+    def local_torch_softmax(z):
+        import torch as t
+
+        return t.softmax(z, -1)
+
+    def local_jax_softmax(z):
+        import jax.numpy as jnp_local
+
+        e = jnp_local.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    from nlaverify.check.adapters import detect_framework
+
+    assert detect_framework(local_torch_softmax) == "torch"
+    assert detect_framework(local_jax_softmax) == "jax"
+
+
+def test_a_vacuous_bound_is_not_a_pass():
+    """A row whose bound reaches 1 cannot fail for a finite error: it is skipped with the
+    reason, never reported as passed (a bfloat16 case conditioned like 1/2^-8)."""
+    from nlaverify.check.op import _draw_values, _run_case, _Settings
+    from nlaverify.ops.registry import OPS
+
+    spec = OPS["rmsnorm"]
+    case = _draw_values(spec, {"n": 1, "d": 4}, (), 0, "bfloat16", spec.static)
+    s = _Settings(rmsnorm, None, None, "torch", "bfloat16", "float32", None, "rmsnorm",
+                  False, [0, 1])
+    case.condition = lambda real: 2.0**9  # pretend an ill-conditioned case
+    case.origin = "hostile seed 0"
+    rows = _run_case(s, case)
+    assert rows and all(r.verdict == "skip" and "cannot resolve" in r.reason for r in rows)

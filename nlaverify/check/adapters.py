@@ -104,7 +104,10 @@ def _roots(obj: Any, depth: int, visited: set[int]) -> set[str]:
         code = stack.pop()
         names |= set(code.co_names)
         stack += [c for c in code.co_consts if inspect.iscode(c)]
-    found: set[str] = set()
+    # a framework imported inside the function (``import torch``, ``import jax.numpy as
+    # jnp``): the module's name is in the code's names, not in its globals
+    found = {n.split(".")[0] for n in names if n.split(".")[0] in ("torch", "jax", "cupy")
+             and n not in obj.__globals__}
     cells = dict(zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False))
     refs = [obj.__globals__.get(name) for name in names]
     for cell in cells.values():
