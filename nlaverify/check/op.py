@@ -442,10 +442,21 @@ def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance
 
 
 def _derived_condition(case: OpCaseInput) -> float:
-    """The op's a-priori condition at the case (``OpSpec.condition``; 1 without one)."""
+    r"""The op's own amplification at the case: ``OpSpec.condition`` (1 without one) less
+    its generic magnitude factor :math:`\max(1, \max|a|)^2`
+    (:func:`~nlaverify.tolerance.magnitude_condition`, which the registry's estimates carry
+    for exponentials and products and the statistical estimate already measures), leaving
+    e.g. LayerNorm's cancellation :math:`\max|x|/\sigma` of the mean subtraction. Hostile
+    cases keep their derived estimates whole."""
+    from nlaverify.tolerance import magnitude_condition
+
     if case.condition is None:
         return 1.0
-    return max(1.0, float(case.condition([case.args[k] for k in _real_idx(case.spec)])))
+    real = [case.args[k] for k in _real_idx(case.spec)]
+    kappa = float(case.condition(real))
+    if not case.origin.startswith("hostile"):
+        kappa /= magnitude_condition(*real)
+    return max(1.0, kappa)
 
 
 def _case_condition(case: OpCaseInput, which: str) -> float:
