@@ -252,3 +252,128 @@ def test_batch_bad_targets_named() -> None:
     with pytest.raises(CheckError, match=r"'targets': expected shape \(2, 8\)"):
         check_model(nanogpt_torch.GPT(c).double(), nanogpt_torch.graph_config(c), None,
                     data["tokens"], targets=data["targets"][0], load=nanogpt_torch.load)
+
+
+# --- hostile models and inputs (review of check_model) ---------------------------------------
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_example_verifies_in_bfloat16(name: str, seed: int) -> None:
+    """No false alarm in bfloat16 over seeds (the per-node bounds of nlaverify.precision)."""
+    report = EXAMPLES[name].verify(None, "bfloat16", seed, gradients=False)
+    assert report, report
+    assert sum(r.verdict == "pass" for r in report.rows) >= 20
+
+
+class _InPlaceGelu(torch.nn.Module):
+    """The exact GELU :math:`x\\Phi(x)` computed into its input (as ``ReLU(inplace=True)``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(torch.special.ndtr(x))
+
+
+def test_input_of_an_in_place_module_is_read_before_it_runs() -> None:
+    """``module:input`` of a module that overwrites its input: read after the forward it
+    would be the module's output (a false alarm at mlp.in); a pre-hook reads it first."""
+    c = nanogpt_torch.GPTConfig()
+    model = nanogpt_torch.GPT(c).double()
+    for block in model.transformer.h:
+        block.mlp.gelu = _InPlaceGelu()
+    inter = {**nanogpt_torch.intermediates(c),
+             "blocks.{l}.mlp.in": "transformer.h.{l}.mlp.gelu:input"}
+    data = sample_data(c.vocab_size, 8, 0)
+    report = check_model(model, nanogpt_torch.graph_config(c), None, data["tokens"],
+                         targets=data["targets"], load=nanogpt_torch.load, intermediates=inter,
+                         call=lambda m, x, y: m(x, y), gradients=False)
+    assert report, report
+    assert "node blocks.1.mlp.in" in [r.check for r in report.rows]
+
+
+def test_model_changing_its_ids_in_place() -> None:
+    """A model that rewrites its targets (say -100 -> 0) after its forward: the check's loss
+    still uses the targets it was given (no false alarm) and the report says so; a model that
+    rewrites its ids before the forward computes something else, named at the embedding."""
+    def rewrites_targets(m, x, y):
+        logits, _ = m(x, y)
+        y.fill_(0)
+        return logits
+
+    report = _nano(call=rewrites_targets)
+    assert report, report
+    assert any("changed its targets in place" in n for n in report.notes)
+
+    def rewrites_ids(m, x, y):
+        x[0, 0] = (x[0, 0] + 1) % 23
+        return m(x, y)
+
+    report = _nano(call=rewrites_ids)
+    assert report.first_failure.check == "node embed", report
+    assert report.first_failure.where == "embed[0, 0]"
+
+    config, model = _jax_model()
+    tokens = np.arange(6) % 13
+
+    def numpy_model(p, t):  # runs the JAX model, then zeroes its (NumPy) ids
+        out = np.asarray(model({k: np.asarray(v) for k, v in p.items()}, np.asarray(t))[0])
+        t[...] = 0
+        return out
+
+    from nlaverify.check.model import _compare_model
+
+    mc = _compare_model(numpy_model, config, None, tokens, framework="numpy")
+    assert mc.report and np.array_equal(mc.data["tokens"], tokens)
+    assert any("changed its input ids in place" in n for n in mc.report.notes)
+
+
+def test_node_mapped_twice_is_refused() -> None:
+    c = nanogpt_torch.GPTConfig()
+    with pytest.raises(CheckError, match=r"'intermediates': node 'blocks\.0\.norm1' is mapped "
+                                         r"twice, by 'blocks\.\{l\}\.norm1' and by "
+                                         r"'blocks\.0\.norm1'"):
+        _nano(intermediates={**nanogpt_torch.intermediates(c),
+                             "blocks.0.norm1": "transformer.h.0.ln_2"})
+
+
+def test_tied_weights_given_two_tensors_names_load() -> None:
+    """nanoGPT ties wte and lm_head; a load (for an untied config) giving each its own
+    tensor is refused naming 'load', not as an error of the model."""
+    with pytest.raises(CheckError, match=r"argument 'load': the model ties "
+                                         r"'transformer\.wte\.weight' and 'lm_head\.weight'"):
+        _nano(load=lambda m, p: {**nanogpt_torch.load(m, p),
+                                 "lm_head.weight": p["embed.W_E"] * 1.0})
+
+
+def test_logits_of_the_wrong_kind_are_named() -> None:
+    with pytest.raises(CheckError, match=r"output of model: expected floating logits"):
+        _nano(call=lambda m, x, y: m(x, y)[0].long())
+    # nanoGPT without targets: the logits of the last position only
+    with pytest.raises(CheckError, match=r"output of model: expected logits of shape "
+                                         r"\(1, 8, 23\).*got \(1, 1, 23\)"):
+        _nano(call=lambda m, x, y: m(x)[0])
+    config, model = _jax_model()
+    with pytest.raises(CheckError, match=r"output of model: expected logits of shape \(6, 13\)"):
+        check_model(lambda p, t: model(p, t)[0][:, :5], config, None, np.arange(6),
+                    framework="jax")
+
+
+def test_torch_call_returning_logits_and_intermediates() -> None:
+    """``call`` may return ``(logits, intermediates)`` without a loss: its keys are mapped."""
+    c = nanogpt_torch.GPTConfig()
+
+    def call(m, x, y):
+        logits, _ = m(x, y)
+        return logits, {"my_logits": logits}
+
+    report = _nano(call=call, intermediates={**nanogpt_torch.intermediates(c),
+                                             "logits": "my_logits"})
+    assert report, report
+    logits = next(r for r in report.rows if r.check == "node logits")
+    assert "['my_logits']" in logits.reason
+
+
+def test_jax_default_map_with_a_stray_key_names_the_output() -> None:
+    config, model = _jax_model()
+    with pytest.raises(CheckError, match=r"output of model: intermediates key 'debug' is not "
+                                         r"an op node"):
+        check_model(lambda p, t: (model(p, t)[0], {**model(p, t)[1], "debug": 3}), config,
+                    None, np.arange(6), framework="jax")

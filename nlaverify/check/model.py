@@ -10,8 +10,8 @@ intermediates you give, graph node :math:`\to` your name:
 * **PyTorch**: forward hooks by module name, ``{"blocks.{l}.norm1": "transformer.h.{l}.ln_1"}``
   (``{l}`` runs over the blocks), capturing the module's output, or its first input with
   ``"transformer.h.{l}.ln_2:input"``; a value no module returns (inside an attention
-  function, say) comes from your ``call``, which may return ``(logits, intermediates,
-  loss)``: a name that is no module path is a key of that dict (the Hugging Face adapter,
+  function, say) comes from your ``call``, which may return ``(logits, intermediates[,
+  loss])``: a name that is no module path is a key of that dict (the Hugging Face adapter,
   :func:`~nlaverify.interop.hf_verify.verify_hf`, reads its attention tensors so);
 * **JAX, NumPy, equinox**: your model returns ``(logits, intermediates)`` (or ``(logits,
   intermediates, loss)``), a dict; the map names its keys (default: the keys are graph nodes);
@@ -205,8 +205,11 @@ def check_model(
 
     Raises:
         CheckError: bad input, naming the argument: an unknown node or module, a key your
-            model does not return, a capture of the wrong shape, a model or ``load`` that
-            raises, an output that is not an array.
+            model does not return, a node mapped twice, a capture of the wrong shape, a model
+            or ``load`` that raises, tied parameters given two tensors, an output that is not
+            an array, logits that are not floating or not one row of ``vocab_size`` per token.
+            Your model runs on a copy of ``tokens`` and ``targets``: a model that changes them
+            in place is noted in the report, and the reference and loss keep the originals.
     """
     return _compare_model(model, config, params, tokens, load=load,
                           intermediates=intermediates, dtype=dtype, targets=targets, call=call,
@@ -350,6 +353,7 @@ def _compare_model(
                                       floor, p, src))
     if first is None and report.failures:
         report.notes.append(f"first failure: {report.failures[0].check}")
+    report.notes.extend(run.get("notes", []))
     if unmapped:
         report.notes.append(f"graph nodes your model does not expose: {', '.join(unmapped)}")
     report.notes.append(f"reference: the nlaverify graph of {config.name} (NumPy float64, "

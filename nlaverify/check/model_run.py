@@ -101,6 +101,12 @@ def _torch_state(model: Any, weights: Any, tdt: Any) -> dict[str, Any]:
     for key, p in params.items():
         groups.setdefault(id(p), []).append(key)
     missing = [names[0] for names in groups.values() if not any(n in weights for n in names)]
+    for names in groups.values():  # functional_call refuses tied names of different tensors
+        given = [n for n in names if n in weights]
+        if any(weights[n] is not weights[given[0]] for n in given[1:]):
+            raise CheckError(f"argument 'load': the model ties {' and '.join(map(repr, given))} "
+                             "(one tensor), but load gives them different tensors: give one "
+                             "name (or untie the model, and the config's tied_embeddings)")
     if missing:
         raise CheckError(f"argument 'load': no weight for the model's parameter {missing[0]!r}"
                          + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
@@ -134,13 +140,17 @@ def _hooks(model: Any, taps: Sequence[_Tap], store: dict[tuple[str, str], Any]
             wanted.setdefault(t.name, set()).add(t.where)
     handles = []
     for path, where in wanted.items():
-        def hook(module: Any, args: Any, output: Any, path: str = path,
-                 where: set[str] = where) -> None:
-            if "output" in where:
-                store[(path, "output")] = _detach(output)
-            if "input" in where:
-                store[(path, "input")] = _detach(args[0] if args else None)
-        handles.append(modules[path].register_forward_hook(hook))
+        # a module's input is read before it runs (a pre-hook): an in-place module (ReLU(
+        # inplace=True)) overwrites its input, which a forward hook would read afterwards
+        def pre_hook(module: Any, args: Any, path: str = path) -> None:
+            store[(path, "input")] = _detach(args[0] if args else None)
+
+        def hook(module: Any, args: Any, output: Any, path: str = path) -> None:
+            store[(path, "output")] = _detach(output)
+        if "input" in where:
+            handles.append(modules[path].register_forward_pre_hook(pre_hook))
+        if "output" in where:
+            handles.append(modules[path].register_forward_hook(hook))
     try:
         yield
     finally:
@@ -173,11 +183,36 @@ def _split_output(out: Any, returned: bool) -> tuple[Any, Any, Any]:
         return out[0], out[1], out[2] if len(out) == 3 else None
     if len(out) == 3 and isinstance(out[1], Mapping):  # (logits, intermediates, loss)
         return out[0], out[1], out[2]
+    if len(out) == 2 and isinstance(out[1], Mapping):  # (logits, intermediates)
+        return out[0], out[1], None
     if len(out) not in (1, 2):
         raise CheckError(f"output of model: expected logits, (logits, loss) or (logits, dict "
                          f"of intermediates, loss), got a {type(out).__name__} of {len(out)} "
                          f"items")
     return out[0], None, out[1] if len(out) == 2 else None
+
+
+def _check_logits(logits: Any, ids_shape: tuple[int, ...], vocab: int) -> None:
+    """Your logits: floating, one row of ``vocab`` per token (before any loss is taken of
+    them), else a CheckError naming the output."""
+    shape = tuple(logits.shape)
+    kind = str(logits.dtype)
+    if not any(f in kind for f in ("float", "bfloat")):
+        raise CheckError(f"output of model: expected floating logits, got dtype {kind}")
+    if (len(shape) < 1 or shape[-1] != vocab
+            or int(np.prod(shape[:-1])) != int(np.prod(ids_shape))):
+        raise CheckError(f"output of model: expected logits of shape {(*ids_shape, vocab)} "
+                         f"(one row of vocab_size={vocab} per token), got {shape}")
+
+
+def _mutated(given: Sequence[Any], kept: Sequence[Any], equal: Callable[[Any, Any], bool]
+             ) -> list[str]:
+    """A note for each of tokens, targets that your model changed in place (it ran on a copy;
+    the check keeps the originals)."""
+    return [f"your model changed its {what} in place (it ran on a copy; the reference and "
+            f"the loss use the originals)"
+            for what, g, k in zip(("input ids", "targets"), given, kept, strict=True)
+            if not equal(g, k)]
 
 
 def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | None,
@@ -205,16 +240,17 @@ def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | 
         def forward(self, ids: Any, tgt: Any) -> Any:
             return self.inner(ids) if call is None else call(self.inner, ids, tgt)
 
-    ids, tgt = (torch.from_numpy(data[k]) for k in ("tokens", "targets"))
+    ids, tgt = (torch.from_numpy(data[k].copy()) for k in ("tokens", "targets"))
     if batched and ids.ndim == 1:  # a batch of one (a batch (B, n) runs as it is)
         ids, tgt = ids[None], tgt[None]
+    given = (ids.clone(), tgt.clone())  # yours to change in place; ids, tgt stay the check's
     store: dict[tuple[str, str], Any] = {}
     training = model.training
     model.eval()  # dropout off
     try:
         with _hooks(model, taps, store), torch.enable_grad():
             out = _user_call(lambda: torch.func.functional_call(
-                _Wrapped(), {f"inner.{k}": v for k, v in state.items()}, (ids, tgt)),
+                _Wrapped(), {f"inner.{k}": v for k, v in state.items()}, given),
                 "model", f"on tokens of shape {tuple(ids.shape)}")
     finally:
         model.train(training)
@@ -222,6 +258,7 @@ def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | 
     if not isinstance(logits, torch.Tensor):
         raise CheckError(f"output of model: expected logits, a torch.Tensor, got "
                          f"{type(logits).__name__}")
+    _check_logits(logits, tuple(ids.shape), config.vocab_size)
     loss_source = "your model's loss"
     if loss is None:
         loss = torch.nn.functional.cross_entropy(
@@ -243,7 +280,8 @@ def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | 
                              "never ran during the forward pass")
         captured[t] = store[(t.name, t.where)]
     result: dict[str, Any] = {"logits": logits.detach(), "loss": loss.detach().reshape(()),
-                              "loss_source": loss_source, "captured": captured}
+                              "loss_source": loss_source, "captured": captured,
+                              "notes": _mutated(given, (ids, tgt), torch.equal)}
     if gradients:
         try:
             grads = torch.autograd.grad(loss.reshape(()), list(leaves.values()),
@@ -268,9 +306,9 @@ def _run_functional(model: Any, load: Callable[..., Any], framework: str,
 
     eqx = _is_equinox(model)
     leaves = {k: to_framework(v, framework, dtype) for k, v in params.items()}
-    tok = data["tokens"]
+    tok = data["tokens"].copy()  # NumPy arrays go by reference: the check keeps its own
     ids = to_framework(tok[None] if batched and tok.ndim == 1 else tok, framework, None)
-    tgt = to_framework(data["targets"].reshape(-1), framework, None)
+    tgt = to_framework(data["targets"].reshape(-1).copy(), framework, None)
     xp = get_namespace("jax" if framework == "jax" else "numpy")
     ce = get_op("cross_entropy")
 
@@ -292,6 +330,7 @@ def _run_functional(model: Any, load: Callable[..., Any], framework: str,
         if not hasattr(logits, "shape") or not hasattr(logits, "dtype"):
             raise CheckError(f"output of model: expected logits, an array, got "
                              f"{type(logits).__name__}")
+        _check_logits(logits, tuple(ids.shape), graph.graph["config"].vocab_size)
         own = loss is not None
         if not own:
             loss = ce.forward(xp, xp.reshape(logits, (-1, logits.shape[-1])), tgt)
@@ -311,7 +350,13 @@ def _run_functional(model: Any, load: Callable[..., Any], framework: str,
         with contextlib.suppress(Exception):
             parts = (*jax.jit(jitted)(leaves), traced[-1])
     logits, inter, loss, own = split(forward(leaves)) if parts is None else parts
-    if taps is None:
+    if taps is None:  # the default map: every key you return must be a graph node
+        stray = [k for k in (inter or {}) if not (isinstance(k, str) and k in graph
+                                                  and graph.nodes[k]["kind"] == "op")]
+        if stray:
+            raise CheckError(f"output of model: intermediates key {stray[0]!r} is not an op "
+                             "node of the graph, and intermediates= is not given (every key "
+                             "is then a node): pass intermediates={node: your key}")
         taps = _expand({k: k for k in (inter or {})}, graph, 0, False)
     elif taps and inter is None:
         raise CheckError("output of model: expected (logits, dict of intermediates[, loss]) "
@@ -325,6 +370,8 @@ def _run_functional(model: Any, load: Callable[..., Any], framework: str,
         captured[t] = inter[t.name]
     result: dict[str, Any] = {
         "logits": logits, "loss": loss, "captured": captured,
+        "notes": _mutated((tok, np.asarray(tgt)), (data["tokens"], data["targets"].reshape(-1)),
+                          np.array_equal) if framework == "numpy" else [],
         "loss_source": "your model's loss" if own else "nlaverify cross_entropy of your logits"}
     if gradients and framework == "jax":
         import jax

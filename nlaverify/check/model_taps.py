@@ -85,6 +85,7 @@ def _expand(intermediates: Any, graph: nx.DiGraph, n_blocks: int, torch_names: b
         raise CheckError(f"argument 'intermediates': expected a mapping graph node -> your "
                          f"name (or (name, layout)), got {type(intermediates).__name__}")
     taps: list[_Tap] = []
+    mapped: dict[str, str] = {}  # node -> the key of intermediates that maps it
     for key, value in intermediates.items():
         if isinstance(value, str):
             name, layout = value, None
@@ -116,6 +117,10 @@ def _expand(intermediates: Any, graph: nx.DiGraph, n_blocks: int, torch_names: b
                         raise CheckError(f"argument 'intermediates': node {node!r}: expected "
                                          f"'module' or 'module:input'/'module:output', got "
                                          f"{name!r}")
+            if node in mapped:  # two sources for one node: which to judge is a guess
+                raise CheckError(f"argument 'intermediates': node {node!r} is mapped twice, "
+                                 f"by {mapped[node]!r} and by {key!r}: map each node once")
+            mapped[node] = key
             taps.append(_Tap(node, mine, where, layout))
     return taps
 
