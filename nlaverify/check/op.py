@@ -167,34 +167,55 @@ class _Settings:
     check_jvp: bool
     real: list[int] = field(default_factory=list)
     reference: str = "mpmath"
-    _jit: dict[str, Any] = field(default_factory=dict)
 
     def _jitted(self, key: str, f: Callable[..., Any], *args: Any) -> Any:
         """JAX: run ``f`` under ``jax.jit`` (one compilation per shape instead of one per
-        primitive); a function that cannot be traced runs eagerly from then on."""
-        if self.framework != "jax" or self._jit.get(key) is False:
+        primitive); a function that cannot be traced runs eagerly from then on. The jitted
+        functions are kept across calls (:data:`_JIT_CACHE`, by the user's function), so a
+        second ``check_op`` of the same kernel reuses every compiled shape."""
+        if self.framework != "jax":
             return f(*args)
         import jax
 
-        if key not in self._jit:
-            self._jit[key] = jax.jit(f)
+        slot = (self.fn, key, tuple(self.real))
         try:
-            return self._jit[key](*args)
+            cached = _JIT_CACHE.get(slot)
+        except TypeError:  # an unhashable callable: no cache
+            slot, cached = None, None
+        if cached is False:
+            return f(*args)
+        if cached is None:
+            cached = jax.jit(f)
+            if slot is not None:
+                if len(_JIT_CACHE) >= _JIT_CACHE_SIZE:
+                    _JIT_CACHE.clear()
+                _JIT_CACHE[slot] = cached
+        try:
+            return cached(*args)
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
                 jax.errors.TracerArrayConversionError, jax.errors.TracerIntegerConversionError):
-            self._jit[key] = False
+            if slot is not None:
+                _JIT_CACHE[slot] = False
             return f(*args)
 
     def forward(self, args: list[Any]) -> Any:
         return self._jitted("fn", self.fn, *args)
 
     def autodiff_vjp(self, G: Any, args: list[Any]) -> list[Any]:
-        return self._jitted("vjp", lambda G, *a: autodiff_vjp(self.fn, self.framework, a,
-                                                              self.real, G)[1], G, *args)
+        fn, real = self.fn, self.real
+        return self._jitted("vjp", lambda G, *a: autodiff_vjp(fn, "jax", a, real, G)[1],
+                            G, *args)
 
     def autodiff_jvp(self, T: list[Any], args: list[Any]) -> Any:
-        return self._jitted("jvp", lambda T, *a: autodiff_jvp(self.fn, self.framework, a,
-                                                              self.real, T), T, *args)
+        fn, real = self.fn, self.real
+        return self._jitted("jvp", lambda T, *a: autodiff_jvp(fn, "jax", a, real, T),
+                            T, *args)
+
+
+#: jitted user functions and their autodiff, by (function, kind, real arguments): reused by
+#: later calls of check_op on the same kernel (``False``: the function cannot be traced)
+_JIT_CACHE: dict[tuple[Any, str, tuple[int, ...]], Any] = {}
+_JIT_CACHE_SIZE = 64
 
 
 def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
