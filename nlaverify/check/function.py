@@ -3,7 +3,8 @@ statistical.
 
 **Deterministic references** (a closed form, a Newton–Schulz map, a curvature product) are
 functions written once against an array namespace ``xp`` (:data:`REFERENCES`, or any
-callable ``reference(xp, *inputs)`` of nlaverify). The reference runs in float64 NumPy (or on
+callable ``reference(xp, *inputs)`` of nlaverify; the entries and their bounds are in
+:mod:`nlaverify.check.function_references`). The reference runs in float64 NumPy (or on
 mpmath with ``digits=``) on the very inputs the user's function gets, rounded first to the
 user's ``dtype``, and each output is judged normwise by the tolerance model of that dtype,
 :math:`\mathrm{rtol} = C\kappa D\sqrt k\,u` (:mod:`nlaverify.tolerance`), with the size
@@ -14,40 +15,13 @@ derives from its inputs (for Newton–Schulz, the rounding term of
 **Statistical references** (:data:`ESTIMATORS`: the Performer's random-feature estimators
 of :mod:`nlaverify.attention.estimators`, Hutchinson's trace estimator, the Monte-Carlo
 Fisher of a categorical likelihood) give the exact mean :math:`\mu` and variance
-:math:`\sigma^2` of one estimate. The user's estimator is sampled :math:`R` times with noise
-drawn from fixed seeds and its sample mean :math:`\bar Z` and variance :math:`s^2` are tested
-entry by entry against the closed forms:
+:math:`\sigma^2` of one estimate; the user's estimator is sampled :math:`R` times and its
+sample moments are tested against them (the tests, their power and the orthogonal-feature
+option: :mod:`nlaverify.check.function_estimators`).
 
-.. math:: |\bar Z - \mu| \le z_\alpha \sqrt{\sigma^2 / R} + r\,s_\mu,\qquad
-          |s^2 - \sigma^2| \le z_\alpha \sqrt{(\hat\mu_4 - s^4)/R} + (2 r s_\mu\sigma
-          + r^2 s_\mu^2),
-
-the first a z-test with the *derived* variance, the second the fourth-moment standard error
-of :math:`s^2` with the *derived* :math:`\mu_4` where the estimator has one (positive and
-hyperbolic features: :func:`lognormal_fourth_moment`; the Monte-Carlo Fisher:
-:func:`mc_fisher_fourth_moment`), else the plug-in :math:`\hat\mu_4` (bounded estimators:
-trig, sincos, FAVOR, Hutchinson's quadratic forms). The plug-in is biased low for heavy tails:
-the lognormal positive features at :math:`\|x\|, \|y\| \approx 1` raised false alarms at
-ratio 85 with it. Both are widened by the rounding :math:`r` of the tolerance model in the
-user's dtype at the scale :math:`s_\mu = \max(1, |\mu|)`. :math:`z_\alpha` is the two-sided
-normal quantile at :data:`FALSE_ALARM` split over the entries (Bonferroni), 4.9 for one
-entry. A relative error :math:`\varepsilon` of the variance is detected with probability
-:math:`\ge 97.7\%` once :math:`\varepsilon \ge (z_\alpha + 2)\,\mathrm{se}(s^2)/\sigma^2`;
-for an estimate with kurtosis 3 (a mean of many features) :math:`\mathrm{se}(s^2)/\sigma^2
-= \sqrt{2/R}`, so the default :data:`DEFAULT_REPLICATES` :math:`R = 30\,000` detects a
-variance off by 5.6 % (and the mean off by :math:`6.9\,\sigma/\sqrt R`, 0.04 standard
-deviations); each report row states the error it could detect, and a note says when
-``samples`` is too small to detect a 10 % variance error (heavy tails: the derived
-:math:`\mu_4` makes the test honest, and its power small).
-
-**Orthogonal features** (``options={"draw": "orthogonal"}``, positive features only): the
-noise :math:`W` is drawn in blocks of :math:`d` orthonormal rows with :math:`\chi_d` lengths
-(:func:`~nlaverify.attention.features.draw_orthogonal`; a function that orthogonalises
-i.i.d. rows itself, with the sign fix, has the same law). The rows stay marginally
-:math:`N(0, I_d)`, so the mean test is unchanged, but the closed-form variance is the
-i.i.d. one, an *upper* bound of the orthogonal variance (Choromanski et al. 2021, Thm 2;
-independent blocks keep the order), so the variance test is one-sided. Without the option,
-an orthogonal estimator fails the variance row (it is a different estimator).
+Imports flow one way: this module imports :mod:`~nlaverify.check.function_estimators`, which
+imports :mod:`~nlaverify.check.function_references`; every public name of both is importable
+from here.
 
 Seed: Baggag & Saad §4.4 (Performer, FAVOR+), §5.1–5.2 (Fisher, GGN), §5.5 (Newton–Schulz,
 Muon), §3.4, §3.8 (softmax and LayerNorm Jacobians); Higham & Mary (2019) for the bound.
@@ -55,11 +29,8 @@ Muon), §3.4, §3.8 (softmax and LayerNorm Jacobians); Higham & Mary (2019) for 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from statistics import NormalDist
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,10 +39,32 @@ from nlaverify.check.adapters import (
     framework_dtype,
     require_framework,
     to_float64,
-    to_framework,
 )
-from nlaverify.check.report import CheckError, CheckReport, Row, compare_arrays, error_row
-from nlaverify.tolerance import Tolerance, magnitude_condition, tolerance
+from nlaverify.check.function_estimators import (
+    DEFAULT_REPLICATES,
+    ESTIMATORS,
+    FALSE_ALARM,
+    ORTHOGONAL_KINDS,
+    Estimator,
+    _check_statistical,
+    lognormal_fourth_moment,
+    mc_fisher_fourth_moment,
+)
+from nlaverify.check.function_estimators import POWER_Z as POWER_Z
+from nlaverify.check.function_estimators import mc_fisher_moments as mc_fisher_moments
+from nlaverify.check.function_references import (
+    DEFAULT_CASES,
+    REFERENCES,
+    Inputs,
+    Reference,
+    _accumulation,
+    _inputs_list,
+    _round_to,
+    _to_user,
+)
+from nlaverify.check.function_references import ggn_vector_product as ggn_vector_product
+from nlaverify.check.report import CheckError, CheckReport, compare_arrays, error_row
+from nlaverify.tolerance import magnitude_condition, tolerance
 
 __all__ = [
     "DEFAULT_REPLICATES",
@@ -85,171 +78,6 @@ __all__ = [
     "lognormal_fourth_moment",
     "mc_fisher_fourth_moment",
 ]
-
-Inputs = tuple[Any, ...]
-
-#: the probability that a correct estimator fails one moment's row (split over its entries)
-FALSE_ALARM = 1e-6
-#: standard deviations of power: an error this far beyond the critical value is caught
-#: with probability Phi(2) = 97.7 %
-POWER_Z = 2.0
-#: default number of replicates of a statistical check (module docstring: detects 5.6 %)
-DEFAULT_REPLICATES = 30_000
-#: default number of drawn input sets of a deterministic check
-DEFAULT_CASES = 3
-
-
-def _np() -> Any:
-    from nlaverify.backends import get_namespace
-
-    return get_namespace("numpy")
-
-
-def _accumulation(dtype: str, framework: str) -> str | None:
-    """bfloat16/float16 matmuls and reductions accumulate in float32 on XLA and in PyTorch
-    (the policy of :mod:`nlaverify.precision`); NumPy's ml_dtypes are not assumed to."""
-    return "float32" if dtype in ("bfloat16", "float16") and framework in ("jax", "torch") \
-        else None
-
-
-# -- deterministic references ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reference:
-    """A deterministic reference: ``fn(xp, *inputs)``, how to draw its inputs (float64,
-    from a generator and a case number), and its bound from the inputs, the dtype and the
-    framework."""
-
-    name: str
-    fn: Callable[..., Any]
-    argnames: tuple[str, ...]
-    draw: Callable[[np.random.Generator, int], Inputs]
-    bound: Callable[[Inputs, str, str], Tolerance]
-    doc: str
-
-
-def _ns_fn(xp: Any, G: Any) -> Any:
-    from nlaverify.optim.newton_schulz import MUON, newton_schulz
-
-    return newton_schulz(xp, G, MUON, 5)
-
-
-def _ns_bound(inputs: Inputs, dtype: str, framework: str) -> Tolerance:
-    from nlaverify.optim.newton_schulz import MUON, rounding_bound
-
-    G = inputs[0]
-    s = np.linalg.svd(G, compute_uv=False)
-    norm = float(np.sqrt(np.sum(G * G))) + 1e-7
-    rb = rounding_bound(MUON, 5, dtype, max(G.shape), m=min(G.shape),
-                        lower=float(s[-1]) / norm, upper=float(s[0]) / norm,
-                        accumulation=_accumulation(dtype, framework))
-    return Tolerance(rb.delta, f"Newton-Schulz rounding bound (Muon quintic, 5 steps, "
-                               f"gains {', '.join(f'{g:.3g}' for g in rb.gains)}): {rb.reason}")
-
-
-def _matrix_draw(rng: np.random.Generator, case: int) -> Inputs:
-    shape = [(8, 8), (6, 10), (12, 5)][case % 3]
-    return (rng.standard_normal(shape),)
-
-
-def _polar_fn(xp: Any, G: Any) -> Any:
-    from nlaverify.optim.newton_schulz import polar_svd
-
-    return polar_svd(xp, G)
-
-
-def _polar_bound(inputs: Inputs, dtype: str, framework: str) -> Tolerance:
-    # the polar factor's relative condition number is at most kappa_2(G) (Higham, Functions
-    # of Matrices, Thm 8.9); the SVD and the product U V^T are two backward-stable stages
-    s = np.linalg.svd(inputs[0], compute_uv=False)
-    kappa = float(s[0] / s[-1]) if s[-1] > 0 else math.inf
-    return tolerance(dtype, size=max(inputs[0].shape), depth=2, condition=max(1.0, kappa),
-                     accumulation=_accumulation(dtype, framework))
-
-
-def _softmax_jacobian_fn(xp: Any, p: Any) -> Any:
-    from nlaverify.ops.softmaxes import softmax_jacobian
-
-    return softmax_jacobian(xp, p)
-
-
-def _softmax_draw(rng: np.random.Generator, case: int) -> Inputs:
-    z = rng.standard_normal([5, 16, 9][case % 3]) * 2.0
-    p = np.exp(z - z.max())
-    return (p / p.sum(),)
-
-
-def _layernorm_jacobian_fn(xp: Any, x: Any, gamma: Any, eps: Any) -> Any:
-    from nlaverify.ops.norms import layernorm_jacobian
-
-    return layernorm_jacobian(xp, x, gamma, eps)
-
-
-def _layernorm_draw(rng: np.random.Generator, case: int) -> Inputs:
-    d = [8, 16, 5][case % 3]
-    return (rng.standard_normal(d) * 2.0 + 0.5, 1.0 + 0.5 * rng.standard_normal(d), 1e-5)
-
-
-def _layernorm_bound(inputs: Inputs, dtype: str, framework: str) -> Tolerance:
-    # centering cancels max|x| down to the spread sigma; gamma scales the rows
-    x, gamma = inputs[0], inputs[1]
-    sigma = float(np.std(x)) or 1.0
-    kappa = max(1.0, float(np.max(np.abs(x))) / sigma) * magnitude_condition(gamma, power=1)
-    return tolerance(dtype, size=x.shape[-1], depth=3, condition=kappa,
-                     accumulation=_accumulation(dtype, framework))
-
-
-def ggn_vector_product(xp: Any, J: Any, z: Any, v: Any) -> Any:
-    r"""The GGN product of a categorical likelihood from explicit Jacobians (Baggag & Saad
-    §5.2, eq. (5.2.5)): :math:`Gv = \sum_i J_i^\top H(z_i) J_i v`, :math:`H =
-    \operatorname{diag}(p) - pp^\top`, with ``J`` of shape ``(n, C, P)``, ``z`` ``(n, C)``
-    and ``v`` ``(P,)``; :math:`H u` by :meth:`~nlaverify.curvature.likelihoods.Likelihood.
-    hvp` (the function the curvature proofs certify)."""
-    from nlaverify.curvature.likelihoods import Likelihood
-
-    Jv = xp.sum(J * v, axis=-1)                                   # (n, C)
-    HJv = Likelihood("categorical").hvp(xp, z, Jv)
-    return xp.sum(xp.reshape(HJv, (-1, 1)) * xp.reshape(J, (-1, J.shape[-1])), axis=0)
-
-
-def _ggn_draw(rng: np.random.Generator, case: int) -> Inputs:
-    n, C, P = [(4, 3, 7), (6, 5, 12), (2, 4, 5)][case % 3]
-    return (rng.standard_normal((n, C, P)), rng.standard_normal((n, C)),
-            rng.standard_normal(P))
-
-
-def _ggn_bound(inputs: Inputs, dtype: str, framework: str) -> Tolerance:
-    # componentwise condition of the sums: |J|^T |H| |J| |v| against the result's scale
-    J, z, v = inputs
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    absJv = np.abs(J) @ np.abs(v)
-    absH = np.abs(p)[..., None] * (np.eye(p.shape[-1]) + p[..., None, :])
-    bound = np.einsum("ncp,nc->p", np.abs(J), np.einsum("ncd,nd->nc", absH, absJv))
-    result = np.abs(ggn_vector_product(_np(), J, z, v))
-    kappa = max(1.0, float(bound.max()) / max(1.0, float(result.max())))
-    n, C, P = J.shape
-    return tolerance(dtype, size=max(P, n * C), depth=3, condition=kappa,
-                     accumulation=_accumulation(dtype, framework))
-
-
-REFERENCES: dict[str, Reference] = {
-    "newton_schulz": Reference(
-        "newton_schulz", _ns_fn, ("G",), _matrix_draw, _ns_bound,
-        "Muon's quintic Newton-Schulz (3.4445, -4.7750, 2.0315), 5 steps from G/(|G|_F+1e-7)"),
-    "polar": Reference("polar", _polar_fn, ("G",), _matrix_draw, _polar_bound,
-                       "the polar factor U V^T of G = U S V^T (thin SVD)"),
-    "softmax_jacobian": Reference(
-        "softmax_jacobian", _softmax_jacobian_fn, ("p",), _softmax_draw,
-        lambda inp, dt, fw: tolerance(dt, depth=2), "diag(p) - p p^T at probabilities p"),
-    "layernorm_jacobian": Reference(
-        "layernorm_jacobian", _layernorm_jacobian_fn, ("x", "gamma", "eps"), _layernorm_draw,
-        _layernorm_bound, "dy/dx of one LayerNorm row"),
-    "ggn_vector_product": Reference(
-        "ggn_vector_product", ggn_vector_product, ("J", "z", "v"), _ggn_draw, _ggn_bound,
-        "sum_i J_i^T H(z_i) J_i v, categorical likelihood"),
-}
 
 
 def _reference_of(reference: Any) -> Reference | None:
@@ -274,237 +102,6 @@ def _reference_of(reference: Any) -> Reference | None:
             return spec
     name = known.get(reference)
     return REFERENCES[name] if name else None
-
-
-# -- statistical references ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Estimator:
-    r"""A statistical reference: inputs drawn as for :class:`Reference`, ``noise(rng, R,
-    inputs)`` the replicates' noise (a tuple of arrays with a leading axis ``R``, passed
-    after the inputs), and the closed forms ``mean(inputs)``, ``variance(inputs)`` of one
-    estimate (float64, shape of the estimate)."""
-
-    name: str
-    argnames: tuple[str, ...]
-    noise_names: tuple[str, ...]
-    draw: Callable[[np.random.Generator, Mapping[str, Any]], Inputs]
-    noise: Callable[[np.random.Generator, int, Inputs, Mapping[str, Any]], Inputs]
-    mean: Callable[[Inputs, Mapping[str, Any]], np.ndarray]
-    variance: Callable[[Inputs, Mapping[str, Any]], np.ndarray]
-    size: Callable[[Inputs, Mapping[str, Any]], int]
-    doc: str
-    #: the exact central fourth moment :math:`\mu_4` of one estimate, where derived (else the
-    #: plug-in :math:`\hat\mu_4`, biased low for heavy tails)
-    fourth: Callable[[Inputs, Mapping[str, Any]], np.ndarray] | None = None
-    #: the closed-form variance is an upper bound only (orthogonal features), not the value
-    variance_is_upper: Callable[[Mapping[str, Any]], bool] = lambda opt: False
-
-
-def lognormal_fourth_moment(xp: Any, kind: str, x: Any, y: Any, m: int) -> Any:
-    r"""The exact central fourth moment of the positive / hyperbolic random-feature estimate
-    :math:`\hat K = \frac1m\sum_i f_i` (Baggag & Saad §4.4). With :math:`u = w^\top(x + y)
-    \sim N(0, s)`, :math:`s = \|x + y\|^2`, one term is :math:`f = e^{-c}e^{u}` (positive) or
-    :math:`e^{-c}\cosh u` (hyperbolic), :math:`c = (\|x\|^2 + \|y\|^2)/2`, of mean
-    :math:`\mu = e^{-c + s/2}`; with :math:`E e^{au} = e^{a^2 s/2}`,
-
-    .. math:: E(f/\mu)^i = 1 + \delta_i,\quad \delta_i = \operatorname{expm1}\bigl(
-              \tfrac{i(i-1)}2 s\bigr)\ \text{(positive)},\quad 2^{-i}\sum_j\tbinom ij
-              \operatorname{expm1}\bigl(\tfrac{(i-2j)^2 - i}2 s\bigr)\ \text{(hyperbolic)},
-
-    :math:`\mu_r(f) = \mu^r\sum_i\binom ri(-1)^{r-i}\delta_i` (the binomial sum of the ones
-    vanishes: no cancellation at small :math:`s`), and for the mean of :math:`m` i.i.d. terms
-    the cumulants :math:`\kappa_2 = \mu_2/m`, :math:`\kappa_4 = (\mu_4 - 3\mu_2^2)/m^3`,
-    :math:`\mu_4(\hat K) = \kappa_4 + 3\kappa_2^2`. Lognormal tails make the plug-in
-    :math:`\hat\mu_4` of a finite sample badly biased low; this is the derived one."""
-    s = xp.sum((x + y) * (x + y), axis=-1)
-    c = (xp.sum(x * x, axis=-1) + xp.sum(y * y, axis=-1)) / 2
-    mu = xp.exp(s / 2 - c)
-
-    def delta(i: int) -> Any:
-        if kind == "positive":
-            return xp.expm1(i * (i - 1) / 2 * s)
-        return sum(math.comb(i, j) * xp.expm1(((i - 2 * j) ** 2 - i) / 2 * s)
-                   for j in range(i + 1)) / 2 ** i
-
-    def central(r: int) -> Any:
-        return mu ** r * sum(math.comb(r, i) * (-1) ** (r - i) * delta(i) for i in range(1, r + 1))
-
-    m2, m4 = central(2), central(4)
-    return (m4 - 3 * m2 * m2) / m ** 3 + 3 * (m2 / m) ** 2
-
-
-#: the random-feature kinds whose orthogonal-row variance is at most the i.i.d. one
-#: (Choromanski et al. 2021, Thm 2: positive features; independent blocks keep the order)
-ORTHOGONAL_KINDS = ("positive",)
-
-
-def _rf_estimator(kind: str) -> Estimator:
-    from nlaverify.attention import estimators as est
-    from nlaverify.attention.features import draw_orthogonal
-
-    spec = est.ESTIMATORS[kind]
-
-    def draw(rng: np.random.Generator, opt: Mapping[str, Any]) -> Inputs:
-        d = int(opt.get("d", 4))
-        # |x + y|^2 near 0.3: the estimators' tails stay light (kurtosis near 3)
-        x, y = (rng.standard_normal(d) * float(opt.get("scale", 0.2)) for _ in range(2))
-        return (x, y)
-
-    def orthogonal(opt: Mapping[str, Any]) -> bool:
-        how = opt.get("draw", "gaussian")
-        if how not in ("gaussian", "orthogonal"):
-            raise CheckError(f"argument 'options': draw={how!r}: expected 'gaussian' or "
-                             f"'orthogonal'")
-        if how == "orthogonal" and kind not in ORTHOGONAL_KINDS:
-            raise CheckError(f"argument 'options': draw='orthogonal' for {kind}_features: "
-                             f"no closed form bounds its variance (only "
-                             f"{', '.join(ORTHOGONAL_KINDS)}: Choromanski et al. 2021, Thm 2)")
-        return how == "orthogonal"
-
-    def noise(rng: np.random.Generator, R: int, inputs: Inputs, opt: Mapping[str, Any]
-              ) -> Inputs:
-        m, d = int(opt.get("m", 16)), inputs[0].shape[-1]
-        if orthogonal(opt):  # blocks of d orthonormal rows with chi_d lengths (Haar)
-            W = draw_orthogonal(int(rng.integers(2**63 - 1)), m, d, replicates=R)
-        else:
-            W = rng.standard_normal((R, m, d))
-        return (W, rng.uniform(0.0, 2 * np.pi, (R, m))) if spec.phases else (W,)
-
-    fourth = None
-    if kind in ("positive", "hyperbolic"):
-        def fourth(inp: Inputs, opt: Mapping[str, Any]) -> np.ndarray:
-            return np.asarray(lognormal_fourth_moment(_np(), kind, *inp,
-                                                      int(opt.get("m", 16))), dtype=float)
-
-    return Estimator(
-        f"{kind}_features", ("x", "y"), ("W", "b") if spec.phases else ("W",), draw, noise,
-        lambda inp, opt: np.asarray(est.target_kernel(_np(), kind, *inp), dtype=float),
-        lambda inp, opt: np.asarray(est.mse(_np(), kind, *inp, int(opt.get("m", 16))),
-                                    dtype=float),
-        lambda inp, opt: int(opt.get("m", 16)) * inp[0].shape[-1],
-        f"{spec.doc}; W rows N(0, I_d) (m = options['m'], default 16"
-        + ("; options['draw'] = 'orthogonal': orthogonal blocks, variance <= the i.i.d. one)"
-           if kind in ORTHOGONAL_KINDS else ")")
-        + ("; phases b ~ U(0, 2 pi)" if spec.phases else ""),
-        fourth=fourth if kind in ("positive", "hyperbolic") else None,
-        variance_is_upper=orthogonal)
-
-
-def _hutchinson() -> Estimator:
-    from nlaverify.curvature.solvers import hutchinson_variance
-
-    def draw(rng: np.random.Generator, opt: Mapping[str, Any]) -> Inputs:
-        n = int(opt.get("n", 6))
-        A = rng.standard_normal((n, n))
-        return ((A + A.T) / 2,)
-
-    def noise(rng: np.random.Generator, R: int, inputs: Inputs, opt: Mapping[str, Any]
-              ) -> Inputs:
-        n = inputs[0].shape[0]
-        if opt.get("sampler", "rademacher") == "normal":
-            return (rng.standard_normal((R, n)),)
-        return (rng.choice(np.array([-1.0, 1.0]), size=(R, n)),)
-
-    return Estimator(
-        "hutchinson_trace", ("M",), ("v",), draw, noise,
-        lambda inp, opt: np.asarray(np.trace(inp[0])),
-        lambda inp, opt: np.asarray(hutchinson_variance(inp[0], opt.get("sampler",
-                                                                        "rademacher"))),
-        lambda inp, opt: inp[0].size, "one probe v^T M v of tr M (Rademacher, or "
-        "options['sampler'] = 'normal')")
-
-
-def mc_fisher_moments(xp: Any, z: Any) -> tuple[Any, Any]:
-    r"""Mean and entrywise variance of the one-sample Monte-Carlo Fisher :math:`gg^\top`,
-    :math:`g = p - e_y`, :math:`y \sim \operatorname{Cat}(p)`, :math:`p =
-    \operatorname{softmax}(z)` (Baggag & Saad §5.1). With :math:`G_{yi} = p_i -
-    \delta_{iy}` (row :math:`y`: the gradient when the target is :math:`y`):
-
-    .. math:: \mathbb E[gg^\top] = G^\top\operatorname{diag}(p)\,G = \operatorname{diag}(p)
-              - pp^\top,\qquad \mathbb E[(g_ig_j)^2] = \bigl((G\odot G)^\top
-              \operatorname{diag}(p)(G\odot G)\bigr)_{ij}."""
-    from nlaverify.ops.softmaxes import softmax
-
-    p = softmax(xp, z)
-    C = z.shape[-1]
-    G = xp.reshape(p, (1, C)) - xp.one_hot(xp.arange(C), C, z.dtype)
-    mean = xp.matmul(xp.matrix_transpose(G) * p, G)
-    G2 = G * G
-    return mean, xp.matmul(xp.matrix_transpose(G2) * p, G2) - mean * mean
-
-
-def mc_fisher_fourth_moment(xp: Any, z: Any) -> Any:
-    r"""The exact central fourth moment of each entry of the one-sample Fisher
-    :math:`gg^\top` (the law of :math:`y` is discrete): :math:`\sum_y p_y\,(G_{yi}G_{yj} -
-    F_{ij})^4`, :math:`F = \mathbb E[gg^\top]` (:func:`mc_fisher_moments`)."""
-    from nlaverify.ops.softmaxes import softmax
-
-    p = softmax(xp, z)
-    C = z.shape[-1]
-    G = xp.reshape(p, (1, C)) - xp.one_hot(xp.arange(C), C, z.dtype)
-    F = mc_fisher_moments(xp, z)[0]
-    dev = xp.reshape(G, (C, C, 1)) * xp.reshape(G, (C, 1, C)) - xp.reshape(F, (1, C, C))
-    return xp.sum(xp.reshape(p, (C, 1, 1)) * dev ** 4, axis=0)
-
-
-def _mc_fisher() -> Estimator:
-    def draw(rng: np.random.Generator, opt: Mapping[str, Any]) -> Inputs:
-        return (rng.standard_normal(int(opt.get("C", 4))),)
-
-    def noise(rng: np.random.Generator, R: int, inputs: Inputs, opt: Mapping[str, Any]
-              ) -> Inputs:
-        return (rng.uniform(np.finfo(float).tiny, 1.0, (R, inputs[0].shape[-1])),)
-
-    return Estimator(
-        "mc_fisher", ("z",), ("u",), draw, noise,
-        lambda inp, opt: np.asarray(mc_fisher_moments(_np(), inp[0])[0]),
-        lambda inp, opt: np.asarray(mc_fisher_moments(_np(), inp[0])[1]),
-        lambda inp, opt: inp[0].shape[-1],
-        "one-sample Fisher g g^T in logit space, g = softmax(z) - e_y, y ~ Cat(softmax z) "
-        "drawn from uniform noise u (Gumbel-max: y = argmax(z - log(-log u)))",
-        fourth=lambda inp, opt: np.asarray(mc_fisher_fourth_moment(_np(), inp[0])))
-
-
-ESTIMATORS: dict[str, Callable[[], Estimator]] = {
-    **{f"{k}_features": (lambda k=k: _rf_estimator(k))
-       for k in ("positive", "trig", "sincos", "favor", "hyperbolic")},
-    "hutchinson_trace": _hutchinson,
-    "mc_fisher": _mc_fisher,
-}
-
-
-# -- running the user's function -----------------------------------------------------------
-
-
-def _round_to(x: Any, dtype: str, what: str) -> Any:
-    """An input as float64 values exactly representable in ``dtype`` (scalars pass)."""
-    if isinstance(x, bool | int | float) and not isinstance(x, np.ndarray):
-        return x
-    a = to_float64(x, what=what)
-    return a.astype(framework_dtype("numpy", dtype)).astype(np.float64)
-
-
-def _to_user(x: Any, framework: str, dtype: str) -> Any:
-    return x if isinstance(x, bool | int | float) else to_framework(x, framework, dtype)
-
-
-def _inputs_list(inputs: Any, spec_names: Sequence[str] | None) -> list[Inputs]:
-    """``inputs`` as a list of input tuples: one tuple, or a list of tuples."""
-    if isinstance(inputs, list) and inputs and isinstance(inputs[0], tuple):
-        cases = inputs
-    elif isinstance(inputs, tuple):
-        cases = [inputs]
-    else:
-        raise CheckError(f"argument 'inputs': expected a tuple of arrays (one case) or a list "
-                         f"of such tuples, got {type(inputs).__name__}")
-    if spec_names is not None:
-        for k, c in enumerate(cases):
-            if len(c) != len(spec_names):
-                raise CheckError(f"argument 'inputs' (case {k}): expected {len(spec_names)} "
-                                 f"inputs ({', '.join(spec_names)}), got {len(c)}")
-    return cases
 
 
 def _reproducer(name: str, ref: str, inputs: Inputs, dtype: str) -> str:
@@ -620,124 +217,3 @@ def check_function(
             row = replace(row, reproducer=_reproducer(name, ref_name, tuple(args), dtype))
         report.rows.append(row)
     return report
-
-
-# -- statistical checks ------------------------------------------------------------------
-
-
-def _z_critical(entries: int) -> float:
-    """The two-sided normal quantile at :data:`FALSE_ALARM` split over ``entries``."""
-    return NormalDist().inv_cdf(1 - FALSE_ALARM / (2 * max(1, entries)))
-
-
-def _replicates(fn: Callable[..., Any], framework: str, dtype: str, args: Sequence[Any],
-                noise: Inputs, batched: bool) -> np.ndarray:
-    user_args = [_to_user(a, framework, dtype) for a in args]
-    user_noise = [to_framework(z, framework, dtype) for z in noise]
-    if batched:
-        return to_float64(fn(*user_args, *user_noise), what="output of fn")
-    if framework == "jax":
-        import jax
-
-        mapped = jax.vmap(fn, in_axes=(None,) * len(args) + (0,) * len(noise))
-        return to_float64(mapped(*user_args, *user_noise), what="output of fn")
-    R = int(np.shape(noise[0])[0])
-    return np.stack([to_float64(fn(*user_args, *[z[r] for z in user_noise]),
-                                what="output of fn") for r in range(R)])
-
-
-def _where(label: str, shape: tuple[int, ...], flat: int) -> str:
-    if not shape:
-        return label
-    idx = np.unravel_index(flat, shape)
-    return f"{label}[{', '.join(str(int(i)) for i in idx)}]"
-
-
-def _check_statistical(fn: Callable[..., Any], name: str, est: Estimator, inputs: Any,
-                       dtype: str, framework: str, samples: int | None, seed: int,
-                       opt: Mapping[str, Any], batched: bool) -> CheckReport:
-    R = DEFAULT_REPLICATES if samples is None else samples
-    if not isinstance(R, int) or isinstance(R, bool) or R < 100:
-        raise CheckError(f"argument 'samples': expected an integer >= 100 (the replicates of "
-                         f"a statistical check), got {R!r}")
-    s_in, s_noise = (np.random.default_rng(c) for c in np.random.SeedSequence(seed).spawn(2))
-    case = est.draw(s_in, opt) if inputs is None else _inputs_list(inputs, est.argnames)[0]
-    args = tuple(_round_to(x, dtype, f"inputs[{j}]") for j, x in enumerate(case))
-    noise = tuple(_round_to(z, dtype, f"noise {n}") for z, n in
-                  zip(est.noise(s_noise, R, args, opt), est.noise_names, strict=True))
-    report = CheckReport(name, "check_function", notes=[
-        f"reference {est.name}: {est.doc}; {R} replicates from seed {seed}, noise "
-        f"{', '.join(est.noise_names)} passed after the inputs {', '.join(est.argnames)}"])
-    try:
-        Z = _replicates(fn, framework, dtype, args, noise, batched)
-    except CheckError:
-        raise
-    except Exception as exc:
-        report.rows.append(error_row(name, f"{est.name} estimate", exc, where="fn"))
-        return report
-    mu, var = est.mean(args, opt), est.variance(args, opt)
-    if Z.shape != (R, *mu.shape):
-        raise CheckError(f"output of fn: expected shape {(R, *mu.shape)} over the {R} "
-                         f"replicates (one estimate of shape {mu.shape} each), got {Z.shape}"
-                         + ("" if batched else " (batched=False: fn gets one replicate)"))
-    arrays = [a for a in args if isinstance(a, np.ndarray)]
-    rnd = tolerance(dtype, size=est.size(args, opt), depth=2,
-                    condition=magnitude_condition(*arrays, power=1),
-                    accumulation=_accumulation(dtype, framework))
-    scale = np.maximum(1.0, np.abs(mu))
-    zc = _z_critical(mu.size)
-    sd = np.sqrt(np.maximum(var, 0.0))
-    # the mean: a z-test with the derived variance, widened by the rounding
-    mean = Z.mean(axis=0)
-    allow_mean = zc * sd / math.sqrt(R) + rnd.rtol * scale
-    report.rows.append(_moment_row(name, est.name, "mean", mean, mu, allow_mean, scale,
-                                   f"z-test, z={zc:.2f} x sqrt(Var/R) with the closed-form "
-                                   f"Var, R={R}; + rounding {rnd.rtol:.2g} ({rnd.reason})"))
-    # the variance: the fourth-moment standard error of s^2
-    c = Z - mean
-    s2 = np.sum(c * c, axis=0) / (R - 1)
-    if est.fourth is not None:
-        # the derived mu4 and the exact Var s^2 = (mu4 - sigma^4 (R-3)/(R-1))/R
-        m4, how = np.asarray(est.fourth(args, opt), dtype=float), "exact mu4"
-        se = np.sqrt(np.maximum(m4 - var * var * (R - 3) / (R - 1), 0.0) / R)
-    else:
-        m4, how = np.mean(c**4, axis=0), "plug-in mu4"
-        se = np.sqrt(np.maximum(m4 - s2 * s2, 0.0) / R)
-    r_abs = rnd.rtol * scale
-    allow_var = zc * se + 2 * r_abs * sd + r_abs**2
-    vscale = np.where(var > 0, var, 1.0)
-    detect = float(np.max((zc + POWER_Z) * se / vscale))
-    upper = est.variance_is_upper(opt)
-    got_var = np.maximum(s2, var) if upper else s2  # one-sided: only s^2 above is an error
-    report.rows.append(_moment_row(
-        name, est.name, "variance", got_var, var, allow_var, vscale,
-        f"fourth-moment bound, z={zc:.2f} x sqrt((mu4 - s^4)/R) ({how}), R={R}"
-        + ("; one-sided: the i.i.d. variance bounds the orthogonal one from above, "
-           f"s^2 = {float(np.max(s2)):.4g}" if upper else "")
-        + f"; detects a relative variance error of {detect:.1%} (power 97.7%)"))
-    if detect > 0.10:
-        report.notes.append(f"samples={R} detects only a {detect:.1%} error in the variance "
-                            f"(the project's rule asks for 10 %): raise samples to about "
-                            f"{int(R * (detect / 0.1) ** 2) + 1}")
-    return report
-
-
-def _moment_row(subject: str, ref: str, moment: Literal["mean", "variance"], got: np.ndarray,
-                want: np.ndarray, allow: np.ndarray, scale: np.ndarray, why: str) -> Row:
-    """One moment's row: the worst entry by error over its allowance; ``error`` and
-    ``bound`` are relative to ``scale`` at that entry, so ``ratio`` is error/allowance."""
-    got, want = np.atleast_1d(got), np.atleast_1d(want)
-    allow, scale = np.broadcast_to(allow, want.shape), np.broadcast_to(scale, want.shape)
-    diff = np.abs(got - want)
-    diff = np.where(np.isfinite(diff), diff, np.inf)
-    ratio = diff / np.where(allow > 0, allow, np.finfo(float).tiny)
-    flat = int(np.argmax(ratio))
-    shape = np.shape(want) if np.ndim(want) and want.size > 1 else ()
-    where = _where(moment, shape, flat)
-    err = float(diff.flat[flat] / scale.flat[flat])
-    bound = float(allow.flat[flat] / scale.flat[flat])
-    ok = bool(np.all(diff <= allow))
-    reason = why if ok else (f"the {moment} of the estimates differs from the closed form of "
-                             f"{ref} beyond the bound ({why})")
-    return Row(subject, f"{ref} {moment}", err, bound, "pass" if ok else "fail", where,
-               float(got.flat[flat]), float(want.flat[flat]), reason)

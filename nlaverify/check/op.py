@@ -202,13 +202,13 @@ class _Settings:
         return self._jitted("fn", self.fn, *args)
 
     def autodiff_vjp(self, G: Any, args: list[Any]) -> list[Any]:
-        fn, real = self.fn, self.real
-        return self._jitted("vjp", lambda G, *a: autodiff_vjp(fn, "jax", a, real, G)[1],
+        fn, fw, real = self.fn, self.framework, self.real
+        return self._jitted("vjp", lambda G, *a: autodiff_vjp(fn, fw, a, real, G)[1],
                             G, *args)
 
     def autodiff_jvp(self, T: list[Any], args: list[Any]) -> Any:
-        fn, real = self.fn, self.real
-        return self._jitted("jvp", lambda T, *a: autodiff_jvp(fn, "jax", a, real, T),
+        fn, fw, real = self.fn, self.framework, self.real
+        return self._jitted("jvp", lambda T, *a: autodiff_jvp(fn, fw, a, real, T),
                             T, *args)
 
 
