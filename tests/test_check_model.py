@@ -54,10 +54,73 @@ def test_planted_bug_named_at_its_node(name: str, plant: str) -> None:
     assert all(r.verdict == "pass" for r in report.rows[:rows.index(f"node {node}")])
 
 
-@pytest.mark.parametrize("plant", ["scale", "mask"])
-def test_planted_bug_named_in_float32(plant: str) -> None:
-    report = nanogpt_torch.verify(plant, "float32")
-    assert report.first_failure.check == f"node {nanogpt_torch.PLANTS[plant]}", report
+@pytest.mark.parametrize("name,plant", [("nanogpt", p) for p in sorted(nanogpt_torch.PLANTS)]
+                         + [("equinox", "swiglu")])
+def test_planted_bug_named_in_float32(name: str, plant: str) -> None:
+    """In float32 too, by the derived per-node bounds: the tanh GELU for the exact one (about
+    650x the clean error) passes every node under the linear bound (about 1800x above the
+    error), and fails at its node under the derived one (30x to 46x over seeds 0-9)."""
+    mod = EXAMPLES[name]
+    report = mod.verify(plant, "float32", gradients=plant == "scale")
+    assert report.first_failure.check == f"node {mod.PLANTS[plant]}", report
+    assert report.first_failure.ratio > 10.0  # beyond the bound, not at its edge
+
+
+def test_float32_bounds_are_derived_and_zero_gradients_still_judged() -> None:
+    """float32 nodes get the per-node bounds of nlaverify.precision (random composition,
+    relative to the node's own size); the key bias's gradient, zero up to rounding (derived
+    bound >= 1), is judged by the linear bound against the unit scale, not skipped."""
+    from nlaverify.check.model import _compare_model
+
+    data = sample_data(23, 8, 0)
+    c = nanogpt_torch.GPTConfig()
+    mc = _compare_model(nanogpt_torch.GPT(c).float(), nanogpt_torch.graph_config(c), None,
+                        data["tokens"], targets=data["targets"], load=nanogpt_torch.load,
+                        intermediates=nanogpt_torch.intermediates(c),
+                        call=lambda m, x, y: m(x, y))
+    rows = {r.check: r for r in mc.report.rows}
+    act = rows["node blocks.0.mlp.act"]
+    assert "sqrt(D=" in act.reason and act.bound < 1e-4  # random composition, derived
+    assert act.bound * 10 < mc.bound.linear("float32", "blocks.0.mlp.act", False).rtol
+    b_k = rows["gradient blocks.0.attn.k.b_K"]
+    assert b_k.verdict == "pass" and "the derived bound" in b_k.reason, b_k
+    # a nonzero key-bias gradient (a bug the derived bound alone would skip) fails it
+    tol, floor = mc.bound("blocks.0.attn.k.b_K", True)
+    assert floor == 1.0 and tol.rtol < 1e-2
+    assert not tol.compare(mc.ev.cotangents["blocks.0.attn.k.b_K"] + 0.1, mc.ev.cotangents[
+        "blocks.0.attn.k.b_K"], floor=floor).ok
+
+
+def test_matmul_products_follow_the_framework(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF32/bfloat16 matmul operands, where the framework is set to them, enter the float32
+    bounds (a GPU's default TF32 would otherwise be a false alarm at every matmul)."""
+    import jax
+
+    from nlaverify.check.model_run import _matmul_products
+
+    assert _matmul_products("jax", "float32") is None  # CPU: full float32 products
+    assert _matmul_products("torch", "float32") is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert _matmul_products("jax", "float32") == "tfloat32"
+    assert _matmul_products("jax", "float64") is None
+    with jax.default_matmul_precision("highest"):
+        assert _matmul_products("jax", "float32") is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert _matmul_products("jax", "float32") == "bfloat16"
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")
+        assert _matmul_products("torch", "float32") == "tfloat32"
+        torch.set_float32_matmul_precision("medium")
+        assert _matmul_products("torch", "float32") == "bfloat16"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    from nlaverify.check import model as model_mod
+
+    monkeypatch.setattr(model_mod, "_matmul_products", lambda fw, dt: "tfloat32")
+    report = nanogpt_torch.verify(None, "float32", gradients=False)
+    heads = next(r for r in report.rows if r.check == "node blocks.0.attn.heads")
+    assert "u_prod(tfloat32)" in heads.reason and report, report
 
 
 def test_main_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -70,6 +70,42 @@ def _dtype_of(model: Any, framework: str, dtype: str | None) -> str:
     return name
 
 
+def _matmul_products(framework: str, dtype: str) -> str | None:
+    r"""The precision a float32 model's matmul operands are rounded to, where your framework
+    is told to round them below float32 (``None``: full float32 products).
+
+    JAX on a GPU runs float32 matmuls in TF32 (:math:`u_p = 2^{-11}`) unless pinned by
+    ``jax_default_matmul_precision`` to ``"highest"``/``"float32"``, and a TPU in one
+    bfloat16 pass (:math:`u_p = 2^{-8}`, ``"high"``: about TF32's); PyTorch follows
+    ``torch.get_float32_matmul_precision()`` (``"high"``: TF32, ``"medium"``: bfloat16) and
+    ``torch.backends.cuda.matmul.allow_tf32``. The bounds of :mod:`nlaverify.precision`
+    then count :math:`u_p` at every node a matmul reaches, as ``nlaverify verify
+    --matmul-precision tf32`` does; a precision your own calls pass (``precision=``) is not
+    seen here.
+    """
+    if dtype != "float32":
+        return None
+    if framework == "jax":
+        import jax
+
+        backend = jax.default_backend()
+        pinned = str(jax.config.jax_default_matmul_precision or "default").lower()
+        if backend == "cpu" or pinned in ("highest", "float32"):
+            return None
+        if backend == "tpu" and pinned in ("default", "bfloat16", "fastest"):
+            return "bfloat16"
+        return "tfloat32"
+    if framework == "torch":
+        import torch
+
+        level = torch.get_float32_matmul_precision()
+        if level == "medium":
+            return "bfloat16"
+        if level == "high" or torch.backends.cuda.matmul.allow_tf32:
+            return "tfloat32"
+    return None
+
+
 # --- PyTorch ------------------------------------------------------------------------
 
 def _torch_state(model: Any, weights: Any, tdt: Any) -> dict[str, Any]:
