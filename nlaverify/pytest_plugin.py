@@ -9,8 +9,10 @@ installed, and silent unless used).
 * Fixtures: ``nlaverify_namespace`` (a factory: ``nlaverify_namespace("jax")``, ``"mpmath"``
   with ``digits=``, ``"sympy"``...), ``xp`` (the NumPy namespace, parametrize it
   indirectly for others) and ``nlaverify_tolerance`` (:func:`nlaverify.tolerance.tolerance`).
-* Assertion output: ``assert report`` on a :class:`nlaverify.check.CheckReport` shows the
-  table of failing rows and the reproducer; so does a comparison ``report.ok == True``.
+* Assertion output: ``assert report`` on a :class:`nlaverify.check.CheckReport` shows its
+  one-line summary (the first failure: where, yours, the reference, the ratio);
+  ``report.raise_if_failed()`` and a comparison such as ``report.ok == True`` show the table
+  of failing rows and the reproducer.
 
 Nothing of nlaverify (nor JAX) is imported until a fixture or a report asks for it, so the
 plugin does not change a test session that does not use it.

@@ -119,7 +119,8 @@ def test_missing_mean_is_named_with_bound_and_ratio():
     assert fwd.actual is not None and fwd.expected is not None
     x_row = rows["vjp (torch autodiff) x"]
     assert x_row.where.startswith("x[") and x_row.ratio > 100
-    text = repr(report)
+    text = report.failure_text()
+    assert "FAILED" in repr(report) and fwd.where in repr(report)
     assert "bound" in text and "ratio" in text and "reproducer" in text
     with pytest.raises(CheckFailed, match=r"x\["):
         report.raise_if_failed()
@@ -397,7 +398,7 @@ def test_placeholder_reproducer_says_so():
     """A lambda cannot be imported: the reproducer marks where to define it, and the
     report does not claim it runs as it is."""
     r = check_op(lambda x: 2 * x, "silu", framework="torch", examples=2, hostile=False)
-    text = repr(r)
+    text = r.failure_text()
     assert "define your function where marked" in text and "fn = ...  # your function" in text
 
 
@@ -405,7 +406,7 @@ def test_nothing_run_is_not_ok():
     """examples=0 with hostile=False runs nothing: not ok, and the report says why."""
     r = check_op(rmsnorm, "rmsnorm", examples=0, hostile=False)
     assert not r.ok and not r.rows
-    assert "nothing ran" in repr(r)
+    assert "nothing ran" in repr(r) and "nothing ran" in r.failure_text()
     with pytest.raises(CheckFailed):
         r.raise_if_failed()
 

@@ -384,7 +384,7 @@ def test_the_reproducer_runs_and_prints_the_reference_value(capsys) -> None:
     first = report.first_failure
     exec(first.reproducer, {})  # our own generated snippet, as a user would paste it
     assert float(capsys.readouterr().out) == first.expected
-    assert "reproducer" in repr(report)
+    assert "reproducer" in report.failure_text()
 
 
 def test_cupy_without_a_gpu_is_named() -> None:

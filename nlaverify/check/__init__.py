@@ -21,7 +21,7 @@ call                        subject
 =========================  ===============================================================
 
 Every call returns a :class:`CheckReport` (``.ok``, ``.raise_if_failed()``, ``.to_json()``;
-``assert report`` shows the failing rows in pytest).
+``assert report`` shows the first failure in pytest).
 """
 
 from __future__ import annotations

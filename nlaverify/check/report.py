@@ -3,7 +3,8 @@ ratio, verdict), each failure naming the argument or node and the entry where it
 
 Every ``check_*`` call returns a :class:`CheckReport`. ``report.ok`` is true when every row
 that ran passed and at least one ran (an empty check proves nothing); ``bool(report)`` is
-``report.ok``, so ``assert report`` works in pytest and shows the table of failing rows;
+``report.ok``, so ``assert report`` works in pytest and shows the one-line summary (the first
+failure: where, yours, the reference, the ratio);
 ``report.raise_if_failed()`` raises :class:`CheckFailed` (an :class:`AssertionError`) with
 the same table and the reproducer of the first failure; ``report.to_json()`` is the
 machine-readable form.
@@ -195,7 +196,7 @@ class CheckReport:
     def failure_text(self) -> str:
         """The failing rows (or why nothing ran), then the first failure's reproducer."""
         if not self.ran:
-            text = (f"{self.kind} {self.subject}: no check ran\n"
+            text = (f"{self.kind} {self.subject}: nothing ran\n"
                     + self.table([r for r in self.rows])
                     + "".join(f"\nnote: {n}" for n in self.notes))
         else:
@@ -213,10 +214,27 @@ class CheckReport:
             text += "\n" + "\n".join(f"note: {n}" for n in self.notes)
         return text
 
-    def __repr__(self) -> str:  # shown by pytest for ``assert report``
-        state = "ok" if self.ok else "FAILED"
-        body = self.failure_text() if not self.ok else self.table()
-        return f"CheckReport({self.kind} {self.subject}: {state})\n{body}"
+    def summary(self) -> str:
+        """One line: the verdict, the counts and, on failure, the first failing row (where,
+        yours, the reference, the ratio)."""
+        n_fail = len(self.failures)
+        head = f"{self.kind} {self.subject}: "
+        if self.ok:
+            return head + f"ok, {len(self.ran)} rows, worst ratio {_num(self.worst_ratio, '.3g')}"
+        first = self.first_failure
+        if first is None:
+            return head + "FAILED: nothing ran"
+        where = f" at {first.where}" if first.where else ""
+        values = (f": yours {_val(first.actual)}, reference {_val(first.expected)}"
+                  if first.actual is not None or first.expected is not None else
+                  f": {first.reason}"[:120])
+        return (head + f"FAILED {n_fail}/{len(self.ran)} rows; first: {first.check}{where}"
+                f"{values}, ratio {_num(first.ratio, '.3g')}")
+
+    def __repr__(self) -> str:
+        # one line: pytest shows it for ``assert report`` and cuts long reprs (saferepr), so
+        # the first failure comes first; ``str(report)`` and raise_if_failed give the table
+        return f"CheckReport({self.summary()})"
 
 
 #: the mark of a reproducer line where the user defines or imports a function that cannot
