@@ -301,9 +301,22 @@ def _bounded_int(lo: int, hi: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nlaverify")
+    except PackageNotFoundError:  # pragma: no cover - a source tree on PYTHONPATH
+        from nlaverify import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     p = _Parser(prog="nlaverify", description=__doc__)
+    p.add_argument("--version", action="version", version=f"nlaverify {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("derive", help="regenerate the proof documents (or --check them)")
@@ -424,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     except NlaverifyError as exc:
         print(f"nlaverify: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT
+        print("nlaverify: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

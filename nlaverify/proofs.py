@@ -149,6 +149,17 @@ def family_script(family: str, draw: Callable[[], None], argv: Sequence[str], do
 
 
 def derive_family(family: str, argv: Sequence[str] = ()) -> int:
-    """Regenerate (``--check`` in ``argv``: verify) one family; the derivations/ scripts."""
+    """Regenerate (``--check`` in ``argv``: verify) one family; the derivations/ scripts.
+    ``--help`` prints the usage and writes nothing; an unknown argument is a one-line
+    error (exit 2)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=f"derivations/{family}.py",
+        description=f"Regenerate the proof documents of the family {family!r} in "
+                    f"{DEFAULT_ROOT}/ (run from the repository root).")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; fail when a proof fails or a document is stale")
+    args = parser.parse_args(list(argv))
     ids = [i for i, x in load_catalogue().items() if x.family == family]
-    return derive(ids, check="--check" in argv)
+    return derive(ids, check=args.check)

@@ -61,3 +61,99 @@ def test_newton_schulz_json(capsys) -> None:
         main(["newton-schulz", "--lower", "0"])
     assert exit_info.value.code == 2
     assert "expected a number in (0, 1]" in capsys.readouterr().err
+
+
+# -- newcomer friction (issue 18) ----------------------------------------------------------
+
+
+def test_version_and_python_dash_m(tmp_path):
+    """``nlaverify --version`` and ``python -m nlaverify`` (the same command)."""
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    import pytest
+
+    from nlaverify.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    proc = subprocess.run([sys.executable, "-m", "nlaverify", "--version"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"nlaverify {version('nlaverify')}"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from nlaverify import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["list"])
+    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(args, interrupted))
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr().err.strip() == "nlaverify: interrupted"
+
+
+class _Fixed:
+    """A parser stand-in that returns fixed arguments with a given command function."""
+
+    def __init__(self, args, func):
+        self.args = args
+        self.args.func = func
+
+    def parse_args(self, argv):
+        return self.args
+
+
+def test_derivation_scripts_have_help_and_write_nothing(tmp_path):
+    """Every derivations/ script answers --help without deriving or writing (four of them
+    used to run and write ./docs/proofs into the current folder), and refuses an unknown
+    argument with exit 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scripts = sorted((Path(__file__).resolve().parents[1] / "derivations").glob("*.py"))
+    assert len(scripts) >= 11
+    for script in scripts:
+        proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, (script.name, proc.stderr[-500:])
+        assert proc.stdout.strip(), script.name
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())
+    bad = subprocess.run([sys.executable, str(scripts[0].parent / "transformer.py"), "--chek"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert bad.returncode == 2 and "--chek" in bad.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_interop_names_importable_from_the_package():
+    from nlaverify.interop import (  # noqa: F401
+        config_from_file,
+        load_checkpoint,
+        load_hf_config,
+        load_safetensors,
+        params_from_hf,
+        params_to_hf,
+        save_safetensors,
+        verify_hf,
+    )
+
+
+def test_readme_names_every_public_strategy():
+    """The README's strategies row lists every public name of nlaverify.strategies (it
+    named 5 of 12)."""
+    import inspect
+    from pathlib import Path
+
+    import nlaverify.strategies as strategies
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `nlaverify.strategies`"))
+    names = [n for n in strategies.__all__ if callable(getattr(strategies, n))
+             and not inspect.isclass(getattr(strategies, n))]
+    missing = [n for n in names if f"`{n}`" not in row]
+    assert not missing, missing

@@ -19,7 +19,23 @@ from pathlib import Path
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config import SUPPORTED, HFConfig, hf_config_dict, load_hf_config
 
-__all__ = ["SUPPORTED", "HFConfig", "config_from_file", "hf_config_dict", "load_hf_config"]
+__all__ = ["SUPPORTED", "HFConfig", "config_from_file", "hf_config_dict", "load_checkpoint",
+           "load_hf_config", "load_safetensors", "params_from_hf", "params_to_hf",
+           "save_safetensors", "verify_hf"]
+
+#: names served from the submodules on first use (the weights' layouts, and verify_hf, which
+#: needs the [hf] extra only when called)
+_LAZY = {"load_checkpoint": "weights", "load_safetensors": "weights",
+         "params_from_hf": "weights", "params_to_hf": "weights", "save_safetensors": "weights",
+         "verify_hf": "hf_verify"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"nlaverify.interop.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'nlaverify.interop' has no attribute {name!r}")
 
 
 def config_from_file(path: str | os.PathLike) -> TransformerConfig:

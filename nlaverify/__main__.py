@@ -1,0 +1,5 @@
+"""``python -m nlaverify``: the ``nlaverify`` command."""
+
+from nlaverify.cli import main
+
+raise SystemExit(main())
