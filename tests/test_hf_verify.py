@@ -413,8 +413,10 @@ def test_size_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
     total = parameter_counts(build_transformer(hf_config.load_hf_config(
         CONFIGS["gpt2"]).config)).total
-    with pytest.raises(ArgumentError, match=f"above max_params={total - 1:,}"):
+    with pytest.raises(ArgumentError, match=f"above the limit of {total - 1:,}") as exc:
         verify_hf(CONFIGS["gpt2"], max_params=total - 1)
+    # the size in a unit that shows it (it said "about 0.0 GiB") and the flag's own name
+    assert " 0.0 " not in str(exc.value) and "--max-params" in str(exc.value)
     monkeypatch.setenv("NLAVERIFY_HF_MAX_PARAMS", str(total - 1))
     with pytest.raises(ArgumentError, match="NLAVERIFY_HF_MAX_PARAMS"):
         verify_hf(CONFIGS["gpt2"])

@@ -102,7 +102,9 @@ def trig_mse(xp: Namespace, x: Any, y: Any, m: Any, *, phases: bool = True,
     ``phases=True``: :math:`\sqrt{2/m}\cos(Wx + b)` (kind ``trig``; floor :math:`1/(2m)` at
     :math:`x = y`); ``phases=False``: the :math:`[\sin, \cos]` pair (kind ``sincos``; vanishes as
     :math:`x \to y`). ``softmax=True``: the estimate of :math:`e^{x^\top y}` multiplied by
-    :math:`e^{\|x\|^2/2} e^{\|y\|^2/2}` (FAVOR; kinds ``favor``, ``favor_sincos``).
+    :math:`e^{\|x\|^2/2} e^{\|y\|^2/2}` (FAVOR: kind ``favor`` with the phases; the
+    :math:`[\sin, \cos]` pair with that factor, ``phases=False, softmax=True``, has a closed
+    form here but no estimator kind of its own in :data:`ESTIMATORS`).
     """
     half = xp.rational(1, 2)
     var = _one_minus_exp(xp, _sq(xp, x - y)) ** 2 * half

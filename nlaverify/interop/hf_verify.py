@@ -702,9 +702,18 @@ def _check_size(graph: Any, config: Any, limit: int) -> None:
     total = parameter_counts(graph).total
     if total > limit:
         raise ArgumentError(
-            f"verify_hf: {config.name} has {total:,} parameters, above max_params={limit:,} "
-            f"(about {total * BYTES_PER_PARAMETER / 2**30:.1f} GiB of float64 copies would be "
-            "allocated); pass max_params (or set NLAVERIFY_HF_MAX_PARAMS) to raise the limit")
+            f"verify_hf: {config.name} has {total:,} parameters, above the limit of {limit:,} "
+            f"(about {_bytes_text(total * BYTES_PER_PARAMETER)} of float64 copies would be "
+            "allocated); raise it with --max-params N on the command line, max_params= in "
+            "Python, or NLAVERIFY_HF_MAX_PARAMS")
+
+
+def _bytes_text(n: float) -> str:
+    """A byte count in the largest unit that keeps it >= 1 (``12.5 GiB``, ``3.1 MiB``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def _resolve(source: Any) -> tuple[Any, str, str | None]:
