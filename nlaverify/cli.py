@@ -73,12 +73,30 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         else:
             print(format_report(rep))
         return 0 if rep.ok else 1
-    report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits)
+    report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits,
+                            ops=_ops_of(args.op))
     if args.json:
         jsonout.dump(report.as_dict())
     else:
         print(format_summary(report))
     return 0 if report.ok else 1
+
+
+def _ops_of(names: list[str] | None) -> list[str] | None:
+    """The ops of ``--op`` (repeated or comma-separated), each a known differentiable op."""
+    if not names:
+        return None
+    from nlaverify.ops.registry import OPS
+
+    ops = list(dict.fromkeys(n.strip() for item in names for n in item.split(",") if n.strip()))
+    for name in ops:
+        if name not in OPS:
+            raise UnknownNameError(f"verify: --op: unknown op {name!r}: expected one of "
+                                   f"{', '.join(sorted(OPS))}")
+        if not OPS[name].differentiable:
+            raise ArgumentError(f"verify: --op: {name!r} has no real argument: nothing to "
+                                "cross-check")
+    return ops
 
 
 def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
@@ -94,6 +112,9 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                                 or args.batch is not None):
         raise ArgumentError("verify: --hf runs the Hugging Face model in its own dtype on one "
                             "sequence: drop --zoo, --preset, --dtype and --batch")
+    if args.op and (args.hf is not None or args.zoo or args.preset):
+        raise ArgumentError("verify: --op selects ops of the op cross-check: drop --hf, --zoo "
+                            "and --preset")
     if (args.hf_exact or args.max_params is not None) and args.hf is None:
         raise ArgumentError("verify: --hf-exact and --max-params apply to --hf")
     if args.zoo and (args.preset or args.dtype != "float64"):
@@ -366,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-params", type=_bounded_int(1), default=None,
                    help="with --hf: refuse models above this many parameters (default 100M, "
                         "or NLAVERIFY_HF_MAX_PARAMS): both models, float64, and gradients")
+    v.add_argument("--op", action="append", default=None, metavar="NAME",
+                   help="cross-check only this op (repeatable, or comma-separated; the names of "
+                        "nlaverify.ops.registry.OPS)")
     v.set_defaults(func=_cmd_verify)
 
     pa = sub.add_parser("params", help="parameter counts of a preset or a config file, by "

@@ -157,3 +157,17 @@ def test_readme_names_every_public_strategy():
              and not inspect.isclass(getattr(strategies, n))]
     missing = [n for n in names if f"`{n}`" not in row]
     assert not missing, missing
+
+
+def test_verify_one_op(capsys):
+    """``verify --op NAME`` cross-checks that op alone (verify ran every op, ~1 min); an
+    unknown name lists the known ones; --op with --preset is refused."""
+    from nlaverify.cli import main
+
+    assert main(["verify", "--op", "rmsnorm,softmax", "--backends", "numpy,mpmath"]) == 0
+    out = capsys.readouterr().out
+    ops = {line.split()[0] for line in out.splitlines()[1:-1]}
+    assert ops == {"rmsnorm", "softmax"}, ops
+    assert main(["verify", "--op", "rmsnrom"]) == 2
+    assert "unknown op 'rmsnrom'" in capsys.readouterr().err
+    assert main(["verify", "--op", "rmsnorm", "--preset", "tiny"]) == 2
