@@ -13,10 +13,32 @@ from nlaverify import jsonout
 from nlaverify.errors import ArgumentError, NlaverifyError, UnknownNameError
 
 
+def checkout_proofs() -> Path | None:
+    """The ``docs/proofs`` folder of the checkout the package runs from (an editable
+    install or a source tree), or ``None`` when the package is installed elsewhere."""
+    import nlaverify
+
+    root = Path(nlaverify.__file__).resolve().parents[1] / "docs" / "proofs"
+    return root if (root / "index.json").is_file() else None
+
+
+def _proof_root(args: argparse.Namespace, command: str) -> Path:
+    """``--root`` when given; else the checkout's proof folder (whatever the current folder);
+    else an error that says so (nothing is created in the current folder)."""
+    if args.root is not None:
+        return Path(args.root)
+    found = checkout_proofs()
+    if found is None:
+        raise ArgumentError(f"{command}: no proof documents: nlaverify is not running from a "
+                            "checkout of its repository (docs/proofs/index.json next to the "
+                            "package); pass --root DIR to read or write them elsewhere")
+    return found
+
+
 def _cmd_derive(args: argparse.Namespace) -> int:
     from nlaverify.proofs import derive
 
-    return derive(args.ids, check=args.check, root=Path(args.root), jobs=args.jobs)
+    return derive(args.ids, check=args.check, root=_proof_root(args, "derive"), jobs=args.jobs)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -24,7 +46,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from nlaverify.proofs import read_index
 
     catalogue = load_catalogue()
-    index = read_index(Path(args.root))
+    index = read_index(_proof_root(args, "list"))
     rows = [{"id": i, "family": x.family, "title": x.title, "seed": x.seed,
              "statement": x.statement, "certifies": list(x.certifies),
              "status": index.get(i, {}).get("verdict", "not derived")}
@@ -344,14 +366,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("ids", nargs="*", help="identity ids (default: all)")
     d.add_argument("--check", action="store_true",
                    help="write nothing; fail when a proof fails or a document is stale")
-    d.add_argument("--root", default="docs/proofs", help="proof documents folder")
+    d.add_argument("--root", default=None,
+                   help="proof documents folder (default: docs/proofs of the checkout the "
+                        "package runs from, whatever the current folder)")
     d.add_argument("--jobs", type=_bounded_int(1), default=None,
                    help="parallel processes (default: cores)")
     d.set_defaults(func=_cmd_derive)
 
     ls = sub.add_parser("list", help="list the identities and their status")
     ls.add_argument("--json", action="store_true")
-    ls.add_argument("--root", default="docs/proofs")
+    ls.add_argument("--root", default=None,
+                    help="proof documents folder (default: the checkout's docs/proofs)")
     ls.set_defaults(func=_cmd_list)
 
     v = sub.add_parser("verify", help="cross-check every op on several backends")
