@@ -4,6 +4,7 @@ train``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -295,6 +296,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.lr is not None and len(names) > 1:
         raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "
                             "uses its default rate")
+    if args.figure:  # before training: an unwritable figure used to lose the results
+        target = Path(args.figure).resolve().parent
+        if not target.is_dir() or not os.access(target, os.W_OK):
+            raise ArgumentError(f"train: --figure {args.figure}: the folder {str(target)!r} "
+                                "does not exist or is not writable")
     corpus = load_corpus()
     progress = not args.json and sys.stderr.isatty()
     results = [train(args.preset, o, args.steps, seq_len=args.seq_len, batch=args.batch,

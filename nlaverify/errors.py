@@ -29,3 +29,8 @@ class UnknownNameError(NlaverifyError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
+
+
+class MissingExtraError(NlaverifyError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install
+    (``pip install 'nlaverify[hf]'``)."""

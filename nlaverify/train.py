@@ -277,6 +277,46 @@ def _step_function(config: TransformerConfig, optimizer: str, lr: float,
     return jax.jit(step), rule
 
 
+#: the bytes one activation entry costs in a training step: float64 values, their cotangents
+#: and XLA's temporaries of the fused step (a factor 3 over the values)
+BYTES_PER_ACTIVATION = 3 * 8
+
+
+def step_memory(config: TransformerConfig, seq_len: int, batch: int) -> int:
+    r"""An estimate of the activation memory of one training step, in bytes:
+
+    .. math:: B \Bigl(n\,(d + 2V) + L\bigl(n\,(10 d + 3 d_{\mathrm{mlp}}) + 2 h n^2\bigr)\Bigr)
+              \times 24,
+
+    the embedding and logits (and their softmax), per block the residual stream, norms,
+    :math:`Q, K, V`, attention output and projections (:math:`\approx 10 d` per token), the
+    MLP's hidden layers (:math:`3 d_{\mathrm{mlp}}`) and the scores and probabilities of
+    every head (:math:`2 h n^2`), times :data:`BYTES_PER_ACTIVATION` (Baggag & Saad §3: the
+    shapes of the forward pass)."""
+    d, L, h = config.d_model, config.n_blocks, config.n_heads
+    per_seq = seq_len * (d + 2 * config.vocab_size) + L * (
+        seq_len * (10 * d + 3 * config.d_mlp) + 2 * h * seq_len**2)
+    return batch * per_seq * BYTES_PER_ACTIVATION
+
+
+def check_step_memory(config: TransformerConfig, seq_len: int, batch: int) -> None:
+    """Refuse, before allocating, a step whose activations (:func:`step_memory`) would take
+    more than half of this machine's memory (``train --batch 100000000`` went to the OOM
+    killer at 18.5 GB)."""
+    import os
+
+    need = step_memory(config, seq_len, batch)
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no sysconf here
+        return
+    if need > total // 2:
+        raise ArgumentError(f"train: batch={batch} x seq_len={seq_len} needs about "
+                            f"{need / 2**30:.1f} GiB of activations per step, more than half "
+                            f"of this machine's {total / 2**30:.1f} GiB: use a smaller --batch "
+                            "or --seq-len")
+
+
 def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
           seq_len: int | None = None, batch: int = 16, lr: float | None = None, seed: int = 0,
           eval_every: int | None = None, corpus: Corpus | None = None,
@@ -316,6 +356,7 @@ def train(config: TransformerConfig | str, optimizer: str, steps: int, *,
                             "(use char_config or config.replace(vocab_size=...))")
     seq_len = config.context if seq_len is None else seq_len
     check_run_size(config, seq_len, batch)
+    check_step_memory(config, seq_len, batch)
     make_rule(optimizer, lr)  # checks the name and the rate before any compilation
     lr = float(DEFAULT_LR[optimizer] if lr is None else lr)
     eval_every = max(1, steps // 20) if eval_every is None else eval_every

@@ -188,3 +188,36 @@ def test_proof_root_comes_from_the_checkout_not_the_cwd(tmp_path, monkeypatch, c
         assert cli.main(argv) == 2
         assert "not running from a checkout" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_verify_hf_without_the_extra_or_the_file_is_one_line(monkeypatch, capsys, tmp_path):
+    """``verify --hf`` without torch/transformers, or on a missing path, is one line and
+    exit 2 (it was a traceback, even for a missing file)."""
+    import json
+    import sys
+
+    from nlaverify.cli import main
+
+    assert main(["verify", "--hf", str(tmp_path / "missing.json")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2"}))
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
+    assert main(["verify", "--hf", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'nlaverify[hf]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_refuses_before_training(capsys):
+    """An unwritable --figure and a batch whose activations exceed the machine are refused in
+    one line before any step runs (training used to finish, then crash losing the results;
+    --batch 100000000 went to the OOM killer)."""
+    from nlaverify.cli import main
+    from nlaverify.train import char_config, load_corpus, step_memory
+
+    assert main(["train", "--steps", "1", "--figure", "/proc/nonexistent/x.svg"]) == 2
+    assert "not writable" in capsys.readouterr().err
+    assert main(["train", "--steps", "1", "--batch", "100000000"]) == 2
+    assert "GiB of activations" in capsys.readouterr().err
+    cfg = char_config("tiny", load_corpus().vocab_size)
+    assert step_memory(cfg, 8, 2) == 2 * step_memory(cfg, 8, 1)  # linear in the batch

@@ -92,13 +92,16 @@ LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
 
 
 def _require_hf() -> tuple[Any, Any]:
-    """``(torch, transformers)``, or an ImportError naming the extra to install."""
+    """``(torch, transformers)``, or a :class:`~nlaverify.errors.MissingExtraError` (an
+    ImportError; one line and exit 2 on the command line) naming the extra to install."""
+    from nlaverify.errors import MissingExtraError
+
     try:
         import torch
         import transformers
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("nlaverify verify --hf needs torch and transformers: "
-                          "pip install 'nlaverify[hf]'") from exc
+    except ImportError as exc:
+        raise MissingExtraError(f"nlaverify verify --hf needs torch and transformers, not "
+                                f"installed here ({exc}): pip install 'nlaverify[hf]'") from exc
     return torch, transformers
 
 
@@ -775,6 +778,9 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         :class:`HFVerifyReport`; ``first_divergence`` names the first graph node (in
         topological order) whose HF value is beyond the tolerance model's bound.
     """
+    if isinstance(source, str | os.PathLike) and not os.path.exists(source):
+        raise ArgumentError(f"verify_hf: argument 'source': no such file or folder: "
+                            f"{os.fspath(source)!r} (a config.json or a checkpoint folder)")
     torch, _ = _require_hf()
     from nlaverify.graph.build import build_transformer
     from nlaverify.graph.run import init_params, sample_data
