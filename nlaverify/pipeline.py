@@ -51,8 +51,13 @@ class PipelineReport:
 
     @property
     def ok(self) -> bool:
-        return not self.errors and all(c.ok for c in self.comparisons) and all(
-            e <= b for _, _, e, b in self.end_to_end)
+        """No error, every comparison and end-to-end check within its bound, and at least
+        one requested backend compared (every one skipped checked nothing that was asked:
+        ``verify --preset tiny --backends cupy`` without a GPU fails, as ``verify --backends
+        cupy`` does)."""
+        asked_nothing_ran = bool(self.skipped) and not self.comparisons
+        return not self.errors and not asked_nothing_ran and all(
+            c.ok for c in self.comparisons) and all(e <= b for _, _, e, b in self.end_to_end)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "config": self.config.as_dict(),

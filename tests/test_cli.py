@@ -221,3 +221,19 @@ def test_train_refuses_before_training(capsys):
     assert "GiB of activations" in capsys.readouterr().err
     cfg = char_config("tiny", load_corpus().vocab_size)
     assert step_memory(cfg, 8, 2) == 2 * step_memory(cfg, 8, 1)  # linear in the batch
+
+
+def test_preset_verify_with_every_backend_skipped_fails(capsys):
+    """``verify --preset tiny --backends cupy`` on a machine without CuPy checked nothing
+    that was asked: exit 1 like ``verify --backends cupy`` (it exited 0)."""
+    import pytest
+
+    from nlaverify.cli import main
+
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert main(["verify", "--preset", "tiny", "--backends", "cupy"]) == 1
+        assert "SKIPPED" in capsys.readouterr().out
+    else:  # pragma: no cover - a GPU machine
+        pytest.skip("CuPy is installed here")
