@@ -454,3 +454,14 @@ def test_rows_come_from_check_model(monkeypatch: pytest.MonkeyPatch) -> None:
     for b, a in zip(before.rows, after.rows, strict=True):
         assert a.error == 2 * b.error and a.bound == b.bound
     assert len(after.gradients) == len(before.gradients)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma"])
+def test_pad_token_among_the_tokens_is_not_a_failure(name: str) -> None:
+    """HF's nn.Embedding(padding_idx=pad_token_id) gives the pad row no gradient (a training
+    convention); with the pad token among the inputs a healthy model failed at
+    model.embed_tokens.weight. The convention is cleared: the function's gradient is
+    compared (Gemma always has pad 0)."""
+    cfg = dict(CONFIGS[name], pad_token_id=0)
+    r = verify_hf(cfg, tokens=np.array([5, 0, 7, 1, 0]), exact=True)
+    assert r.ok and r.first_gradient_divergence is None

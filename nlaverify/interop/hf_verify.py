@@ -521,7 +521,20 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
                                          attn_implementation=CAPTURE_ATTENTION,
                                          local_files_only=True, **extra)
     model.eval()
+    _clear_padding_idx(model)
     return model
+
+
+def _clear_padding_idx(model: Any) -> None:
+    """``nn.Embedding(padding_idx=p)`` (HF builds it from ``pad_token_id``; Gemma's is 0)
+    gives row ``p`` no gradient: a training convention, not the model's function (the
+    forward is the same lookup). Cleared, so that the gradient compared is the function's
+    and a token equal to ``pad_token_id`` does not fail a healthy model."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+            module.padding_idx = None
 
 
 @contextlib.contextmanager
