@@ -4,11 +4,12 @@ train``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from nlaverify import jsonout
 from nlaverify.errors import ArgumentError, NlaverifyError, UnknownNameError
@@ -96,13 +97,38 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         else:
             print(format_report(rep))
         return 0 if rep.ok else 1
-    report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits,
-                            ops=_ops_of(args.op))
+    with _progress("verify") as tick:
+        report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits,
+                                ops=_ops_of(args.op), progress=tick)
     if args.json:
         jsonout.dump(report.as_dict())
     else:
         print(format_summary(report))
     return 0 if report.ok else 1
+
+
+@contextlib.contextmanager
+def _progress(command: str) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress callback ``tick(k, total, stage)`` on stderr: a tqdm bar on a terminal,
+    one line per stage otherwise (a log, CI)."""
+    bar: list[Any] = []
+
+    def tick(k: int, total: int, stage: str) -> None:
+        if sys.stderr.isatty():
+            if not bar:
+                from tqdm import tqdm
+
+                bar.append(tqdm(total=total, desc=command, file=sys.stderr, leave=False))
+            bar[0].set_postfix_str(stage)
+            bar[0].update(1)
+        else:
+            print(f"{command}: [{k}/{total}] {stage}", file=sys.stderr, flush=True)
+
+    try:
+        yield tick
+    finally:
+        if bar:
+            bar[0].close()
 
 
 def _ops_of(names: list[str] | None) -> list[str] | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -320,9 +320,11 @@ def default_case(spec: OpSpec, seed: int) -> OpCase:
 
 
 def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: int = 0,
-                   digits: int = 50, ops: Sequence[str] | None = None) -> Report:
+                   digits: int = 50, ops: Sequence[str] | None = None,
+                   progress: Callable[[int, int, str], None] | None = None) -> Report:
     """Cross-check every op (or ``ops``) on one seeded case each, its VJP
-    (:func:`check_case`) and its JVP (:func:`check_case_jvp`)."""
+    (:func:`check_case`) and its JVP (:func:`check_case_jvp`); ``progress(k, total, op)``
+    is called before each op."""
     known = {"numpy", "jax", "mpmath", *DEVICE_BACKENDS}
     for b in backends:
         if b not in known:
@@ -337,7 +339,10 @@ def run_crosscheck(backends: Sequence[str] = ("numpy", "jax", "mpmath"), seed: i
                             "nothing: the NumPy VJP is always the subject; add a reference "
                             "(jax, mpmath) or a device (cupy, strict)")
     report = Report()
-    for name in ops or [k for k, s in OPS.items() if s.differentiable]:
+    names = list(ops or [k for k, s in OPS.items() if s.differentiable])
+    for k, name in enumerate(names, 1):
+        if progress is not None:
+            progress(k, len(names), name)
         try:
             case = default_case(OPS[name], seed)
         except Exception as exc:  # a forward that raises fails its op's row; the run goes on

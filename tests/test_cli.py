@@ -237,3 +237,13 @@ def test_preset_verify_with_every_backend_skipped_fails(capsys):
         assert "SKIPPED" in capsys.readouterr().out
     else:  # pragma: no cover - a GPU machine
         pytest.skip("CuPy is installed here")
+
+
+def test_verify_reports_progress_per_op(capsys):
+    """``nlaverify verify`` ran ~1 min printing nothing: one line per op on stderr when it is
+    not a terminal (a tqdm bar on one)."""
+    from nlaverify.cli import main
+
+    assert main(["verify", "--op", "relu,softmax", "--backends", "numpy,mpmath"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["verify: [1/2] relu", "verify: [2/2] softmax"]
