@@ -252,8 +252,9 @@ def _parse_lora(spec: str) -> dict[str, object]:
 def _cmd_curvature(args: argparse.Namespace) -> int:
     from nlaverify.curvature.report import curvature_report, format_report
 
-    rep = curvature_report(args.preset, block=args.block, seed=args.seed, n=args.seq_len,
-                           batch=args.batch, top=args.top)
+    with _progress("curvature") as tick:
+        rep = curvature_report(args.preset, block=args.block, seed=args.seed, n=args.seq_len,
+                               batch=args.batch, top=args.top, progress=tick)
     if args.json:
         jsonout.dump(rep.as_dict())
     else:

@@ -6,6 +6,7 @@ GGN block of every linear layer (Baggag & Saad §5.1–5.3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +54,13 @@ class CurvatureReport:
 
 
 def curvature_report(preset_name: str, *, block: int | None = None, seed: int = 0, n: int = 6,
-                     batch: int | None = None, top: int = 3) -> CurvatureReport:
+                     batch: int | None = None, top: int = 3,
+                     progress: Callable[[int, int, str], None] | None = None
+                     ) -> CurvatureReport:
     """Build the ``preset_name`` Transformer with seeded parameters and data (``n``
-    positions, ``batch`` padded sequences), and report each block (or only ``block``)."""
+    positions, ``batch`` padded sequences), and report each block (or only ``block``);
+    ``progress(k, total, stage)`` is called before each block's eigenvalues of each kind
+    and its K-FAC comparison."""
     from nlaverify.config import preset
     from nlaverify.graph.build import build_transformer
     from nlaverify.graph.run import check_run_size, init_params, sample_data
@@ -73,14 +78,25 @@ def curvature_report(preset_name: str, *, block: int | None = None, seed: int = 
     params = init_params(graph, seed)
     data = sample_data(cfg.vocab_size, n, seed, batch=batch, pad=cfg.causal)
     report = CurvatureReport(preset_name, n, batch, seed, top)
-    for b in [block] if block is not None else range(cfg.n_blocks):
+    blocks = [block] if block is not None else list(range(cfg.n_blocks))
+    total, done = len(blocks) * (len(REPORT_KINDS) + 1), 0
+
+    def tick(stage: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, stage)
+
+    for b in blocks:
         problem = curvature_problem(graph, "jax", params, data, block=b)
         row = BlockCurvature(b, problem.size)
         k = min(top, problem.size)
         for kind in REPORT_KINDS:
+            tick(f"block {b} {kind}")
             pairs = top_eigenvalues(linear_operator(problem, kind), problem.size, k, seed=seed)
             row.eigenvalues[kind] = [float(x) for x in pairs.values]
             row.residuals[kind] = [float(x) for x in pairs.residuals]
+        tick(f"block {b} K-FAC")
         row.kfac.extend(e.as_dict() for e in kfac_errors(problem))
         report.blocks.append(row)
     return report
