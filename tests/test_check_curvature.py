@@ -126,8 +126,10 @@ def test_empirical_and_monte_carlo_fisher(cases):
     assert np.abs(got - emp).max() <= _bound(mc) * max(1.0, np.abs(emp).max())
     # the MC Fisher is a Monte-Carlo mean of the GGN: within 6 standard errors entrywise
     F_mc, G = mc.dense("fisher"), dense_ggn(model, params, batch)
-    assert not np.allclose(F_mc, G, atol=1e-8)        # it is sampled, not the exact one
-    assert np.abs(F_mc - G).max() <= 6 * np.abs(G).max() * np.sqrt(2 / 4000) * 4
+    # it is sampled, not the exact one: off by a tenth of a standard error at least
+    se = np.abs(G).max() * np.sqrt(2 / 4000)
+    assert np.abs(F_mc - G).max() > 0.1 * se
+    assert np.abs(F_mc - G).max() <= 6 * se * 4
 
 
 def test_eigenvalues_and_natural_gradient(cases):
@@ -140,8 +142,12 @@ def test_eigenvalues_and_natural_gradient(cases):
     d, sol = mc.natural_gradient(1e-2, kind="ggn")
     grad = ravel_pytree(mc.gradient())[0]
     ref = np.linalg.solve(G + 1e-2 * np.eye(mc.size), grad)
-    assert sol.residual < 1e-6
-    assert np.abs(ravel_pytree(d)[0] - ref).max() <= 1e-4 * np.abs(ref).max()
+    # CG stops at the relative residual 10 sqrt(u) (nlaverify.curvature.solvers.damped_solve);
+    # the forward error is then at most kappa(G + lambda I) times it
+    cg_rtol = 10 * np.sqrt(np.finfo(np.float64).eps)
+    assert sol.residual <= cg_rtol
+    kappa = np.linalg.cond(G + 1e-2 * np.eye(mc.size))
+    assert np.abs(ravel_pytree(d)[0] - ref).max() <= kappa * cg_rtol * np.abs(ref).max()
     text = mc.summary(top=2, kinds=("ggn", "empirical_fisher"))
     assert "ggn" in text and "empirical_fisher" in text and "+-" in text
     assert f"{exact[0]:.4g}"[:4] in text
