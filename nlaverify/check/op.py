@@ -106,21 +106,15 @@ def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance
 
 
 def _derived_condition(case: OpCaseInput) -> float:
-    r"""The op's own amplification at the case: ``OpSpec.condition`` (1 without one) less
-    its generic magnitude factor :math:`\max(1, \max|a|)^2`
-    (:func:`~nlaverify.tolerance.magnitude_condition`, which the registry's estimates carry
-    for exponentials and products and the statistical estimate already measures), leaving
-    e.g. LayerNorm's cancellation :math:`\max|x|/\sigma` of the mean subtraction. Hostile
-    cases keep their derived estimates whole."""
-    from nlaverify.tolerance import magnitude_condition
-
-    if case.condition is None:
-        return 1.0
+    r"""The op's own amplification at the case (``OpSpec.amplification``, e.g. LayerNorm's
+    cancellation :math:`\max|x|/\sigma` of the mean subtraction; 1 without one): the
+    statistical estimate measures the input magnitudes' part. Hostile cases keep their
+    derived condition estimates whole."""
     real = [case.args[k] for k in _real_idx(case.spec)]
-    kappa = float(case.condition(real))
-    if not case.origin.startswith("hostile"):
-        kappa /= magnitude_condition(*real)
-    return max(1.0, kappa)
+    if case.origin.startswith("hostile"):
+        return max(1.0, float(case.condition(real))) if case.condition is not None else 1.0
+    amplification = case.spec.amplification
+    return 1.0 if amplification is None else max(1.0, float(amplification(real)))
 
 
 def _case_condition(case: OpCaseInput, which: str) -> float:

@@ -73,6 +73,9 @@ class OpSpec:
     proof_static: Mapping[str, str] = field(default_factory=dict)
     #: condition estimate of the op at given real inputs (default: input magnitudes)
     condition: Callable[[list[Any]], float] | None = None
+    #: the op's own amplification of relative error, the factor of :attr:`condition` beyond
+    #: the input magnitudes (a cancellation: LayerNorm's mean subtraction, a normaliser)
+    amplification: Callable[[list[Any]], float] | None = None
     #: adjusts drawn sizes to the op's constraints (even head dims, divisibility)
     fix_sizes: Callable[[dict[str, int]], dict[str, int]] | None = None
 
@@ -164,16 +167,23 @@ def _multiple(key: str, of: int) -> Callable[[dict[str, int]], dict[str, int]]:
     return lambda s: {**s, key: of * max(1, s[key] // of)}
 
 
-def _norm_condition(args: list[Any]) -> float:
-    r"""Normalization amplifies relative error by :math:`\max|x-\mu| / \min\sigma`."""
+def _norm_amplification(args: list[Any]) -> float:
+    r"""The cancellation of the mean subtraction, :math:`\max(1, \max|x| / \min\sigma)`: the
+    factor by which a normalization amplifies relative error beyond its inputs' magnitudes."""
     import numpy as np
-
-    from nlaverify.tolerance import magnitude_condition
 
     x = np.asarray(args[0], dtype=np.float64)
     c = x - x.mean(axis=-1, keepdims=True)
     sigma = float(np.sqrt((c * c).mean(axis=-1) + 1e-5).min())
-    return magnitude_condition(*args) * max(1.0, float(np.abs(x).max()) / sigma)
+    return max(1.0, float(np.abs(x).max()) / sigma)
+
+
+def _norm_condition(args: list[Any]) -> float:
+    r"""Normalization amplifies relative error by :math:`\max|x-\mu| / \min\sigma`
+    (:func:`_norm_amplification`), on top of the input magnitudes."""
+    from nlaverify.tolerance import magnitude_condition
+
+    return magnitude_condition(*args) * _norm_amplification(args)
 
 
 def _spec(name, fwd, vjp, args, seed, stmt, proof, ranges, **kw) -> OpSpec:
@@ -186,22 +196,32 @@ def R(name: str, dims: tuple[str | int, ...], kind: ArgKind = "real",
 _NUM = (1, 4)
 
 
-def _kernel_condition(causal: bool) -> Callable[[list[Any]], float]:
-    r"""Condition of :func:`~nlaverify.ops.linear_attention.kernel_attention` at
-    ``[Qf, Kf, V]``: input magnitudes times the cancellation of the normaliser,
-    :math:`\max_i \sum_j |s_{ij}| / |\sum_j s_{ij}|` with :math:`s = (Q_f K_f^\top) \circ
-    M` (features of either sign can make :math:`D` small; positive ones give 1)."""
-    def condition(args: list[Any]) -> float:
+def _kernel_amplification(causal: bool) -> Callable[[list[Any]], float]:
+    r"""The cancellation of kernel attention's normaliser at ``[Qf, Kf, V]``,
+    :math:`\max(1, \max_i \sum_j |s_{ij}| / |\sum_j s_{ij}|)` with :math:`s = (Q_f K_f^\top)
+    \circ M` (features of either sign can make :math:`D` small; positive ones give 1)."""
+    def amplification(args: list[Any]) -> float:
         import numpy as np
-
-        from nlaverify.tolerance import magnitude_condition
 
         Qf, Kf = (np.asarray(a, dtype=np.float64) for a in args[:2])
         S = Qf @ np.swapaxes(Kf, -1, -2)
         if causal:
             S = S * np.tril(np.ones(S.shape[-2:]))
-        ratio = float(np.max(np.abs(S).sum(-1) / np.abs(S.sum(-1))))
-        return magnitude_condition(*args) * max(1.0, ratio)
+        return max(1.0, float(np.max(np.abs(S).sum(-1) / np.abs(S.sum(-1)))))
+
+    return amplification
+
+
+def _kernel_condition(causal: bool) -> Callable[[list[Any]], float]:
+    r"""Condition of :func:`~nlaverify.ops.linear_attention.kernel_attention` at
+    ``[Qf, Kf, V]``: input magnitudes times the cancellation of the normaliser
+    (:func:`_kernel_amplification`)."""
+    amplification = _kernel_amplification(causal)
+
+    def condition(args: list[Any]) -> float:
+        from nlaverify.tolerance import magnitude_condition
+
+        return magnitude_condition(*args) * amplification(args)
 
     return condition
 
@@ -233,7 +253,8 @@ def _linear_attention_specs() -> list[OpSpec]:
                   [R("Qf", ("n", "m")), R("Kf", ("n", "m")), R("V", ("n", "d_v"))],
                   "Baggag & Saad §4.3", causal_stmt if causal else kernel_stmt,
                   {"n": 2, "m": 2, "d_v": 1}, {"n": small, "m": small, "d_v": (1, 2)},
-                  static=st, condition=_kernel_condition(causal)),
+                  static=st, condition=_kernel_condition(causal),
+                  amplification=_kernel_amplification(causal)),
             _spec(pre + "favor_attention", la.favor_attention, la.favor_attention_vjp,
                   [*qkv, R("W", ("m", "d"), "fixed"), R("b", ("m",), "fixed")],
                   "Baggag & Saad §4.4", favor_stmt, {"n": 2, "d": 1, "d_v": 1, "m": 2},
@@ -362,13 +383,15 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\overline{g_{\hat x}\odot\hat x}\bigr),\ \bar\gamma = \sum g\odot\hat x,\ "
           r"\bar\beta = \sum g",
           {"n": 2, "d": 3}, {"n": _NUM, "d": (2, 6)},
-          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition,
+          amplification=_norm_amplification),
     _spec("rmsnorm", norms.rmsnorm, norms.rmsnorm_vjp,
           [R("x", ("n", "d")), R("gamma", ("d",))], "Baggag & Saad §3.8.1",
           r"\bar x = \tfrac1r\bigl(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x}\bigr),\ "
           r"\bar\gamma = \sum g\odot\hat x",
           {"n": 2, "d": 3}, {"n": _NUM, "d": (1, 6)},
-          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition),
+          static={"eps": 1e-5}, proof_static={"eps": "epsilon"}, condition=_norm_condition,
+          amplification=_norm_amplification),
     _spec("relu", activations.relu, activations.relu_vjp, [R("x", ("n", "d"))],
           "Baggag & Saad §3.7.2", r"\bar x = g\odot\mathbb 1[x>0]",
           {"n": 1, "d": 2}, {"n": _NUM, "d": _NUM}),
