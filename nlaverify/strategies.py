@@ -362,8 +362,11 @@ def _exact_in(values: Any, dtype: str) -> np.ndarray:
     if dtype not in ("float32", "float64"):
         raise ValueError(f"hostile strategies: argument 'dtype': expected 'float32' or "
                          f"'float64', got {dtype!r}")
-    with np.errstate(over="raise"):
-        return np.asarray(values, dtype=np.float64).astype(dtype).astype(np.float64)
+    x = np.asarray(values, dtype=np.float64)
+    y = exact_in(x, dtype)
+    if np.any(np.isinf(y) & np.isfinite(x)):
+        raise FloatingPointError(f"hostile strategies: a value overflows {dtype}")
+    return y
 
 
 def _logit_row(rng: np.random.Generator, kind: str, m: int) -> np.ndarray:
