@@ -93,6 +93,7 @@ from nlaverify.check.report import (
     compare_arrays,
     error_row,
     skip_row,
+    with_reproducer,
 )
 from nlaverify.ops.registry import OpSpec
 from nlaverify.tolerance import Tolerance, tolerance
@@ -404,7 +405,7 @@ def _rank(r: Row) -> float:
 
 
 def _attach(rows: list[Row], code: str) -> list[Row]:
-    return [replace(r, reproducer=code) if r.verdict == "fail" else r for r in rows]
+    return [with_reproducer(r, code) if r.verdict == "fail" else r for r in rows]
 
 
 def _search(s: _Settings, spec: OpSpec, ranges: Mapping[str, tuple[int, int]],
