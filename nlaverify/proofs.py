@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -36,6 +37,30 @@ def derive_one(identity_id: str) -> tuple[str, Proof, float]:
     return identity_id, proof, time.perf_counter() - start
 
 
+def _ignore_sigint() -> None:
+    """Pool initializer: Ctrl-C reaches the parent only, which then terminates the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now: queued derivations cancelled, running workers killed and reaped.
+
+    ``shutdown(wait=True)`` (what ``with`` does) would wait for every queued derivation:
+    an interrupted ``derive`` once hung there for over ten minutes, leaving workers behind.
+    """
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    # before shutdown, which forgets them
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)
+
+
 def run_derivations(
     ids: Sequence[str], jobs: int = 1, progress: Callable[[str], None] | None = None
 ) -> dict[str, Proof]:
@@ -48,10 +73,16 @@ def run_derivations(
             progress(f"[{k:>3}/{total}] {identity_id:<32} {proof.verdict:<7} {seconds:6.2f} s")
 
     if jobs > 1 and total > 1:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                   initializer=_ignore_sigint)
+        try:
             for k, (identity_id, proof, sec) in enumerate(pool.map(derive_one, ids), 1):
                 results[identity_id] = proof
                 report(k, identity_id, proof, sec)
+        except BaseException:
+            _terminate(pool)
+            raise
+        pool.shutdown()
     else:
         for k, identity_id in enumerate(ids, 1):
             _, proof, sec = derive_one(identity_id)
