@@ -2,6 +2,11 @@
 
 Baggag & Saad §3.3 (architecture), §3.11.2-3.11.3 (GPT-3, Llama-3 and their
 parameter counts), §3.12 (mixture of experts); Baptista, Stuart & Tran §5.
+
+The option vocabularies, :class:`ConfigError` and :class:`RopeScaling` live in
+:mod:`nlaverify.config_options`; the published figures the presets are checked against
+(:data:`PUBLISHED`, :data:`PUBLISHED_TOTALS`) in :mod:`nlaverify.config_published`. Both are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -11,72 +16,29 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.errors import NlaverifyError, UnknownNameError
+from nlaverify.config_options import (
+    ATTENTIONS,
+    BIDIRECTIONAL_ATTENTIONS,
+    GATED_MLPS,
+    LORA_TARGETS,
+    MLPS,
+    NORMS,
+    PLACEMENTS,
+    POSITIONS,
+    RANDOM_FEATURE_ATTENTIONS,
+    ROPE_SCALINGS,
+    ConfigError,
+    RopeScaling,
+)
+from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
+from nlaverify.errors import UnknownNameError
 
-NORMS = ("layernorm", "rmsnorm")
-PLACEMENTS = ("pre", "post")
-POSITIONS = ("sinusoidal", "learned", "rope", "none")
-#: ``gelu`` is the tanh form (GPT-2/3, HF ``gelu_new``), ``gelu_erf`` the exact one (HF ``gelu``);
-#: ``swiglu`` and ``geglu`` are gated (SiLU / tanh-GELU of the gate times the up projection)
-MLPS = ("relu", "gelu", "gelu_erf", "swiglu", "geglu")
-#: gated MLPs: three projections W_gate, W_up, W_down
-GATED_MLPS = ("swiglu", "geglu")
-#: projections LoRA can adapt: attention's query, key, value, output, and every dense MLP
-#: projection (Hu et al. 2022; Baggag & Saad §4.2)
-LORA_TARGETS = ("q", "k", "v", "o", "mlp")
-#: RoPE frequency scalings (:class:`RopeScaling`)
-ROPE_SCALINGS = ("linear", "llama3")
-#: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
-ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
-#: attentions with random features (the draws are part of the config, see feature_draws)
-RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
-#: attentions that are bidirectional only (no causal form)
-BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
-
-
-class ConfigError(NlaverifyError, ValueError):
-    """An invalid :class:`TransformerConfig`; the message names the field."""
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    r"""A rescaling of the RoPE frequencies :math:`\theta_i = b^{-2i/d_h}` for contexts longer
-    than the one trained on (:func:`nlaverify.ops.rotary.rope_frequencies`).
-
-    ``kind="linear"`` (position interpolation, Chen et al. 2023): :math:`\theta_i / s`.
-    ``kind="llama3"`` (Dubey et al. 2024; the released Llama-3.1 ``rope_scaling``): with
-    wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`L` = ``original_context``,
-    :math:`\lambda_{hi} = L/` ``high_freq_factor`` and :math:`\lambda_{lo} = L/`
-    ``low_freq_factor``: :math:`\theta_i` is kept when :math:`\lambda_i < \lambda_{hi}`,
-    divided by :math:`s` = ``factor`` when :math:`\lambda_i > \lambda_{lo}`, and in between
-    :math:`(1-\mu)\theta_i/s + \mu\theta_i` with :math:`\mu = (L/\lambda_i -
-    \text{low})/(\text{high} - \text{low})`.
-    """
-
-    kind: str
-    factor: float
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_context: int = 8192
-
-    def __post_init__(self) -> None:
-        import math
-
-        if self.kind not in ROPE_SCALINGS:
-            raise ConfigError(f"RopeScaling.kind: expected one of {', '.join(ROPE_SCALINGS)}, "
-                              f"got {self.kind!r}")
-        for f in ("factor", "low_freq_factor", "high_freq_factor"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not (
-                    math.isfinite(v) and v > 0):
-                raise ConfigError(f"RopeScaling.{f}: expected a finite number > 0, got {v!r}")
-        if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
-            raise ConfigError(f"RopeScaling.high_freq_factor: expected > low_freq_factor="
-                              f"{self.low_freq_factor}, got {self.high_freq_factor}")
-        v = self.original_context
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"RopeScaling.original_context: expected a positive integer, got "
-                              f"{v!r}")
+__all__ = [
+    "ATTENTIONS", "BIDIRECTIONAL_ATTENTIONS", "GATED_MLPS", "LORA_TARGETS", "MLPS", "NORMS",
+    "PLACEMENTS", "POSITIONS", "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS",
+    "RANDOM_FEATURE_ATTENTIONS", "ROPE_SCALINGS", "UNPUBLISHED", "ConfigError", "Figure",
+    "RopeScaling", "TransformerConfig", "preset", "preset_mismatches",
+]
 
 
 @dataclass(frozen=True)
@@ -423,200 +385,6 @@ def preset(name: str) -> TransformerConfig:
                                f"{', '.join(PRESETS)}")
     return PRESETS[name]
 
-
-@dataclass(frozen=True)
-class Figure:
-    """A published value of one configuration field (or parameter total), and its source."""
-
-    value: Any
-    source: str
-
-
-_GPT2 = "Radford et al. 2019"
-_GPT2_HF = "Hugging Face gpt2/config.json"
-_BROWN = "Brown et al. 2020"
-_BS = "Baggag & Saad"
-_LLAMA = "Dubey et al. 2024 (The Llama 3 Herd of Models)"
-_LLAMA_REL = "released Llama 3 params.json"
-_UNUSED = "not used by this architecture (library default)"
-_COUNT3 = "the counting convention of Baggag & Saad Table 3"
-_COUNT4 = "the counting convention of Baggag & Saad Table 4"
-_VASWANI = "Vaswani et al. 2017 §3.2.1 (scaled dot-product attention)"
-#: every published preset uses exact softmax attention; the other options keep defaults
-_SOFTMAX = {
-    "attention": Figure("softmax", _VASWANI),
-    "random_features": Figure(64, _UNUSED),
-    "feature_seed": Figure(0, _UNUSED),
-    "orthogonal_features": Figure(True, _UNUSED),
-    "linformer_k": Figure(8, _UNUSED),
-    "rope_scaling": Figure(None, "no RoPE frequency scaling"),
-    "sliding_window": Figure(None, "full causal attention (no sliding window)"),
-    "qk_norm": Figure(False, "no normalisation of queries and keys"),
-    "attn_out_bias": Figure(None, "as attn_bias"),
-    "moe_renormalize": Figure(True, _UNUSED),
-    "embed_scale": Figure(False, "embeddings not rescaled"),
-    "lora_rank": Figure(0, "the pre-trained model (no LoRA adapter)"),
-    "lora_alpha": Figure(None, _UNUSED),
-    "lora_targets": Figure(("q", "v"), _UNUSED),
-}
-
-#: the presets that stand for no published model (test and benchmark sizes)
-UNPUBLISHED = frozenset({"tiny", "mid"})
-
-#: Published hyper-parameters of each preset that models a published Transformer, field
-#: by field (every field of :class:`TransformerConfig` but ``name``), with the source.
-#: Where a preset follows a parameter-counting convention rather than the model (GPT-3's
-#: learned positions are not counted by Baggag & Saad Table 3), the source says so.
-PUBLISHED: dict[str, dict[str, Figure]] = {
-    "gpt2-small": {
-        "vocab_size": Figure(50257, f"{_GPT2} §2.2 (byte-level BPE, 50,257 tokens); {_GPT2_HF}"),
-        "d_model": Figure(768, f"{_GPT2} Table 2 (smallest model); {_BS} Table 5"),
-        "n_heads": Figure(12, f"{_GPT2_HF} (n_head)"),
-        "n_blocks": Figure(12, f"{_GPT2} Table 2 (12 layers)"),
-        "d_mlp": Figure(3072, f"{_GPT2_HF} (n_inner = 4 d_model)"),
-        "n_kv_heads": Figure(12, "multi-head attention: one key/value head per query head"),
-        "d_head": Figure(64, "d_model / n_heads"),
-        "norm": Figure("layernorm", f"{_GPT2} §2.3"),
-        "placement": Figure("pre", f"{_GPT2} §2.3 (layer normalization moved to the input "
-                                   "of each sub-block)"),
-        "positions": Figure("learned", f"{_GPT2_HF} (wpe)"),
-        "context": Figure(1024, f"{_GPT2} §2.3 (context size 1024 tokens)"),
-        "mlp": Figure("gelu", f"{_GPT2_HF} (activation_function gelu_new, the tanh form)"),
-        "n_experts": Figure(0, "dense model"),
-        "top_k": Figure(1, _UNUSED),
-        "attn_bias": Figure(True, f"{_GPT2_HF} (Conv1D projections carry biases)"),
-        "mlp_bias": Figure(True, f"{_GPT2_HF} (Conv1D projections carry biases)"),
-        "tied_embeddings": Figure(True, f"{_GPT2_HF} (lm_head tied to wte)"),
-        "final_norm": Figure(True, f"{_GPT2} §2.3 (an additional layer normalization after "
-                                   "the final self-attention block)"),
-        "causal": Figure(True, "decoder-only language model"),
-        "temperature": Figure(1.0, "training objective (no temperature)"),
-        "norm_eps": Figure(1e-5, f"{_GPT2_HF} (layer_norm_epsilon)"),
-        "rope_base": Figure(10000, _UNUSED),
-        **_SOFTMAX,
-    },
-    "gpt3-175b": {
-        "vocab_size": Figure(50257, f"{_BS} Table 2; {_BROWN} §2.1 (GPT-2's tokenizer)"),
-        "d_model": Figure(12288, f"{_BS} Table 2; {_BROWN} Table 2.1"),
-        "n_heads": Figure(96, f"{_BS} Table 2; {_BROWN} Table 2.1"),
-        "n_blocks": Figure(96, f"{_BS} Table 2; {_BROWN} Table 2.1"),
-        "d_mlp": Figure(49152, f"{_BS} Table 2; {_BROWN} §2.1 (d_ff = 4 d_model)"),
-        "n_kv_heads": Figure(96, "multi-head attention: one key/value head per query head"),
-        "d_head": Figure(128, f"{_BROWN} Table 2.1 (d_head = 128)"),
-        "norm": Figure("layernorm", f"{_BROWN} §2.1 (GPT-2's architecture)"),
-        "placement": Figure("pre", f"{_BROWN} §2.1 (pre-normalization)"),
-        "positions": Figure("sinusoidal", f"{_COUNT3}: no positional parameters counted "
-                                          "(GPT-3 itself learns them)"),
-        "context": Figure(2048, f"{_BROWN} §2.1 (n_ctx = 2048)"),
-        "mlp": Figure("gelu", f"{_BROWN} §2.1 (GPT-2's architecture)"),
-        "n_experts": Figure(0, "dense model"),
-        "top_k": Figure(1, _UNUSED),
-        "attn_bias": Figure(False, f"{_COUNT3}: (3 d d_head + d_head d) n_heads per block"),
-        "mlp_bias": Figure(True, f"{_COUNT3}: 2 d_mlp d + (d_mlp + d) per block"),
-        "tied_embeddings": Figure(False, f"{_COUNT3}: W_E and W_U, 2 d n_vocab"),
-        "final_norm": Figure(False, f"{_COUNT3}: gamma, beta 2 x (2 d) x n_blocks"),
-        "causal": Figure(True, "decoder-only language model"),
-        "temperature": Figure(1.0, "training objective (no temperature)"),
-        "norm_eps": Figure(1e-5, "GPT-2's layer_norm_epsilon (not restated for GPT-3)"),
-        "rope_base": Figure(10000, _UNUSED),
-        **_SOFTMAX,
-    },
-    "llama3-405b": {
-        "vocab_size": Figure(128256, f"{_BS} Table 2 (128,256); {_LLAMA} §3.2 and Table 3 "
-                                     f"(128K: 100K tiktoken + 28K tokens); {_LLAMA_REL}"),
-        "d_model": Figure(16384, f"{_BS} Table 2; {_LLAMA} Table 3"),
-        "n_heads": Figure(128, f"{_BS} Table 2; {_LLAMA} Table 3"),
-        "n_blocks": Figure(126, f"{_BS} Table 2; {_LLAMA} Table 3"),
-        "d_mlp": Figure(53248, f"{_BS} Table 2; {_LLAMA} Table 3 (FFN dimension)"),
-        "n_kv_heads": Figure(8, f"{_BS} Table 2; {_LLAMA} §3.2 and Table 3 (grouped-query "
-                                "attention, 8 key/value heads)"),
-        "d_head": Figure(128, "d_model / n_heads"),
-        "norm": Figure("rmsnorm", f"{_LLAMA} §3.2 (Llama 2's architecture); {_LLAMA_REL}"),
-        "placement": Figure("pre", f"{_LLAMA} §3.2 (Llama 2's architecture)"),
-        "positions": Figure("rope", f"{_LLAMA} Table 3"),
-        "context": Figure(8192, f"{_LLAMA} §3.4.1 (pre-training context of 8K tokens)"),
-        "mlp": Figure("swiglu", f"{_LLAMA} Table 3 (activation function SwiGLU)"),
-        "n_experts": Figure(0, f"{_LLAMA} §3.2 (a dense Transformer, not a mixture of "
-                               "experts)"),
-        "top_k": Figure(1, _UNUSED),
-        "attn_bias": Figure(False, f"{_LLAMA_REL}; {_BS} Table 4 (no attention biases)"),
-        "mlp_bias": Figure(False, _LLAMA_REL),
-        "tied_embeddings": Figure(False, f"{_LLAMA_REL}; {_BS} Table 4 (W_E and W_U)"),
-        "final_norm": Figure(True, _LLAMA_REL),
-        "causal": Figure(True, "decoder-only language model"),
-        "temperature": Figure(1.0, "training objective (no temperature)"),
-        "norm_eps": Figure(1e-5, f"{_LLAMA_REL} (norm_eps)"),
-        "rope_base": Figure(500000, f"{_LLAMA} §3.2 and Table 3 (RoPE base frequency "
-                                    "theta = 500,000)"),
-        **_SOFTMAX,
-    },
-}
-_GEMMA = "Gemma Team 2024 (Gemma: Open Models Based on Gemini Research and Technology)"
-_GEMMA_HF = "released google/gemma-{} config.json"
-for _size, _d, _h, _kv, _L, _m in (("2b", 2048, 8, 1, 18, 16384), ("7b", 3072, 16, 16, 28, 24576)):
-    _hf = _GEMMA_HF.format(_size)
-    PUBLISHED[f"gemma-{_size}"] = {
-        **_SOFTMAX,
-        "vocab_size": Figure(256000, f"{_hf} (the paper's Table 1 counts 256,128 embedding "
-                                     "rows)"),
-        "d_model": Figure(_d, f"{_GEMMA} Table 1"),
-        "n_heads": Figure(_h, f"{_GEMMA} Table 1"),
-        "n_blocks": Figure(_L, f"{_GEMMA} Table 1"),
-        "d_mlp": Figure(_m, f"{_hf} (intermediate_size; Table 1's feedforward hidden dims "
-                            f"{2 * _m} count the gate and up projections together)"),
-        "n_kv_heads": Figure(_kv, f"{_GEMMA} Table 1 (multi-query attention for 2B)"),
-        "d_head": Figure(256, f"{_GEMMA} Table 1 (head size 256)"),
-        "norm": Figure("rmsnorm", f"{_GEMMA} §2 (RMSNorm)"),
-        "placement": Figure("pre", "Hugging Face GemmaDecoderLayer (input_layernorm before "
-                                   "attention, post_attention_layernorm before the MLP)"),
-        "positions": Figure("rope", f"{_GEMMA} §2 (RoPE)"),
-        "context": Figure(8192, f"{_GEMMA} §2 (context length of 8192 tokens)"),
-        "mlp": Figure("geglu", f"{_GEMMA} §2 (GeGLU); {_hf} (gelu_pytorch_tanh)"),
-        "n_experts": Figure(0, "dense model"),
-        "top_k": Figure(1, _UNUSED),
-        "attn_bias": Figure(False, f"{_hf} (attention_bias false)"),
-        "mlp_bias": Figure(False, _hf),
-        "tied_embeddings": Figure(True, f"{_GEMMA} §2 (shared input and output embeddings)"),
-        "final_norm": Figure(True, _hf),
-        "causal": Figure(True, "decoder-only language model"),
-        "temperature": Figure(1.0, "training objective (no temperature)"),
-        "norm_eps": Figure(1e-6, f"{_hf} (rms_norm_eps)"),
-        "rope_base": Figure(10000, f"{_hf} (rope_theta)"),
-        "embed_scale": Figure(True, "Hugging Face GemmaModel (embeddings times "
-                                    "sqrt(hidden_size))"),
-    }
-PUBLISHED["llama3.1-405b"] = {
-    **PUBLISHED["llama3-405b"],
-    "context": Figure(131072, "released Llama-3.1-405B config.json (max_position_embeddings; "
-                              f"{_LLAMA} §3.4.2: 128K context)"),
-    "rope_scaling": Figure(RopeScaling("llama3", 8.0, 1.0, 4.0, 8192),
-                           "released Llama-3.1-405B config.json (rope_scaling: llama3, factor "
-                           "8, low 1, high 4, original 8192)"),
-}
-PUBLISHED["llama3-405b-seed-table"] = {
-    **PUBLISHED["llama3-405b"],
-    "norm": Figure("layernorm", f"{_COUNT4}: gamma and beta per norm"),
-    "mlp_bias": Figure(True, f"{_COUNT4}: MLP biases 2 d_mlp + d_model per block"),
-    "final_norm": Figure(False, f"{_COUNT4}: 2 x (2 d) x n_blocks norm parameters"),
-}
-
-#: Published parameter totals, exact: ``(value, source)``.
-PUBLISHED_TOTALS: dict[str, tuple[int, str]] = {
-    "gpt2-small": (124_439_808, "Hugging Face gpt2, num_parameters() (Radford et al. 2019 "
-                                "Table 2 reports 117M)"),
-    "gpt3-175b": (175_191_908_352, f"{_BS} Table 3 and §3.11.3"),
-    "llama3-405b-seed-table": (405_872_984_064, f"{_BS} Table 4 and §3.11.3"),
-    "llama3-405b": (405_853_388_800, "Hugging Face meta-llama/Llama-3.1-405B, safetensors "
-                                     f"total ({_LLAMA} §1: 405B)"),
-    "llama3.1-405b": (405_853_388_800, "Hugging Face meta-llama/Llama-3.1-405B, safetensors "
-                                       "total (RoPE scaling adds no parameter)"),
-    # Table 2 of the paper counts 256,128 embedding rows (524,550,144 + 1,981,884,416 for 2B;
-    # 786,825,216 + 7,751,248,896 for 7B); the released vocabulary has 256,000: 128 d fewer
-    "gemma-2b": (2_506_434_560 - 128 * 2048, f"{_GEMMA} Table 2, less 128 x 2048 embedding "
-                                             "parameters (256,000 released rows)"),
-    "gemma-7b": (8_538_074_112 - 128 * 3072, f"{_GEMMA} Table 2, less 128 x 3072 embedding "
-                                             "parameters (256,000 released rows)"),
-}
 
 
 def preset_mismatches(name: str) -> list[str]:

@@ -1,7 +1,20 @@
-"""Run the derivations and (re)generate or check the proof documents."""
+"""Run the derivations and (re)generate or check the proof documents, incrementally.
+
+Each entry of the committed ``index.json`` records two hashes: ``inputs``, the SHA-256 of the
+sources its derivation can reach (the modules of its ``derive`` function, of the functions it
+certifies, of the catalogue module that registers it and of the proof renderer, with every
+``nlaverify`` module they import, transitively: :mod:`nlaverify.sourcegraph`) and of the
+SymPy, mpmath and NumPy versions; and ``document``, the SHA-256 of its committed Markdown.
+:func:`derive` without ids re-derives only the identities whose ``inputs`` changed, whose
+document is missing or differs from its recorded hash, or whose verdict is not ``proved``;
+the others are verified from the record without running SymPy. ``everything=True``
+(``nlaverify derive --all``) derives every identity.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import signal
@@ -13,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from nlaverify.identities.core import Identity, Proof, get_identity, load_catalogue
+from nlaverify.identities.core import _ORDER, Identity, Proof, get_identity, load_catalogue
 from nlaverify.symbolic.document import (
     identity_path,
     render_family,
@@ -24,6 +37,57 @@ from nlaverify.symbolic.document import (
 
 #: where the committed proof documents live, relative to the repository root
 DEFAULT_ROOT = Path("docs/proofs")
+#: modules every proof document depends on: the runner, the renderer, the catalogue's types
+RENDERER_MODULES = ("nlaverify.proofs", "nlaverify.symbolic.document", "nlaverify.identities.core")
+
+
+def identity_roots(identity: Identity) -> list[str]:
+    """The modules an identity's proof starts from (their imports are followed by the hash):
+    its ``derive`` function's (unwrapped), its certified functions', the module that
+    registered it, and :data:`RENDERER_MODULES`."""
+    from nlaverify.sourcegraph import owning_module, package_modules
+
+    modules = package_modules()
+    roots = [inspect.unwrap(identity.derive).__module__, *RENDERER_MODULES]
+    roots += [m for m in (owning_module(c, modules) for c in identity.certifies) if m]
+    if identity.id in _ORDER:
+        roots.append(_ORDER[identity.id][0])
+    return sorted(set(roots))
+
+
+def inputs_hashes(catalogue: dict[str, Identity], package_dir: Path | None = None
+                  ) -> dict[str, str]:
+    """``{id: inputs hash}`` for the catalogue, read from ``package_dir`` (default: the
+    package's own folder; a modified copy in tests). See the module docstring."""
+    from nlaverify.sourcegraph import PACKAGE_DIR, SourceHasher
+
+    hasher = SourceHasher(package_dir or PACKAGE_DIR)
+    return {i: hasher.hash(identity_roots(x)) for i, x in catalogue.items()}
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def needs_derivation(catalogue: dict[str, Identity], index: dict[str, dict], root: Path,
+                     hashes: dict[str, str]) -> dict[str, str]:
+    """``{id: reason}`` for every identity the record cannot vouch for: not recorded, not
+    ``proved``, inputs changed, document missing or not the one recorded."""
+    reasons: dict[str, str] = {}
+    for i, identity in catalogue.items():
+        entry = index.get(i)
+        doc = root / identity_path(identity)
+        if entry is None:
+            reasons[i] = "not in index.json"
+        elif entry.get("verdict") != "proved":
+            reasons[i] = f"recorded verdict {entry.get('verdict')!r}"
+        elif entry.get("inputs") != hashes[i]:
+            reasons[i] = "inputs changed"
+        elif not doc.exists():
+            reasons[i] = "document missing"
+        elif entry.get("document") != _sha256(doc.read_text(encoding="utf-8")):
+            reasons[i] = "document differs from its recorded hash"
+    return reasons
 
 
 def derive_one(identity_id: str) -> tuple[str, Proof, float]:
@@ -91,10 +155,11 @@ def run_derivations(
     return {i: results[i] for i in ids}
 
 
-def _index_entry(identity: Identity, verdict: str) -> dict[str, object]:
+def _index_entry(identity: Identity, verdict: str, inputs: object, document: object
+                 ) -> dict[str, object]:
     return {"family": identity.family, "title": identity.title, "seed": identity.seed,
             "verdict": verdict, "doc": identity_path(identity),
-            "certifies": list(identity.certifies)}
+            "certifies": list(identity.certifies), "inputs": inputs, "document": document}
 
 
 def read_index(root: Path = DEFAULT_ROOT) -> dict[str, dict[str, object]]:
@@ -104,42 +169,76 @@ def read_index(root: Path = DEFAULT_ROOT) -> dict[str, dict[str, object]]:
 
 
 def render_documents(
-    catalogue: dict[str, Identity], proofs: dict[str, Proof], old_index: dict[str, dict]
+    catalogue: dict[str, Identity], proofs: dict[str, Proof], old_index: dict[str, dict],
+    hashes: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """All files to write: the derived identities' documents, every family index and
-    ``index.json`` (identities not re-derived keep their committed verdict)."""
+    ``index.json`` (identities not re-derived keep their committed verdict and hashes; the
+    derived ones record ``hashes`` when given, else keep the committed ``inputs``)."""
     files = {identity_path(catalogue[i]): render_identity(catalogue[i], p)
              for i, p in proofs.items()}
     verdicts = {i: str(old_index.get(i, {}).get("verdict", "missing")) for i in catalogue}
     verdicts.update({i: p.verdict for i, p in proofs.items()})
+    inputs = {i: old_index.get(i, {}).get("inputs") for i in catalogue}
+    documents = {i: old_index.get(i, {}).get("document") for i in catalogue}
+    for i in proofs:
+        documents[i] = _sha256(files[identity_path(catalogue[i])])
+        if hashes is not None:
+            inputs[i] = hashes[i]
     families: dict[str, list[tuple[Identity, str]]] = {}
     for i, identity in catalogue.items():
         families.setdefault(identity.family, []).append((identity, verdicts[i]))
     for family, rows in families.items():
         files[f"{family}.md"] = render_family(family, rows)
     files["index.json"] = render_index(
-        {i: _index_entry(catalogue[i], verdicts[i]) for i in catalogue})
+        {i: _index_entry(catalogue[i], verdicts[i], inputs[i], documents[i])
+         for i in catalogue})
     return files
 
 
 def derive(
     ids: Sequence[str] = (), *, check: bool = False, root: Path = DEFAULT_ROOT,
-    jobs: int | None = None, out=None,
+    jobs: int | None = None, out=None, everything: bool = False,
+    changed_only: bool | None = None,
 ) -> int:
     """Regenerate (or with ``check``, verify) the proof documents; returns an exit code.
 
-    ``check`` writes nothing: it fails, naming each culprit, when a proof is not
-    ``proved`` or a committed document differs from the regenerated one.
+    The selection is ``ids`` (default: the whole catalogue). With ``changed_only`` (the
+    default when no ids are given and not ``everything``) only the identities of the
+    selection that :func:`needs_derivation` names are derived; the others are vouched for by
+    their record (inputs hash and document hash unchanged, verdict ``proved``). ``check``
+    writes nothing: it fails, naming each culprit, when a proof is not ``proved`` or a
+    committed document differs from the regenerated one. A check that re-derives an identity
+    whose inputs changed passes when its proof and document still hold (the recorded hash is
+    only a cache key: a new SymPy release must not fail the suite); ``nlaverify derive``
+    then records the new hashes.
     """
     out = sys.stderr if out is None else out
     catalogue = load_catalogue()
     for i in ids:
         get_identity(i)  # raises with a clear message for an unknown id
-    selected = list(ids) or list(catalogue)
-    jobs = jobs or min(len(selected), os.cpu_count() or 1)
+    selected = list(dict.fromkeys(ids)) or list(catalogue)
+    if changed_only is None:
+        changed_only = not ids and not everything
     start = time.perf_counter()
-    proofs = run_derivations(selected, jobs, progress=lambda s: print(s, file=out, flush=True))
-    files = render_documents(catalogue, proofs, read_index(root) if ids else {})
+    old_index = read_index(root)
+    hashes = inputs_hashes(catalogue)
+    todo = selected
+    if changed_only:
+        reasons = needs_derivation({i: catalogue[i] for i in selected}, old_index, root, hashes)
+        todo = [i for i in selected if i in reasons]
+        print(f"{len(selected) - len(todo)}/{len(selected)} identities unchanged since their "
+              f"recorded proof (inputs and document hashes); deriving {len(todo)}", file=out)
+        counts: dict[str, int] = {}
+        for i in todo:
+            counts[reasons[i]] = counts.get(reasons[i], 0) + 1
+        for reason, count in sorted(counts.items()):
+            names = [i for i in todo if reasons[i] == reason]
+            shown = ", ".join(names[:6]) + (", ..." if count > 6 else "")
+            print(f"  {count} {reason}: {shown}", file=out)
+    jobs = jobs or min(max(len(todo), 1), os.cpu_count() or 1)
+    proofs = run_derivations(todo, jobs, progress=lambda s: print(s, file=out, flush=True))
+    files = render_documents(catalogue, proofs, old_index, None if check else hashes)
     failures = [f"{i}: {p.verdict}" + (f" ({p.detail.strip().splitlines()[-1]})" if p.detail
                                          else "")
                 for i, p in proofs.items() if p.verdict != "proved"]
@@ -147,16 +246,22 @@ def derive(
         stale = [rel for rel, content in files.items() if not (root / rel).exists()
                  or (root / rel).read_text(encoding="utf-8") != content]
         if not ids:
-            known = set(files)
+            known = set(files) | {identity_path(x) for x in catalogue.values()}
             stale += [str(p.relative_to(root)) for p in sorted(root.rglob("*.md"))
                       if str(p.relative_to(root)) not in known]
         for s in stale:
             failures.append(f"stale proof document: {root / s} (run `nlaverify derive`)")
+        moved = [i for i in proofs if old_index.get(i, {}).get("inputs") != hashes[i]]
+        if moved and not failures:
+            print(f"note: {len(moved)} identities re-derived because their inputs changed "
+                  "still hold; `nlaverify derive` records their new hashes", file=out)
     else:
         write_atomically(root, files)
     elapsed = time.perf_counter() - start
     proved = sum(p.verdict == "proved" for p in proofs.values())
     print(f"{proved}/{len(proofs)} identities proved in {elapsed:.1f} s"
+          + (f" ({len(proofs)} re-derived; {len(selected) - len(todo)} vouched for by their "
+             "record)" if len(todo) < len(selected) else "")
           + ("" if check else f"; documents written to {root}/"), file=out)
     for f in failures:
         print(f"FAIL {f}", file=out)

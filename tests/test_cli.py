@@ -177,13 +177,13 @@ def test_proof_root_comes_from_the_checkout_not_the_cwd(tmp_path, monkeypatch, c
     """``nlaverify list`` from another folder reads the checkout's verdicts (it showed every
     identity "not derived"); outside a checkout, list and derive say so in one line and
     create nothing in the current folder (derive used to create ./docs/proofs)."""
-    from nlaverify import cli
+    from nlaverify import cli, commands
 
     monkeypatch.chdir(tmp_path)
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "not derived" not in out and "proved" in out
-    monkeypatch.setattr(cli, "checkout_proofs", lambda: None)
+    monkeypatch.setattr(commands, "checkout_proofs", lambda: None)  # where the commands look
     for argv in (["list"], ["derive", "relu_vjp"]):
         assert cli.main(argv) == 2
         assert "not running from a checkout" in capsys.readouterr().err

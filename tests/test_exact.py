@@ -21,6 +21,7 @@ import pytest
 import sympy
 
 import nlaverify.symbolic.exact as exact
+import nlaverify.symbolic.refute as refute
 from nlaverify.backends import get_namespace
 from nlaverify.ops import sdpa
 from nlaverify.ops.linear import affine, affine_vjp
@@ -286,7 +287,7 @@ def test_rounding_noise_is_screened_by_the_magnitude(monkeypatch, expr, point) -
     magnitude (sums of absolute values at every level, not just the top one), so the
     confirmation at 80 digits is never even needed."""
     digits: list[int] = []
-    evaluate = exact._evaluate
+    evaluate = refute._evaluate
 
     def spy(e: sympy.Expr, p: Any, d: int) -> Any:
         digits.append(d)
@@ -294,7 +295,7 @@ def test_rounding_noise_is_screened_by_the_magnitude(monkeypatch, expr, point) -
 
     points = [point] if point else sample_points(sorted(expr.free_symbols, key=str))
     assert any(evaluate(expr, p, 40)[0] != 0 for p in points)  # there is noise to screen
-    monkeypatch.setattr(exact, "_evaluate", spy)
+    monkeypatch.setattr(refute, "_evaluate", spy)
     assert find_counterexample(expr, points) is None
     assert digits and 80 not in digits
 

@@ -270,15 +270,15 @@ def test_a_wrong_capture_convention_is_caught(monkeypatch: pytest.MonkeyPatch) -
     """The map from HF's captures to graph nodes is itself checked: forget the RoPE
     permutation of the query columns, or read HF's (B, n, H, d_h) attention output as if it
     were (B, H, n, d_h), and the node is reported."""
-    from nlaverify.interop import hf_verify
+    from nlaverify.interop import hf_taps
 
-    real = hf_verify._layouts
+    real = hf_taps._layouts
 
     def no_permutation(config: object) -> dict:
         lay = real(config)
         return {**lay, "cols": lambda h, permute=True: lay["cols"](h, False)}
 
-    monkeypatch.setattr(hf_verify, "_layouts", no_permutation)
+    monkeypatch.setattr(hf_taps, "_layouts", no_permutation)
     r = verify_hf(CONFIGS["llama"], seq_len=N, exact=True)
     assert r.first_divergence == "blocks.0.attn.q"
 
@@ -287,7 +287,7 @@ def test_a_wrong_capture_convention_is_caught(monkeypatch: pytest.MonkeyPatch) -
         return {**lay, "bnhd": lambda permute=True: lambda a: np.reshape(
             a[0], (a.shape[2], a.shape[1], a.shape[3]))}
 
-    monkeypatch.setattr(hf_verify, "_layouts", heads_misread)
+    monkeypatch.setattr(hf_taps, "_layouts", heads_misread)
     r = verify_hf(CONFIGS["gpt2"], seq_len=N, exact=True)
     assert r.first_divergence == "blocks.0.attn.heads"
 

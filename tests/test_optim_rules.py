@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from nlaverify.backends import get_namespace
 from nlaverify.errors import ArgumentError, ShapeError
+from nlaverify.optim import base as B
+from nlaverify.optim import elementwise as E
 from nlaverify.optim import muon as _mu
 from nlaverify.optim import newton_schulz as _ns
 from nlaverify.optim import rules as R
@@ -139,12 +141,12 @@ def _bad_ema(xp, m, g, beta):
 
 
 @pytest.mark.parametrize("target, attr, bad, cases", [
-    (R, "bias_correction", _bad_bias, ("adam", "muon")),
-    (R, "ema", _bad_ema, ("adam", "rmsprop")),
-    (R, "nesterov_trace", lambda xp, v, g, b: v, ("nesterov",)),
-    (R, "heavy_ball", lambda xp, v, g, b: g + v, ("heavy_ball",)),
-    (R, "adagrad_direction", lambda xp, s, g, eps: g / xp.sqrt(s), ("adagrad",)),
-    (R, "decoupled_decay", lambda xp, d, w, wd: d - R.const(xp, wd) * w, ("adamw",)),
+    (E, "bias_correction", _bad_bias, ("adam", "muon")),
+    (E, "ema", _bad_ema, ("adam", "rmsprop")),
+    (E, "nesterov_trace", lambda xp, v, g, b: v, ("nesterov",)),
+    (E, "heavy_ball", lambda xp, v, g, b: g + v, ("heavy_ball",)),
+    (E, "adagrad_direction", lambda xp, s, g, eps: g / xp.sqrt(s), ("adagrad",)),
+    (E, "decoupled_decay", lambda xp, d, w, wd: d - R.const(xp, wd) * w, ("adamw",)),
     (_mu, "shape_scale", lambda xp, shape, scaling: xp.const_sqrt(max(shape[-2:]), shape[-1]),
      ("muon",)),  # Jordan's scale in place of optax's
     (_ns, "MUON", _ns.QUINTIC, ("muon",)),
@@ -160,10 +162,10 @@ def test_planted_mutant_is_caught(monkeypatch, target, attr, bad, cases) -> None
 
 
 def test_schedule_counts_are_optaxs(monkeypatch) -> None:
-    """The cases above pass with a schedule; a rule that feeds it t + 1 (the count after the
-    step) instead of t does not."""
+    """The cases above pass with a schedule; one that feeds it t + 1 (not t) does not."""
     real = R.learning_rate
-    monkeypatch.setattr(R, "learning_rate", lambda xp, lr, c: real(xp, lr, c + 1))
+    monkeypatch.setattr(B, "learning_rate", lambda xp, lr, c: real(xp, lr, c + 1))  # Muon's
+    monkeypatch.setattr(E, "learning_rate", lambda xp, lr, c: real(xp, lr, c + 1))  # the rest
     for case in SCHEDULED:
         assert _cross_check(case, SHAPES) > 1.0, case.name
 

@@ -6,14 +6,14 @@ exact proof and every graph-versus-autodiff check lets through but the zoo kills
 Runtime: the zoo is verified once (module fixture); every planted bug is checked by the
 field-effect pairs of the zoo member that covers it (forward only, fast), and by the whole
 pipeline on that member for one bug by default, for all of them with
-``HYPOTHESIS_PROFILE=nightly`` or ``NLAVERIFY_FULL_KILL=1``.
+``HYPOTHESIS_PROFILE=nightly`` or ``NLAVERIFY_FULL_KILL=1``. (The presets, the independent
+model and the CLI: tests/test_zoo_presets.py, tests/test_zoo_model.py, tests/test_zoo_cli.py.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,25 +23,14 @@ import numpy as np
 import pytest
 
 from nlaverify import zoo
-from nlaverify.cli import main
-from nlaverify.config import (
-    PRESETS,
-    PUBLISHED,
-    PUBLISHED_TOTALS,
-    UNPUBLISHED,
-    TransformerConfig,
-    preset,
-    preset_mismatches,
-)
+from nlaverify.config import TransformerConfig, preset
 from nlaverify.graph import build
-from nlaverify.graph.build import build_transformer, parameter_counts
+from nlaverify.graph.build import build_transformer
 from nlaverify.graph.run import init_params, run_graph, sample_data
-from nlaverify.models import jax_transformer as model
 from nlaverify.ops import embedding, moe, rotary
 from nlaverify.ops.activations import swiglu, swiglu_vjp
 from nlaverify.ops.registry import OPS
 from nlaverify.pipeline import format_report
-from nlaverify.tolerance import tolerance
 
 FULL_KILL = (os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci"
              or os.environ.get("NLAVERIFY_FULL_KILL") == "1")
@@ -133,119 +122,6 @@ def test_field_effect_fails_when_a_field_has_no_effect() -> None:
     same = zoo.field_effect("temperature", "moe-gelu-top1-tied", 0.5)
     assert same.agrees and not same.visible and not same.ok
     assert "effect too small" in same.describe()
-
-
-# --------------------------------------------------------------------------- presets
-
-
-def test_every_preset_field_matches_the_published_figures() -> None:
-    assert set(PRESETS) == set(PUBLISHED) | UNPUBLISHED
-    fields = set(zoo.config_fields())
-    for name, table in PUBLISHED.items():
-        assert set(table) == fields, name
-        assert all(fig.source for fig in table.values())
-        assert preset_mismatches(name) == [], name
-    assert preset("mid").as_dict() | {"name": None} == TransformerConfig(
-        vocab_size=2048, d_model=256, n_heads=8, n_blocks=4, d_mlp=1024, context=256,
-        attn_bias=True, mlp_bias=True, name="").as_dict() | {"name": None}
-
-
-def test_parameter_totals_match_the_published_counts() -> None:
-    for name, (total, source) in PUBLISHED_TOTALS.items():
-        assert parameter_counts(build_transformer(preset(name))).total == total, (name, source)
-
-
-@pytest.mark.parametrize(("field", "value"), [("rope_base", 10000), ("vocab_size", 128000),
-                                              ("n_kv_heads", 16), ("context", 4096)])
-def test_a_planted_preset_error_fails(monkeypatch, field: str, value: Any) -> None:
-    wrong = PRESETS["llama3-405b"].replace(**{field: value})
-    monkeypatch.setitem(PRESETS, "llama3-405b", wrong)
-    bad = preset_mismatches("llama3-405b")
-    assert len(bad) == 1 and bad[0].startswith(f"llama3-405b.{field} = ")
-    assert "Dubey" in bad[0] or "Baggag" in bad[0]
-    if field == "vocab_size":  # the exact count sees it too
-        assert parameter_counts(build_transformer(wrong)).total != PUBLISHED_TOTALS[
-            "llama3-405b"][0]
-
-
-# ------------------------------------------------------------- the independent model
-
-
-def test_model_intermediates_are_the_graph_values() -> None:
-    for cfg in (zoo.zoo_config("moe-swiglu-gqa"), zoo.zoo_config("post-layernorm"),
-                zoo.zoo_config("post-rmsnorm-bidirectional")):
-        g = build_transformer(cfg)
-        params = init_params(g, 3)
-        data = sample_data(cfg.vocab_size, min(6, cfg.context), 3)
-        ev = run_graph(g, "numpy", params, data)
-        jp = {k: np.asarray(v) for k, v in params.items()}
-        rec = model.intermediates(jp, data["tokens"], cfg, data["targets"])
-        needed = {"x0", "logits", "loss"} | {f"blocks.{layer}.{s}" for layer in
-                                             range(cfg.n_blocks) for s in
-                                             ("resid1", "resid2", "attn.out", "mlp.out")}
-        needed |= {"final_norm"} if cfg.final_norm else set()
-        needed |= {"logits_tempered"} if cfg.temperature != 1.0 else set()
-        assert needed <= set(rec) and set(rec) <= set(g)
-        tol = tolerance("float64", size=16, depth=40, condition=10.0)
-        for node, v in rec.items():
-            assert tol.compare(v, ev.values[node]).ok, (cfg.name, node)
-        assert float(model.loss(jp, data["tokens"], data["targets"], cfg)) == pytest.approx(
-            float(rec["loss"]), rel=0, abs=0)
-
-
-def test_model_accepts_a_batch_and_ignored_targets() -> None:
-    import jax
-
-    cfg = zoo.zoo_config("gqa-rope-swiglu")
-    params = init_params(build_transformer(cfg), 1)
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, cfg.vocab_size, size=(3, 6))
-    targets = rng.integers(0, cfg.vocab_size, size=(3, 6))
-    logits = jax.jit(model.logits, static_argnums=2)
-    z = np.asarray(logits(params, tokens, cfg))
-    assert z.shape == (3, 6, cfg.vocab_size)
-    for b in range(3):  # eager, one sequence at a time
-        assert np.allclose(z[b], np.asarray(model.logits(params, tokens[b], cfg)), rtol=0,
-                           atol=tolerance("float64", size=16, depth=40).rtol)
-    targets[0, 1] = targets[2, 4] = model.IGNORE_INDEX
-    logp = z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
-    kept = [(b, i) for b in range(3) for i in range(6) if targets[b, i] != model.IGNORE_INDEX]
-    expected = -sum(logp[b, i, targets[b, i]] for b, i in kept) / len(kept)
-    loss = jax.jit(model.loss, static_argnums=3)
-    assert float(loss(params, tokens, targets, cfg)) == pytest.approx(expected, rel=1e-13)
-    rec = jax.eval_shape(lambda p, t: model.intermediates(p, t, cfg), params, tokens)
-    assert rec["blocks.0.attn.k_shared"].shape == (3, 4, 6, 4)  # (B, H, n, d_head)
-    assert rec["logits"].shape == (3, 6, cfg.vocab_size)
-    with pytest.raises(ValueError, match="targets"):
-        model.loss(params, tokens, targets[:, :4], cfg)
-    with pytest.raises(ValueError, match="tokens"):
-        model.logits(params, tokens[None], cfg)
-
-
-def test_first_divergence_names_a_model_error(monkeypatch) -> None:
-    # the model's RoPE pairs (i, i + d/2) instead of (2i, 2i+1): the first node where the
-    # model and the graph part is the rotated query. (The pipeline calls this localisation
-    # when its end-to-end model check fails; the planted-bug tests below run it there.)
-    from nlaverify.graph.compare import accumulation_length
-    from nlaverify.pipeline import _first_model_divergence
-
-    def half_pairs(x: Any, cfg: Any) -> Any:
-        jnp = model.jnp
-        _, n, dh = x.shape
-        theta = cfg.rope_base ** (-jnp.arange(0, dh, 2) / dh)
-        phase = jnp.exp(1j * jnp.arange(n)[:, None] * theta[None, :])
-        z = (x[..., : dh // 2] + 1j * x[..., dh // 2:]) * phase
-        return jnp.concatenate([z.real, z.imag], axis=-1)
-
-    cfg = zoo.zoo_config("gqa-rope-swiglu")
-    g = build_transformer(cfg)
-    params, data = init_params(g, 0), sample_data(cfg.vocab_size, 6, 0)
-    ref = run_graph(g, "numpy", params, data)
-    k, depth = accumulation_length(g, 6), 2 * (4 * cfg.n_blocks + 6)
-    assert _first_model_divergence(g, ref, params, data, cfg, k, depth) is None
-    monkeypatch.setattr(model, "_rope", half_pairs)
-    assert _first_model_divergence(g, ref, params, data, cfg, k, depth) == (
-        "blocks.0.attn.q_rope")
 
 
 # ---------------------------------------------------------------- planted bugs
@@ -478,45 +354,3 @@ def test_planted_bugs_are_invisible_without_the_zoo(monkeypatch) -> None:
             g2 = build_transformer(cfg)
             assert float(run_graph(g2, "numpy", params, data).values["loss"]) == float(clean)
 
-
-# --------------------------------------------------------------------------- CLI
-
-
-def test_cli_verify_zoo(monkeypatch, capsys) -> None:
-    # the command over two members' reports (each member is verified by its own test above)
-    import nlaverify.pipeline
-
-    members = ("post-layernorm", "post-rmsnorm-bidirectional")
-    monkeypatch.setattr(zoo, "ZOO", tuple(zoo.zoo_config(m) for m in members))
-    # real reports, made cheaply (one backend, three tokens): the command only formats them
-    recorded = {r.config.name: r for r in zoo.verify_zoo(("numpy",), zoo.ZOO, n=3)}
-    calls = []
-
-    def fake(cfg, backends, seed, n, digits):
-        calls.append((cfg.name, backends, n))
-        return recorded[cfg.name]
-
-    monkeypatch.setattr(nlaverify.pipeline, "verify_pipeline", fake)
-    assert main(["verify", "--zoo", "--backends", "numpy,jax"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split()[1:3] for line in out[:-1]] == [[c.name, "ok"] for c in zoo.ZOO]
-    assert out[-1] == f"zoo: {len(zoo.ZOO)} passed, 0 failed"
-    assert calls[0][1] == ("numpy", "jax")
-    assert dict((c, n) for c, _, n in calls)["post-rmsnorm-bidirectional"] == 5  # context
-    wrong = dataclasses.replace(recorded["post-layernorm"], model_divergence="blocks.0.resid2",
-                                end_to_end=[(s, q, 2 * b if s == "independent JAX model"
-                                             else e, b) for s, q, e, b in
-                                            recorded["post-layernorm"].end_to_end])
-    monkeypatch.setitem(recorded, "post-layernorm", wrong)
-    assert main(["verify", "--zoo", "--backends", "numpy"]) == 1
-    out = capsys.readouterr().out.splitlines()
-    line = next(x for x in out if "post-layernorm" in x)
-    assert "FAIL" in line and "first divergence at blocks.0.resid2" in line
-    assert out[-1] == f"zoo: {len(zoo.ZOO) - 1} passed, 1 failed"
-    assert main(["verify", "--zoo", "--backends", "numpy", "--json"]) == 1
-    doc = json.loads(capsys.readouterr().out)
-    assert (doc["passed"], doc["failed"], doc["ok"]) == (len(zoo.ZOO) - 1, 1, False)
-    assert [r["model_first_divergence"] for r in doc["reports"] if not r["ok"]] == [
-        "blocks.0.resid2"]
-    assert main(["verify", "--zoo", "--backends", "numpy,nope"]) == 2
-    assert "unknown backend 'nope'" in capsys.readouterr().err

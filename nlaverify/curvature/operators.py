@@ -4,10 +4,10 @@ r"""Dense curvature matrices, flat jitted operators and the Hessian product of a
 * :func:`linear_operator`: :math:`v \mapsto C v` on flat vectors, one ``jax.jit`` per kind
   and problem (cached on it), the forward values passed in, so a call is one JVP, one
   logit-space map and one VJP (the Hessian: one forward-over-reverse pass);
-* :func:`hessian_vp`: on JAX, forward-over-reverse, ``jax.jvp`` of the gradient that the
-  graph's *hand* VJPs compute; on mpmath, Richardson-extrapolated central differences of
-  that same hand gradient (:func:`hessian_fd_tolerance` bounds their error); NumPy has no
-  second-order mode and raises;
+* :func:`hessian_vp` (from :mod:`nlaverify.curvature.hessian`): on JAX, forward-over-reverse,
+  ``jax.jvp`` of the gradient that the graph's *hand* VJPs compute; on mpmath,
+  Richardson-extrapolated central differences of that same hand gradient
+  (:func:`hessian_fd_tolerance` bounds their error); NumPy has no second-order mode and raises;
 * :func:`dense`: the :math:`P \times P` matrix. GGN, Fisher and empirical Fisher are
   assembled from the Jacobian :math:`J` (``P`` forward-mode passes) and per-position
   factors, a route independent of the products' reverse pass: :math:`G = \sum_i w_i
@@ -29,22 +29,37 @@ import numpy as np
 from nlaverify.backends import get_namespace
 from nlaverify.backends.host import to_host
 from nlaverify.curvature.graph import (
+    draw_noise,
+    loss_hessian_vp,
+    observed_gradients,
+    product,
+    sampled_gradients,
+)
+from nlaverify.curvature.hessian import _hessian_jax, fd_step, hessian_fd_tolerance, hessian_vp
+from nlaverify.curvature.problem import (
     KINDS,
     CurvatureProblem,
     Kind,
     cached_jit,
-    draw_noise,
     forward_values,
     logits_tangent,
-    loss_hessian_vp,
-    observed_gradients,
-    params_cotangent,
-    product,
-    sampled_gradients,
 )
 from nlaverify.errors import ArgumentError, ShapeError
-from nlaverify.graph.core import evaluate, needed_nodes
-from nlaverify.tolerance import Tolerance, finite_difference_tolerance, unit_roundoff
+from nlaverify.graph.core import needed_nodes
+from nlaverify.tolerance import Tolerance
+
+# the Hessian product lives in nlaverify.curvature.hessian; these names stay importable here
+__all__ = [
+    "MAP_CHUNK",
+    "chunked_map",
+    "curvature_tolerance",
+    "dense",
+    "fd_step",
+    "hessian_fd_tolerance",
+    "hessian_vp",
+    "jacobian_matrix",
+    "linear_operator",
+]
 
 
 def _check_kind(kind: str, samples: int | None) -> None:
@@ -53,20 +68,6 @@ def _check_kind(kind: str, samples: int | None) -> None:
     if samples is not None and kind != "fisher":
         raise ArgumentError(f"curvature kind {kind!r}: argument 'samples' is for the "
                             "Monte-Carlo Fisher only (kind 'fisher')")
-
-
-def _hessian_jax(problem: CurvatureProblem, inputs: dict[str, Any],
-                 v: dict[str, Any]) -> dict[str, Any]:
-    """Forward-over-reverse: ``jax.jvp`` of the hand-VJP gradient along ``v``."""
-    import jax
-
-    def grad(sel: dict[str, Any]) -> dict[str, Any]:
-        full = {**inputs, **sel}
-        values = {**full, **evaluate(problem.graph, problem.xp, full, outputs=[problem.loss])}
-        return params_cotangent(problem, values, None, root=problem.loss)
-
-    primal = {p: inputs[p] for p in problem.params}
-    return jax.jvp(grad, (primal,), (v,))[1]
 
 
 def linear_operator(problem: CurvatureProblem, kind: Kind = "ggn", *,
@@ -110,74 +111,6 @@ def linear_operator(problem: CurvatureProblem, kind: Kind = "ggn", *,
         return fn(*args, vec)
 
     return apply
-
-
-def fd_step(digits: int) -> float:
-    r"""The central-difference step :math:`h = u^{1/3}` of ``digits``-digit arithmetic: it
-    balances the plain difference's truncation :math:`h^2` and rounding :math:`u/h`."""
-    return unit_roundoff("mpmath", digits) ** (1 / 3)
-
-
-def hessian_fd_tolerance(problem: CurvatureProblem, condition: float = 1.0) -> Tolerance:
-    r"""The error bound of the mpmath :func:`hessian_vp` (relative to :math:`\lVert
-    v\rVert_\infty`): :func:`~nlaverify.tolerance.finite_difference_tolerance` at the step
-    :func:`fd_step`. It counts the :math:`h^2` truncation of a plain central difference,
-    which the Richardson extrapolation removes, so it is conservative."""
-    if problem.digits is None:
-        raise ArgumentError("hessian_fd_tolerance: the problem is not on the mpmath backend")
-    from nlaverify.graph.compare import accumulation_length
-
-    n = int(np.shape(problem.values[problem.logits])[-2]) if len(
-        np.shape(problem.values[problem.logits])) > 1 else 1
-    return finite_difference_tolerance(problem.digits, fd_step(problem.digits),
-                                       condition=condition,
-                                       size=accumulation_length(problem.graph, n))
-
-
-def _hessian_fd(problem: CurvatureProblem, v: dict[str, Any]) -> dict[str, Any]:
-    r"""Richardson-extrapolated central differences of the hand gradient along
-    :math:`\hat v = v/\lVert v\rVert_\infty`: :math:`D(h) = (g(\theta + h\hat v) -
-    g(\theta - h\hat v))/2h`, :math:`(4D(h/2) - D(h))/3 = H\hat v + O(h^4)`."""
-    xp = problem.xp
-    scale = max((abs(float(x)) for p in problem.params for x in np.reshape(v[p], -1)),
-                default=0.0)
-    if scale == 0.0:
-        return {p: xp.zeros(problem.shapes[p]) for p in problem.params}
-    s = xp.scalar(scale)
-    vhat = {p: v[p] / s for p in problem.params}
-    h = xp.scalar(fd_step(problem.digits or 50))
-
-    def grad_at(t: Any) -> dict[str, Any]:
-        full = {**problem.inputs, **{p: problem.inputs[p] + t * vhat[p] for p in problem.params}}
-        values = {**full, **evaluate(problem.graph, xp, full, outputs=[problem.loss])}
-        return params_cotangent(problem, values, None, root=problem.loss)
-
-    def central(step: Any) -> dict[str, Any]:
-        up, down = grad_at(step), grad_at(-step)
-        return {p: (up[p] - down[p]) / (2 * step) for p in problem.params}
-
-    coarse, fine = central(h), central(h / 2)
-    return {p: (4 * fine[p] - coarse[p]) / 3 * s for p in problem.params}
-
-
-def hessian_vp(problem: CurvatureProblem, v: Any) -> dict[str, Any]:
-    r"""The Hessian product :math:`\nabla^2_\theta L\,v` over the selected parameters.
-
-    JAX: forward-over-reverse, ``jax.jvp`` of the gradient computed by back-propagation
-    with the ops' hand VJPs (so the hand VJPs are differentiated, not JAX's own). mpmath:
-    Richardson-extrapolated central differences of the same hand gradient, step
-    :func:`fd_step` from the digits, error bounded by :func:`hessian_fd_tolerance`. NumPy
-    (float64 differences would lose half the digits): an :class:`ArgumentError`.
-    """
-    if problem.backend == "jax":
-        fn = cached_jit(problem, ("apply", "hessian"), lambda: lambda inputs, t: _hessian_jax(
-            problem, inputs, problem.direction(t)))
-        return fn(problem.inputs, v)
-    if problem.backend == "mpmath":
-        return _hessian_fd(problem, problem.direction(v))
-    raise ArgumentError(f"hessian_vp: backend {problem.backend!r} has no second-order mode: "
-                        "use 'jax' (forward-over-reverse of the hand gradient) or 'mpmath' "
-                        "(extrapolated differences of it)")
 
 
 def _eye(problem: CurvatureProblem) -> Any:

@@ -5,13 +5,14 @@ namespace with the *running* functions: with a leading batch axis of size :math:
 (distinct symbols per sequence, distinct token ids, padding in one sequence only),
 
 * per-token ops: :math:`f(X)_b = f(X_b)`; the VJP's cotangents of per-token arguments
-  satisfy :math:`\\bar X_b = \\overline{(X_b)}` and those of shared parameters
+  satisfy :math:`\\bar X_b = \\bar X^{(b)}` (the cotangent computed on sequence :math:`b`
+  alone) and those of shared parameters
   :math:`\\bar W = \\sum_b \\bar W^{(b)}` (the sum over the batch);
 * losses: the batched loss is the weighted mean :math:`L = \\sum_b \\alpha_b L_b` with
   :math:`\\alpha_b = N_b / \\sum_c N_c` for the cross-entropy (:math:`N_b` the non-ignored
   targets of sequence :math:`b`: the mean over the batch's non-ignored tokens) and
   :math:`\\alpha_b = 1` for the squared error; the VJP scales alike,
-  :math:`\\bar Z_b = \\alpha_b\\, \\overline{(Z_b)}`.
+  :math:`\\bar Z_b = \\alpha_b\\, \\bar Z^{(b)}`.
 
 So the VJP proofs of the ``jacobians`` family, done on one sequence, certify the batched
 functions that the graph, the lowered jit and the curvature code run.
@@ -27,7 +28,10 @@ import sympy
 from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Identity, Proof, Step, register
 from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask, with_ignored
+from nlaverify.symbolic.document import add_page_extra
 from nlaverify.symbolic.exact import is_zero, symbol_array
+from nlaverify.symbolic.op_pages import op_page, size_words, static_words
+from nlaverify.symbolic.statements import arg_latex
 from nlaverify.symbolic.vjp_proof import proof_tokens
 
 #: batch size of the proofs (3: a reduction that used only the first and last sequence,
@@ -126,36 +130,43 @@ def prove_batch_axis(spec: OpSpec) -> Proof:
         if bad:
             return Proof("failed", (), bad)
     shared = [a.name for a in spec.args if a.kind == "real" and not _batched(spec, a)]
-    rule = (r"L = \sum_b \alpha_b L_b,\quad \bar Z_b = \alpha_b\,\overline{(Z_b)}" if loss
-            else r"f(X)_b = f(X_b),\quad \bar X_b = \overline{(X_b)},\quad "
-                 r"\bar W = \textstyle\sum_b \bar W^{(b)}")
     steps = [
-        Step(f"Sizes {dict(spec.proof_sizes)} with a leading batch axis of size {B}: the "
-             "per-token arguments get distinct symbols (and distinct token ids) per sequence"
-             + (f"; the shared parameters ({', '.join(shared)}) are one array" if shared
-                else "") + "."),
-        Step(f"Run `{spec.qualified_names[0]}` and its VJP once on the batch and once on each "
-             "sequence, on the exact namespace (stability shifts set to 0, licensed by "
-             "`softmax_shift_invariance`)."),
+        Step(f"Exact check at {size_words(spec, spec.proof_sizes, B)}: the per-token "
+             "arguments get distinct symbols (and distinct token ids) per sequence"
+             + (f"; the shared parameters ({', '.join(f'${arg_latex(s)}$' for s in shared)}) "
+                "are one array" if shared else "") + f"{static_words(spec, static)}."),
+        Step(f"Run `{spec.qualified_names[0]}`" + (" and its VJP" if spec.differentiable
+                                                   else "")
+             + " once on the batch and once on each sequence, on the exact namespace "
+             "(stability shifts set to 0, licensed by `softmax_shift_invariance`)."),
         Step("Compare entry by entry:" + (f" here $\\alpha = ({', '.join(map(str, alpha))})$, "
                                           "the share of each sequence in the batch's "
                                           "non-ignored targets." if loss and alpha and
-                                          spec.name == "cross_entropy" else ""), rule),
+                                          spec.name == "cross_entropy" else ""),
+             _rule(spec)),
         Step(f"All {checked} differences simplify to exactly $0$."),
     ]
     return Proof("proved", tuple(steps), f"{checked} entries")
 
 
+def _rule(spec: OpSpec) -> str:
+    """The batch identity of ``spec`` in LaTeX (see the module docstring)."""
+    if spec.name in LOSSES:
+        return r"L(Z) = \sum_b \alpha_b L(Z_b),\quad \bar Z_b = \alpha_b\,\bar Z^{(b)}"
+    rule = r"f(X)_b = f(X_b)"
+    if spec.differentiable:
+        rule += (r",\quad \bar X_b = \bar X^{(b)},\quad \bar W = \textstyle\sum_b "
+                 r"\bar W^{(b)}")
+    return rule
+
+
 def _identity(spec: OpSpec) -> Identity:
-    loss = spec.name in LOSSES
-    statement = (r"L(Z) = \sum_b \alpha_b L(Z_b),\ \bar Z_b = \alpha_b \overline{(Z_b)}"
-                 if loss else r"f(X)_b = f(X_b),\ \bar X_b = \overline{(X_b)},\ "
-                              r"\bar W = \textstyle\sum_b \bar W^{(b)}")
+    add_page_extra(f"{spec.name}_batch", lambda: op_page(spec, "batch", B))
     return Identity(
         id=f"{spec.name}_batch",
         family="batching",
         title=f"`{spec.name}` on a batch of sequences",
-        statement=statement,
+        statement=_rule(spec),
         seed=spec.seed + "; Baggag & Saad §3.13.1 (mini-batches)",
         certifies=spec.qualified_names if spec.differentiable else spec.qualified_names[:1],
         derive=lambda: prove_batch_axis(spec),

@@ -56,6 +56,10 @@ LoRA adapters (``lora_rank > 0``) has no HF counterpart: :func:`hf_config_dict` 
 (merge the adapters first, :func:`nlaverify.finetune.merge_lora`). Keys beginning with
 ``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
 ``nlaverify/data/hf_configs``). Nothing is silently dropped.
+
+The tables (:data:`SUPPORTED`, :data:`IGNORED`, :data:`HF_DEFAULTS`, ...) live in
+:mod:`nlaverify.interop.hf_config_tables`, the reverse :func:`hf_config_dict` in
+:mod:`nlaverify.interop.hf_config_export`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -69,94 +73,20 @@ from pathlib import Path
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
+from nlaverify.interop.hf_config_export import hf_config_dict
+from nlaverify.interop.hf_config_tables import (
+    _GATED_ACTS,
+    _GPT2_ACTS,
+    _GPT2_ALIASES,
+    ARCHITECTURES,
+    HF_DEFAULTS,
+    IGNORED,
+    IGNORED_ONLY,
+    SUPPORTED,
+)
 
-#: the Hugging Face ``model_type`` values nlaverify maps
-SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
-
-#: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
-ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
-                 "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
-                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                 "gemma": "GemmaForCausalLM"}
-
-_META = "metadata (no effect on the function computed)"
-_GEN = "tokenizer / generation setting (no effect on the function computed)"
-_TRAIN = "training-time only (dropout, auxiliary loss, initialisation, router noise)"
-_SERIAL = "a PreTrainedConfig serialisation field (no effect on the forward pass)"
-
-#: keys accepted and ignored, with the reason
-IGNORED: dict[str, str] = {
-    "architectures": _META, "transformers_version": _META, "torch_dtype": _META,
-    "dtype": "the weights carry their dtype", "use_cache": _GEN, "bos_token_id": _GEN,
-    "eos_token_id": _GEN, "pad_token_id": _GEN, "tokenizer_class": _GEN,
-    "task_specific_params": _GEN, "initializer_range": _TRAIN, "attention_dropout": _TRAIN,
-    "resid_pdrop": _TRAIN, "embd_pdrop": _TRAIN, "attn_pdrop": _TRAIN,
-    "router_aux_loss_coef": _TRAIN, "output_router_logits": _TRAIN,
-    "router_jitter_noise": _TRAIN + " (MixtralSparseMoeBlock applies it only in training)",
-    "chunk_size_feed_forward": _SERIAL + " (chunking is exact)", "id2label": _SERIAL,
-    "label2id": _SERIAL, "is_encoder_decoder": _SERIAL, "output_attentions": _SERIAL,
-    "output_hidden_states": _SERIAL, "problem_type": _SERIAL,
-    "pretraining_tp": "unused by LlamaForCausalLM in transformers 5",
-    "reorder_and_upcast_attn": "the precision of HF's GPT-2 attention, not its function",
-    "summary_type": "GPT-2 sequence-summary head (not the language model)",
-    "summary_use_proj": "GPT-2 sequence-summary head", "summary_activation":
-    "GPT-2 sequence-summary head", "summary_proj_to_labels": "GPT-2 sequence-summary head",
-    "summary_first_dropout": "GPT-2 sequence-summary head",
-}
-
-#: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
-IGNORED_ONLY: dict[str, tuple[str, ...]] = {
-    **{k: ("gpt2",) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop",
-                              "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
-                              "summary_activation", "summary_proj_to_labels",
-                              "summary_first_dropout")},
-    **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
-                                 "router_jitter_noise")},
-    "pretraining_tp": ("llama",),
-}
-
-_GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
-                 "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
-
-#: defaults of the transformers 5.24 config classes for the fields nlaverify reads
-#: (``None`` for ``head_dim`` / ``num_key_value_heads``: derived as HF's ``__post_init__``)
-HF_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gpt2": {"n_positions": 1024, "n_inner": None, "activation_function": "gelu_new",
-             "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
-             "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-             "add_cross_attention": False},
-    "llama": {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu",
-              "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-              "rope_theta": 10000.0},
-    "mistral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
-                "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
-                "tie_word_embeddings": False, "sliding_window": 4096, "rope_theta": 10000.0},
-    "mixtral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
-                "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-5,
-                "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
-                "num_experts_per_tok": 2, "rope_theta": 1e6},
-    "qwen2": {"num_key_value_heads": 32, "head_dim": None, "hidden_act": "silu",
-              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": False, "use_sliding_window": False,
-              "sliding_window": 4096, "max_window_layers": 28, "layer_types": None,
-              "rope_theta": 10000.0},
-    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
-              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": False, "attention_bias": False,
-              "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
-              "layer_types": None, "rope_theta": 10000.0},
-    "gemma": {"num_key_value_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
-              "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
-              "tie_word_embeddings": True, "attention_bias": False,
-              "use_bidirectional_attention": None, "rope_theta": 10000.0},
-}
-
-#: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``
-_GATED_ACTS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
-#: GPT-2's ``activation_function`` -> ``TransformerConfig.mlp``
-_GPT2_ACTS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf",
-              "relu": "relu"}
+__all__ = ["ARCHITECTURES", "HF_DEFAULTS", "IGNORED", "IGNORED_ONLY", "SUPPORTED", "HFConfig",
+           "hf_config_dict", "load_hf_config"]
 
 
 @dataclass(frozen=True)
@@ -537,104 +467,3 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
                                        float(rp["high_freq_factor"]), orig)
     except ConfigError as e:
         raise ConfigError(f"load_hf_config: {mt} config: field {where!r}: {e}") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# the reverse: TransformerConfig -> config.json dict
-
-
-def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]:
-    """A ``config.json`` dict of ``model_type`` describing ``config``.
-
-    ``transformers.AutoConfig.for_model(**d)`` builds it (the dict holds ``model_type``;
-    ``for_model(model_type, **d)`` would pass it twice), and :func:`load_hf_config` maps it
-    back to a config equal to ``config`` (``attn_out_bias`` normalised: ``None`` when it
-    equals ``attn_bias``). Sizes are always written, so HF defaults never decide them.
-
-    Raises:
-        ConfigError: naming the field that ``model_type`` cannot express (e.g. a LayerNorm
-            Llama, a GPT-2 with RoPE, a sliding window on GPT-2).
-    """
-    if model_type not in SUPPORTED:
-        raise ConfigError(f"hf_config_dict: argument 'model_type': expected one of "
-                          f"{', '.join(SUPPORTED)}, got {model_type!r}")
-    c = config
-    if getattr(c, "lora_rank", 0):
-        raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
-                          f"Face {model_type} has no LoRA adapters and they would be dropped; "
-                          "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
-    gpt2 = model_type == "gpt2"
-    fixed: dict[str, Any] = {
-        "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
-        "attention": "softmax", "norm": "layernorm" if gpt2 else "rmsnorm",
-        "positions": "learned" if gpt2 else "rope",
-        "n_experts": 0 if model_type != "mixtral" else c.n_experts,
-        "qk_norm": model_type == "qwen3", "embed_scale": model_type == "gemma",
-        "moe_renormalize": True,
-    }
-    if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
-        fixed["sliding_window"] = None
-    if gpt2:
-        fixed.update(attn_bias=True, out_bias=True, mlp_bias=True, n_kv_heads=c.n_heads,
-                     d_head=c.d_model // c.n_heads, rope_scaling=None)
-    else:
-        if model_type != "llama":
-            fixed["mlp_bias"] = False
-        if model_type in ("mistral", "mixtral"):
-            fixed.update(attn_bias=False, out_bias=False)
-        elif model_type == "qwen2":
-            fixed.update(attn_bias=True, out_bias=False)
-        else:
-            fixed["out_bias"] = c.attn_bias
-    if model_type == "mixtral":
-        fixed["mlp"] = "swiglu"
-        if c.n_experts < 1:
-            raise ConfigError("hf_config_dict: mixtral needs TransformerConfig.n_experts >= 1, "
-                              "got 0")
-    elif model_type == "gemma":
-        fixed["mlp"] = "geglu"
-    elif not gpt2:
-        fixed["mlp"] = ("swiglu", "geglu")
-    else:
-        fixed["mlp"] = ("gelu", "gelu_erf", "relu")
-    for f, want in fixed.items():
-        got = getattr(c, f)
-        if (got not in want) if isinstance(want, tuple) else got != want:
-            name = "attn_out_bias (with attn_bias)" if f == "out_bias" else f
-            raise ConfigError(f"hf_config_dict: {model_type} cannot express "
-                              f"TransformerConfig.{name}={got!r} (expected {want!r})")
-    d: dict[str, Any] = {"architectures": [ARCHITECTURES[model_type]],
-                         "model_type": model_type, "vocab_size": c.vocab_size}
-    if gpt2:
-        d.update(n_embd=c.d_model, n_layer=c.n_blocks, n_head=c.n_heads, n_inner=c.d_mlp,
-                 n_positions=c.context, layer_norm_epsilon=c.norm_eps,
-                 activation_function={v: k for k, v in _GPT2_ACTS.items()
-                                      if k != "gelu_pytorch_tanh"}[c.mlp],
-                 tie_word_embeddings=c.tied_embeddings)
-        return d
-    d.update(hidden_size=c.d_model, intermediate_size=c.d_mlp, num_hidden_layers=c.n_blocks,
-             num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
-             head_dim=c.d_head, max_position_embeddings=c.context, rms_norm_eps=c.norm_eps,
-             hidden_act="silu" if c.mlp == "swiglu" else "gelu_pytorch_tanh",
-             tie_word_embeddings=c.tied_embeddings)
-    if model_type == "llama":
-        d.update(attention_bias=c.attn_bias, mlp_bias=c.mlp_bias)
-    elif model_type in ("qwen3", "gemma"):
-        d["attention_bias"] = c.attn_bias
-    if model_type == "mixtral":
-        d.update(num_local_experts=c.n_experts, num_experts_per_tok=c.top_k)
-    if model_type in ("mistral", "mixtral"):
-        d["sliding_window"] = c.sliding_window
-    elif model_type in ("qwen2", "qwen3"):
-        d.update(use_sliding_window=c.sliding_window is not None,
-                 sliding_window=c.sliding_window, max_window_layers=0)
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(c.rope_base)}
-    s = c.rope_scaling
-    if s is not None:
-        rope.update(rope_type=s.kind, factor=float(s.factor))
-        if s.kind == "llama3":
-            rope.update(low_freq_factor=float(s.low_freq_factor),
-                        high_freq_factor=float(s.high_freq_factor),
-                        original_max_position_embeddings=s.original_context)
-    d["rope_parameters"] = rope
-    return d

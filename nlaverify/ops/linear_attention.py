@@ -20,21 +20,12 @@ C_j^\top` ("Transformers are RNNs"). Feature maps: :func:`elu1` (Katharopoulos e
 
 Every forward has its VJP ``<name>_vjp`` and JVP ``<name>_jvp`` next to it; leading
 batch/head axes ``(..., n, d)`` are supported throughout (:math:`W`, :math:`b`, :math:`E`,
-:math:`F` broadcast over them, and their cotangents are summed over the axes they lack).
 
-**Prefix sums.** On the array backends (NumPy, JAX, strict, CuPy) the causal sums are
-*chunked*: positions split into blocks of :data:`CHUNK` (the last one zero-padded: zero
-features and values contribute nothing); within a block :math:`B` the masked quadratic
-form :math:`((Q_{f,B} K_{f,B}^\top) \circ L) C_B`, across blocks the running state
-:math:`P_B = \sum_{B' < B} K_{f,B'}^\top C_{B'}` (an exclusive ``cumulative_sum`` over the
-:math:`n/c` block states), :math:`Y_B = ((Q_{f,B} K_{f,B}^\top) \circ L) C_B + Q_{f,B}
-P_B`: time :math:`O(ncm + nmd_v)`, memory :math:`O(n(m + d_v) + nc + (n/c) m d_v)`, never
-the :math:`n \times m \times d_v` tensor of outer products; the VJP is blocked likewise
-(exclusive suffix sums of the block cotangents), and the JVP is three blocked readouts.
-The object namespaces (SymPy, mpmath) keep the plain form: the prefix sums are the product
-with the lower-triangular ones matrix :math:`L` (:math:`O(n^2)`, exact, and the form the
-proofs compare with the masked quadratic form); the blocked form is checked numerically
-(tests with a small :data:`CHUNK`, :math:`n` over several ragged blocks).
+The linear form itself (the ones column, the prefix sums, the chunked causal form and
+:data:`CHUNK`) is :mod:`nlaverify.ops.kernel_attention`, the feature maps
+:mod:`nlaverify.ops.feature_maps`; this module builds the attention variants on them and
+re-exports both, so every op of the family is importable from here (the path the proofs
+and the op registry name).
 """
 
 from __future__ import annotations
@@ -44,32 +35,41 @@ from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ArgumentError, ShapeError
-from nlaverify.ops._tangent import jvp_rule, lin, tangents, tsum
+from nlaverify.ops._tangent import lin, tangents, tsum
 from nlaverify.ops._validate import check_args
+from nlaverify.ops.feature_maps import (  # noqa: F401  (re-exported: see the docstring)
+    _check_weights,
+    _positive_exponent,
+    _positive_exponent_jvp,
+    _positive_exponent_vjp,
+    _sqnorm,
+    elu1,
+    elu1_jvp,
+    elu1_vjp,
+    hyperbolic_features,
+    hyperbolic_features_jvp,
+    hyperbolic_features_vjp,
+    positive_features,
+    positive_features_jvp,
+    positive_features_vjp,
+    trig_features,
+    trig_features_jvp,
+    trig_features_vjp,
+)
+from nlaverify.ops.kernel_attention import (  # noqa: F401  (re-exported)
+    CHUNK,
+    _check_qkv,
+    kernel_attention,
+    kernel_attention_jvp,
+    kernel_attention_vjp,
+)
 from nlaverify.ops.softmaxes import (
     softmax,
     softmax_jvp_from_output,
     softmax_vjp_from_output,
 )
 
-#: Block size :math:`c` of the chunked causal prefix sums on the array backends (see the
-#: module docstring): the intra-block product costs :math:`O(c\,m)` per position, the
-#: carried states :math:`(n/c)\,m\,(d_v + 1)` numbers. Tests lower it to cover many blocks.
-CHUNK = 64
-
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _expand(xp: Namespace, x: Any, axis: int) -> Any:
-    """Insert a length-1 axis at ``axis`` (negative, counted on the result)."""
-    shape = list(x.shape)
-    pos = len(shape) + axis + 1
-    return xp.reshape(x, (*shape[:pos], 1, *shape[pos:]))
-
-
-def _sqnorm(xp: Namespace, X: Any) -> Any:
-    r"""Row norms :math:`\|x_i\|^2`, keepdims ``(..., n, 1)``."""
-    return xp.sum(X * X, axis=-1, keepdims=True)
 
 
 def _root4(xp: Namespace, d: int) -> Any:
@@ -83,393 +83,6 @@ def _sum_to(xp: Namespace, X: Any, ndim: int) -> Any:
     """Sum the leading axes of ``X`` that an argument of ``ndim`` axes broadcast over."""
     extra = len(X.shape) - ndim
     return xp.sum(X, axis=tuple(range(extra))) if extra > 0 else X
-
-
-def _prefix_sum(xp: Namespace, X: Any, axis: int, reverse: bool = False) -> Any:
-    r"""Inclusive prefix sums :math:`S_i = \sum_{j \le i} X_j` along ``axis`` (negative);
-    ``reverse``: suffix sums :math:`\sum_{j \ge i} X_j`. ``cumulative_sum`` on the array
-    backends; on the object namespaces the product with the lower (upper) triangular ones
-    matrix (see the module docstring)."""
-    ax = len(X.shape) + axis
-    if not xp.object_arrays:
-        if reverse:
-            return xp.flip(xp.cumulative_sum(xp.flip(X, axis=ax), axis=ax), axis=ax)
-        return xp.cumulative_sum(X, axis=ax)
-    n = X.shape[ax]
-    L = xp.tril(xp.ones((n, n)))
-    L = xp.matrix_transpose(L) if reverse else L
-    moved = xp.permute_dims(X, (*range(ax), *range(ax + 1, len(X.shape)), ax))
-    summed = xp.matmul(moved, xp.matrix_transpose(L))  # row i of L: the j <= i
-    back = list(range(len(X.shape) - 1))
-    back.insert(ax, len(X.shape) - 1)
-    return xp.permute_dims(summed, tuple(back))
-
-
-def _ones_column(xp: Namespace, V: Any) -> Any:
-    r""":math:`C = [V, \mathbf 1]`, ``(..., n, d_v + 1)``."""
-    return xp.concat([V, xp.ones((*V.shape[:-1], 1), dtype=V.dtype)], axis=-1)
-
-
-def _blocks(xp: Namespace, X: Any, c: int) -> Any:
-    """``X`` ``(..., n, k)`` as ``(..., n_b, c, k)``, zero-padded to :math:`n_b c` rows."""
-    *lead, n, k = X.shape
-    nb = -(-n // c)
-    if nb * c != n:
-        X = xp.concat([X, xp.zeros((*lead, nb * c - n, k), dtype=X.dtype)], axis=-2)
-    return xp.reshape(X, (*lead, nb, c, k))
-
-
-def _unblocks(xp: Namespace, X: Any, n: int) -> Any:
-    """Inverse of :func:`_blocks`: ``(..., n_b, c, k)`` to ``(..., n, k)``."""
-    *lead, nb, c, k = X.shape
-    X = xp.reshape(X, (*lead, nb * c, k))
-    return X if nb * c == n else X[..., :n, :]
-
-
-def _shift(xp: Namespace, S: Any, reverse: bool) -> Any:
-    """Inclusive block sums to exclusive ones along axis -3: block :math:`B` gets
-    :math:`B - 1`'s (``reverse``: :math:`B + 1`'s), the first (last) block zero."""
-    zero = xp.zeros((*S.shape[:-3], 1, *S.shape[-2:]), dtype=S.dtype)
-    nb = S.shape[-3]
-    if reverse:
-        return xp.concat([S[..., 1:, :, :], zero], axis=-3)
-    return xp.concat([zero, S[..., :nb - 1, :, :]], axis=-3)
-
-
-def _block_mask(xp: Namespace, A: Any) -> Any:
-    r""":math:`A \circ L` for ``A`` ``(..., c, c)``, :math:`L` the lower triangle (incl.)."""
-    idx = xp.arange(A.shape[-1])
-    return xp.where(idx[:, None] >= idx[None, :], A, xp.zeros_like(A))
-
-
-def _chunked_readout(xp: Namespace, Qf: Any, Kf: Any, C: Any) -> Any:
-    r"""Causal :func:`_readout` in blocks of :data:`CHUNK` (array backends):
-    :math:`Y_B = ((Q_{f,B} K_{f,B}^\top)\circ L) C_B + Q_{f,B} P_B`, :math:`P_B =
-    \sum_{B' < B} K_{f,B'}^\top C_{B'}`."""
-    n, c = Qf.shape[-2], min(CHUNK, Qf.shape[-2])
-    Qb, Kb, Cb = (_blocks(xp, X, c) for X in (Qf, Kf, C))
-    A = _block_mask(xp, xp.matmul(Qb, xp.matrix_transpose(Kb)))  # (..., n_b, c, c)
-    P = _shift(xp, _prefix_sum(xp, xp.matmul(xp.matrix_transpose(Kb), Cb), axis=-3), False)
-    return _unblocks(xp, xp.matmul(A, Cb) + xp.matmul(Qb, P), n)
-
-
-def _chunked_readout_vjp(xp: Namespace, dY: Any, Qf: Any, Kf: Any, C: Any
-                         ) -> tuple[Any, Any, Any]:
-    r"""Cotangents of :func:`_chunked_readout`: with :math:`A_B = (Q_{f,B} K_{f,B}^\top)
-    \circ L`, :math:`\bar A_B = (\bar Y_B C_B^\top) \circ L` and the exclusive suffix sums
-    :math:`R_B = \sum_{B' > B} Q_{f,B'}^\top \bar Y_{B'}`: :math:`\bar Q_{f,B} = \bar A_B
-    K_{f,B} + \bar Y_B P_B^\top`, :math:`\bar K_{f,B} = \bar A_B^\top Q_{f,B} + C_B
-    R_B^\top`, :math:`\bar C_B = A_B^\top \bar Y_B + K_{f,B} R_B`."""
-    n, c = Qf.shape[-2], min(CHUNK, Qf.shape[-2])
-    Qb, Kb, Cb, dYb = (_blocks(xp, X, c) for X in (Qf, Kf, C, dY))
-    tr = xp.matrix_transpose
-    A = _block_mask(xp, xp.matmul(Qb, tr(Kb)))
-    dA = _block_mask(xp, xp.matmul(dYb, tr(Cb)))
-    P = _shift(xp, _prefix_sum(xp, xp.matmul(tr(Kb), Cb), axis=-3), False)
-    R = _shift(xp, _prefix_sum(xp, xp.matmul(tr(Qb), dYb), axis=-3, reverse=True), True)
-    dQ = xp.matmul(dA, Kb) + xp.matmul(dYb, tr(P))
-    dK = xp.matmul(tr(dA), Qb) + xp.matmul(Cb, tr(R))
-    dC = xp.matmul(tr(A), dYb) + xp.matmul(Kb, R)
-    return _unblocks(xp, dQ, n), _unblocks(xp, dK, n), _unblocks(xp, dC, n)
-
-
-def _readout(xp: Namespace, Qf: Any, Kf: Any, C: Any, causal: bool) -> Any:
-    r""":math:`Y = Q_f (K_f^\top C)`, or causally :math:`Y_i = Q_{f,i}^\top \sum_{j \le i}
-    K_{f,j} C_j^\top` (trilinear in :math:`Q_f, K_f, C`): chunked on the array backends
-    (:func:`_chunked_readout`), the triangular-matrix prefix sums on the object ones."""
-    if not causal:
-        return xp.matmul(Qf, xp.matmul(xp.matrix_transpose(Kf), C))
-    if not xp.object_arrays:
-        return _chunked_readout(xp, Qf, Kf, C)
-    S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)  # (..., n, m, c)
-    return xp.sum(_expand(xp, Qf, -1) * S, axis=-2)
-
-
-def _readout_vjp(xp: Namespace, dY: Any, Qf: Any, Kf: Any, C: Any, causal: bool
-                 ) -> tuple[Any, Any, Any]:
-    r"""Cotangents of :func:`_readout`: bidirectional :math:`\bar Q_f = \bar Y X^\top`,
-    :math:`\bar X = Q_f^\top \bar Y`, :math:`\bar K_f = C \bar X^\top`, :math:`\bar C = K_f
-    \bar X`; causal, with the prefix sums :math:`S_i` and the suffix sums :math:`R_j =
-    \sum_{i \ge j} Q_{f,i} \bar Y_i^\top`: :math:`\bar Q_{f,i} = S_i \bar Y_i`,
-    :math:`\bar K_{f,j} = R_j C_j`, :math:`\bar C_j = R_j^\top K_{f,j}` (chunked on the
-    array backends, :func:`_chunked_readout_vjp`)."""
-    if not causal:
-        X = xp.matmul(xp.matrix_transpose(Kf), C)
-        dX = xp.matmul(xp.matrix_transpose(Qf), dY)
-        return (xp.matmul(dY, xp.matrix_transpose(X)), xp.matmul(C, xp.matrix_transpose(dX)),
-                xp.matmul(Kf, dX))
-    if not xp.object_arrays:
-        return _chunked_readout_vjp(xp, dY, Qf, Kf, C)
-    S = _prefix_sum(xp, _expand(xp, Kf, -1) * _expand(xp, C, -2), axis=-3)
-    R = _prefix_sum(xp, _expand(xp, Qf, -1) * _expand(xp, dY, -2), axis=-3, reverse=True)
-    return (xp.sum(S * _expand(xp, dY, -2), axis=-1), xp.sum(R * _expand(xp, C, -2), axis=-1),
-            xp.sum(R * _expand(xp, Kf, -1), axis=-2))
-
-
-def _readout_jvp(xp: Namespace, dQf: Any, dKf: Any, dC: Any, Qf: Any, Kf: Any, C: Any,
-                 causal: bool) -> Any:
-    r""":math:`\dot Y` of the trilinear :func:`_readout`: one term per tangent."""
-    return tsum(lin(dQf, lambda t: _readout(xp, t, Kf, C, causal)),
-                lin(dKf, lambda t: _readout(xp, Qf, t, C, causal)),
-                lin(dC, lambda t: _readout(xp, Qf, Kf, t, causal)))
-
-
-def _normalise(xp: Namespace, Y: Any) -> Any:
-    r""":math:`D^{-1} Y_{:, :d_v}` with :math:`D = \operatorname{diag}(Y_{:, d_v})`."""
-    dv = Y.shape[-1] - 1
-    return Y[..., :dv] / Y[..., dv:]
-
-
-def _normalise_vjp(xp: Namespace, G: Any, Y: Any) -> Any:
-    r""":math:`\bar Y = [G, -\operatorname{rowsum}(G \odot O)]\,/\,D`."""
-    out, D = _normalise(xp, Y), Y[..., Y.shape[-1] - 1:]
-    return xp.concat([G, -xp.sum(G * out, axis=-1, keepdims=True)], axis=-1) / D
-
-
-def _normalise_jvp(xp: Namespace, dY: Any, Y: Any) -> Any:
-    r""":math:`\dot O = (\dot Y_{:, :d_v} - O\, \dot Y_{:, d_v})\,/\,D`."""
-    dv = Y.shape[-1] - 1
-    return (dY[..., :dv] - _normalise(xp, Y) * dY[..., dv:]) / Y[..., dv:]
-
-
-def _check_qkv(op: str, xp: Namespace, Q: Any, K: Any, V: Any, *, q: str = "Q", k: str = "K",
-               m: str = "d", extra: dict[str, tuple[Any, tuple]] | None = None
-               ) -> dict[str, int]:
-    return check_args(op, xp, {q: (Q, ("*", "n", m)), k: (K, ("*", "n", m)),
-                               "V": (V, ("*", "n", "d_v")), **(extra or {})})
-
-
-def _check_weights(op: str, xp: Namespace, W: Any, b: Any, d: int) -> int:
-    """Check ``W`` ``(..., m, d)`` and ``b`` ``(..., m)`` (batch axes of their own, which
-    broadcast over the inputs'); return ``m``."""
-    dims = check_args(op, xp, {"W": (W, ("*", "m", "d")), "b": (b, ("*", "m"))},
-                      bound={"d": d})
-    return dims["m"]
-
-
-# -- feature maps -------------------------------------------------------------------------
-
-
-def elu1(xp: Namespace, x: Any) -> Any:
-    r""":math:`\operatorname{elu}(x) + 1` (:math:`\alpha = 1`), the feature map of linear
-    attention (Baggag & Saad §4.3, Katharopoulos et al.): :math:`x + 1` for :math:`x > 0`,
-    :math:`e^{x}` for :math:`x \le 0`; positive, so the normaliser never vanishes. The
-    exponent is ``where(x > 0, 0, x)``, never positive (no overflow in the branch not
-    taken)."""
-    check_args("elu1", xp, {"x": (x, ("*",))})
-    pos = xp.greater(x, 0)
-    return xp.where(pos, x + 1, xp.exp(xp.where(pos, xp.zeros_like(x), x)))
-
-
-def _elu1_derivative(xp: Namespace, x: Any) -> Any:
-    r""":math:`1` for :math:`x > 0`, :math:`e^{x}` for :math:`x \le 0` (continuous at 0)."""
-    pos = xp.greater(x, 0)
-    return xp.where(pos, xp.ones_like(x), xp.exp(xp.where(pos, xp.zeros_like(x), x)))
-
-
-def elu1_vjp(xp: Namespace, G: Any, x: Any) -> tuple[Any]:
-    r"""VJP of :func:`elu1`: :math:`\bar x = g \odot (\mathbb 1[x > 0] + e^{x}\mathbb
-    1[x \le 0])`."""
-    check_args("elu1_vjp", xp, {"x": (x, ("*",)), "G": (G, ("*",))})
-    return (G * _elu1_derivative(xp, x),)
-
-
-@jvp_rule("dx",)
-def elu1_jvp(xp: Namespace, T: tuple[Any], x: Any) -> Any:
-    r"""JVP of :func:`elu1` (Baggag & Saad §4.3): :math:`\dot y = \operatorname{elu1}'(x)
-    \odot \dot x`."""
-    check_args("elu1_jvp", xp, {"x": (x, ("*",)), "dx": (T[0], ("*",))})
-    return _elu1_derivative(xp, x) * T[0]
-
-
-def _row(xp: Namespace, b: Any) -> Any:
-    """``b`` ``(..., m)`` as ``(..., 1, m)``: one row broadcast over the positions."""
-    return _expand(xp, b, -2)
-
-
-def _trig_phase(xp: Namespace, X: Any, W: Any, b: Any) -> Any:
-    r""":math:`Z = X W^\top + b`."""
-    return xp.matmul(X, xp.matrix_transpose(W)) + _row(xp, b)
-
-
-def trig_features(xp: Namespace, X: Any, W: Any, b: Any) -> Any:
-    r"""Random Fourier features (Baggag & Saad §4.4, Rahimi & Recht), rows of ``X``:
-
-    .. math:: \phi(x) = \sqrt{2/m}\,\cos(W x + b),\qquad
-       \mathbb E\,\phi(x)^\top\phi(y) = e^{-\|x - y\|^2/2}
-
-    for rows :math:`w_r \sim \mathcal N(0, I)`, :math:`b_r \sim U(0, 2\pi)`. ``X``
-    ``(..., n, d)``, ``W`` ``(m, d)``, ``b`` ``(m,)``; returns ``(..., n, m)``.
-    """
-    d = check_args("trig_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
-    m = _check_weights("trig_features", xp, W, b, d)
-    return xp.const_sqrt(2, m) * xp.cos(_trig_phase(xp, X, W, b))
-
-
-def trig_features_vjp(xp: Namespace, G: Any, X: Any, W: Any, b: Any) -> tuple[Any]:
-    r"""VJP of :func:`trig_features` (``W``, ``b`` fixed):
-    :math:`\bar X = -\bigl(G \odot \sqrt{2/m}\,\sin Z\bigr) W`."""
-    d = check_args("trig_features_vjp", xp, {"X": (X, ("*", "n", "d")),
-                                              "G": (G, ("*", "n", "m"))})["d"]
-    m = _check_weights("trig_features_vjp", xp, W, b, d)
-    dZ = -G * xp.const_sqrt(2, m) * xp.sin(_trig_phase(xp, X, W, b))
-    return (xp.matmul(dZ, W),)
-
-
-@jvp_rule("dX",)
-def trig_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any, b: Any) -> Any:
-    r"""JVP of :func:`trig_features` (Baggag & Saad §4.4):
-    :math:`\dot\Phi = -\sqrt{2/m}\,\sin Z \odot (\dot X W^\top)`."""
-    d = check_args("trig_features_jvp", xp, {"X": (X, ("*", "n", "d")),
-                                              "dX": (T[0], ("*", "n", "d"))})["d"]
-    m = _check_weights("trig_features_jvp", xp, W, b, d)
-    return -xp.const_sqrt(2, m) * xp.sin(_trig_phase(xp, X, W, b)) * xp.matmul(
-        T[0], xp.matrix_transpose(W))
-
-
-def _positive_exponent(xp: Namespace, X: Any, W: Any) -> Any:
-    r""":math:`Z = X W^\top - \tfrac12 \|x\|^2 \mathbf 1^\top`."""
-    return xp.matmul(X, xp.matrix_transpose(W)) - _sqnorm(xp, X) * xp.rational(1, 2)
-
-
-def _positive_exponent_vjp(xp: Namespace, dZ: Any, X: Any, W: Any) -> Any:
-    r""":math:`\bar X = \bar Z W - \operatorname{rowsum}(\bar Z)\, x`."""
-    return xp.matmul(dZ, W) - xp.sum(dZ, axis=-1, keepdims=True) * X
-
-
-def _positive_exponent_jvp(xp: Namespace, dX: Any, X: Any, W: Any) -> Any:
-    r""":math:`\dot Z = \dot X W^\top - \langle x, \dot x\rangle \mathbf 1^\top`."""
-    return xp.matmul(dX, xp.matrix_transpose(W)) - xp.sum(X * dX, axis=-1, keepdims=True)
-
-
-def positive_features(xp: Namespace, X: Any, W: Any) -> Any:
-    r"""Positive random features (FAVOR+, Choromanski et al. 2021, Lemma 1), rows of ``X``:
-
-    .. math:: \phi(x) = \frac{1}{\sqrt m}\exp\bigl(W x - \tfrac12\|x\|^2\bigr),\qquad
-       \mathbb E\,\phi(x)^\top\phi(y) = e^{x^\top y}
-
-    for rows :math:`w_r \sim \mathcal N(0, I)`. ``X`` ``(..., n, d)``, ``W`` ``(m, d)``.
-    Unstabilised: :func:`favor_plus_attention` shifts the exponents.
-    """
-    d = check_args("positive_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
-    m = _check_weights("positive_features", xp, W, None, d)
-    return xp.exp(_positive_exponent(xp, X, W)) / xp.const_sqrt(m)
-
-
-def positive_features_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any]:
-    r"""VJP of :func:`positive_features` (``W`` fixed): with :math:`\bar Z = G \odot
-    \Phi`, :math:`\bar X = \bar Z W - \operatorname{rowsum}(\bar Z)\, x`."""
-    d = check_args("positive_features_vjp", xp, {"X": (X, ("*", "n", "d")),
-                                                  "G": (G, ("*", "n", "m"))})["d"]
-    _check_weights("positive_features_vjp", xp, W, None, d)
-    return (_positive_exponent_vjp(xp, G * positive_features(xp, X, W), X, W),)
-
-
-@jvp_rule("dX",)
-def positive_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any) -> Any:
-    r"""JVP of :func:`positive_features`: :math:`\dot\Phi = \Phi \odot (\dot X W^\top -
-    \langle x, \dot x\rangle \mathbf 1^\top)`."""
-    d = check_args("positive_features_jvp", xp, {"X": (X, ("*", "n", "d")),
-                                                  "dX": (T[0], ("*", "n", "d"))})["d"]
-    _check_weights("positive_features_jvp", xp, W, None, d)
-    return positive_features(xp, X, W) * _positive_exponent_jvp(xp, T[0], X, W)
-
-
-def _hyperbolic_exponent(xp: Namespace, X: Any, W: Any) -> Any:
-    r""":math:`[X W^\top, -X W^\top] - \tfrac12\|x\|^2 \mathbf 1^\top`, ``(..., n, 2m)``."""
-    U = xp.matmul(X, xp.matrix_transpose(W))
-    return xp.concat([U, -U], axis=-1) - _sqnorm(xp, X) * xp.rational(1, 2)
-
-
-def hyperbolic_features(xp: Namespace, X: Any, W: Any) -> Any:
-    r"""Hyperbolic positive features (Choromanski et al. 2021, Lemma 1), rows of ``X``:
-
-    .. math:: \phi(x) = \frac{e^{-\|x\|^2/2}}{\sqrt{2m}}\bigl[e^{W x}, e^{-W x}\bigr],\qquad
-       \mathbb E\,\phi(x)^\top\phi(y) = e^{x^\top y},
-
-    :math:`m` rows of ``W`` give :math:`2m` features (``(..., n, 2m)``).
-    """
-    d = check_args("hyperbolic_features", xp, {"X": (X, ("*", "n", "d"))})["d"]
-    m = _check_weights("hyperbolic_features", xp, W, None, d)
-    return xp.exp(_hyperbolic_exponent(xp, X, W)) / xp.const_sqrt(2 * m)
-
-
-def hyperbolic_features_vjp(xp: Namespace, G: Any, X: Any, W: Any) -> tuple[Any]:
-    r"""VJP of :func:`hyperbolic_features`: with :math:`\bar E = G \odot \Phi` split in
-    its halves :math:`[\bar E_+, \bar E_-]`, :math:`\bar X = (\bar E_+ - \bar E_-) W -
-    \operatorname{rowsum}(\bar E)\, x`."""
-    d = check_args("hyperbolic_features_vjp", xp, {"X": (X, ("*", "n", "d")),
-                                                    "G": (G, ("*", "n", "m2"))})["d"]
-    m = _check_weights("hyperbolic_features_vjp", xp, W, None, d)
-    dE = G * hyperbolic_features(xp, X, W)
-    return (xp.matmul(dE[..., :m] - dE[..., m:], W)
-            - xp.sum(dE, axis=-1, keepdims=True) * X,)
-
-
-@jvp_rule("dX",)
-def hyperbolic_features_jvp(xp: Namespace, T: tuple[Any], X: Any, W: Any) -> Any:
-    r"""JVP of :func:`hyperbolic_features`: :math:`\dot\Phi = \Phi \odot \bigl([\dot U,
-    -\dot U] - \langle x, \dot x\rangle\mathbf 1^\top\bigr)`, :math:`\dot U = \dot X
-    W^\top`."""
-    d = check_args("hyperbolic_features_jvp", xp, {"X": (X, ("*", "n", "d")),
-                                                    "dX": (T[0], ("*", "n", "d"))})["d"]
-    _check_weights("hyperbolic_features_jvp", xp, W, None, d)
-    dU = xp.matmul(T[0], xp.matrix_transpose(W))
-    dE = xp.concat([dU, -dU], axis=-1) - xp.sum(X * T[0], axis=-1, keepdims=True)
-    return hyperbolic_features(xp, X, W) * dE
-
-
-# -- the linear form ----------------------------------------------------------------------
-
-
-def kernel_attention(xp: Namespace, Qf: Any, Kf: Any, V: Any, *, causal: bool = False) -> Any:
-    r"""Kernelized attention in linear form (Baggag & Saad §4.3, §4.4):
-
-    .. math:: \operatorname{out} = D^{-1}\bigl((Q_f K_f^\top) \circ M\bigr) V,\qquad
-       D = \operatorname{diag}\bigl(((Q_f K_f^\top) \circ M)\mathbf 1\bigr),
-
-    computed without the :math:`n \times n` matrix: :math:`C = [V, \mathbf 1]`,
-    :math:`X = K_f^\top C`, :math:`Y = Q_f X`, output :math:`Y_{:, :d_v} / Y_{:, d_v}`.
-    :math:`M = \mathbf 1 \mathbf 1^\top`, or with ``causal`` the lower triangle
-    (:math:`j \le i`), then :math:`Y_i = Q_{f,i}^\top S_i` with the prefix sums
-    :math:`S_i = \sum_{j \le i} K_{f,j} C_j^\top`. ``Qf``, ``Kf`` ``(..., n, m)`` (any
-    features), ``V`` ``(..., n, d_v)``. A zero normaliser gives inf/nan (positive feature
-    maps never have one).
-    """
-    _check_qkv("kernel_attention", xp, Qf, Kf, V, q="Qf", k="Kf", m="m")
-    return _normalise(xp, _readout(xp, Qf, Kf, _ones_column(xp, V), causal))
-
-
-def kernel_attention_vjp(xp: Namespace, G: Any, Qf: Any, Kf: Any, V: Any, *,
-                         causal: bool = False) -> tuple[Any, Any, Any]:
-    r"""VJP of :func:`kernel_attention`: :math:`\bar Y = [G, -\operatorname{rowsum}(G
-    \odot O)]/D`, then through :math:`Y = Q_f(K_f^\top C)`: :math:`\bar Q_f = \bar Y
-    X^\top`, :math:`\bar K_f = C (Q_f^\top \bar Y)^\top`, :math:`\bar V = (K_f Q_f^\top
-    \bar Y)_{:, :d_v}`; causal: prefix sums for :math:`\bar Q_f`, suffix sums
-    :math:`R_j = \sum_{i \ge j} Q_{f,i}\bar Y_i^\top` for :math:`\bar K_f, \bar V`."""
-    _check_qkv("kernel_attention_vjp", xp, Qf, Kf, V, q="Qf", k="Kf", m="m",
-               extra={"G": (G, ("*", "n", "d_v"))})
-    C = _ones_column(xp, V)
-    dY = _normalise_vjp(xp, G, _readout(xp, Qf, Kf, C, causal))
-    dQf, dKf, dC = _readout_vjp(xp, dY, Qf, Kf, C, causal)
-    return dQf, dKf, dC[..., :V.shape[-1]]
-
-
-def kernel_attention_jvp(xp: Namespace, T: tuple[Any, Any, Any], Qf: Any, Kf: Any, V: Any,
-                         *, causal: bool = False) -> Any:
-    r"""JVP of :func:`kernel_attention`: :math:`Y` is trilinear in :math:`(Q_f, K_f, C)`,
-    so :math:`\dot Y = Y(\dot Q_f, K_f, C) + Y(Q_f, \dot K_f, C) + Y(Q_f, K_f, [\dot V,
-    0])`, and :math:`\dot O = (\dot Y_{:, :d_v} - O\,\dot Y_{:, d_v})/D`."""
-    dQf, dKf, dV = tangents("kernel_attention_jvp", T, ("dQf", "dKf", "dV"))
-    _check_qkv("kernel_attention_jvp", xp, Qf, Kf, V, q="Qf", k="Kf", m="m",
-               extra={"dQf": (dQf, ("*", "n", "m")), "dKf": (dKf, ("*", "n", "m")),
-                      "dV": (dV, ("*", "n", "d_v"))})
-    C = _ones_column(xp, V)
-    dC = lin(dV, lambda t: xp.concat([t, xp.zeros((*V.shape[:-1], 1), dtype=V.dtype)],
-                                     axis=-1))
-    Y = _readout(xp, Qf, Kf, C, causal)
-    return _normalise_jvp(xp, _readout_jvp(xp, dQf, dKf, dC, Qf, Kf, C, causal), Y)
-
 
 # -- FAVOR and FAVOR+ (Baggag & Saad §4.4) ------------------------------------------------
 

@@ -54,7 +54,7 @@ from nlaverify.ops.sdpa import _check_window
 
 #: a block split: a block size (the last block ragged) or the list of block sizes
 Block = int | Sequence[int]
-#: the statistics of a set of keys: (m, l, O, *more), every entry after m rescaled alike
+#: the statistics of a set of keys: ``(m, l, O, *more)``, every entry after m rescaled alike
 Statistics = tuple[Any, ...]
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from flint import arb, ctx, fmpq, fmpq_poly
 
 from nlaverify.errors import ArgumentError
-from nlaverify.optim import newton_schulz as _ns
+from nlaverify.optim import polynomials as _pl
 
 #: working precision (bits) of the ball arithmetic and of the root isolation
 PREC = 320
@@ -128,17 +128,17 @@ def _exact(value: Any, name: str) -> Fraction:
 
 
 def _exact_coeffs(coeffs: Any, name: str = "coeffs") -> Exact:
-    if isinstance(coeffs, (str, bytes)) or not _ns._is_row(coeffs) or not len(coeffs):
+    if isinstance(coeffs, (str, bytes)) or not _pl._is_row(coeffs) or not len(coeffs):
         raise ArgumentError(f"{name}: expected a non-empty tuple (a_1, a_3, ...), got {coeffs!r}")
     return tuple(_exact(c.item() if getattr(c, "ndim", None) == 0 else c, f"{name}[{i}]")
                  for i, c in enumerate(coeffs))
 
 
 def exact_schedule(coeffs: Any, steps: int) -> list[Exact]:
-    """:func:`~nlaverify.optim.newton_schulz.schedule` with every coefficient an exact
+    """:func:`~nlaverify.optim.polynomials.schedule` with every coefficient an exact
     Fraction (one tuple repeated, or a per-step schedule of tuples or a 2-d array)."""
-    plan = _ns.schedule(coeffs, steps)
-    if not _ns.is_schedule(coeffs):  # one tuple: convert (and check) it once
+    plan = _pl.schedule(coeffs, steps)
+    if not _pl.is_schedule(coeffs):  # one tuple: convert (and check) it once
         return [_exact_coeffs(coeffs)] * len(plan)
     return [_exact_coeffs(c, f"coeffs[{k}]") for k, c in enumerate(plan)]
 
@@ -252,9 +252,9 @@ def fixed_points(coeffs: Any) -> list[FixedPoint]:
 def image(coeffs: Exact, lo: Fraction, hi: Fraction) -> tuple[Fraction, Fraction]:
     r"""An outward-rounded rational enclosure of the exact image :math:`p([\mathrm{lo},
     \mathrm{hi}])`: the hull of :math:`p` at the endpoints (exact, through
-    :func:`~nlaverify.optim.newton_schulz.odd_polynomial`) and at the critical points inside
+    :func:`~nlaverify.optim.polynomials.odd_polynomial`) and at the critical points inside
     (ball arithmetic)."""
-    values_lo = [_ns.odd_polynomial(coeffs, lo), _ns.odd_polynomial(coeffs, hi)]
+    values_lo = [_pl.odd_polynomial(coeffs, lo), _pl.odd_polynomial(coeffs, hi)]
     values_hi = list(values_lo)
     balls = _critical(coeffs)
     if balls:
@@ -264,7 +264,7 @@ def image(coeffs: Exact, lo: Fraction, hi: Fraction) -> tuple[Fraction, Fraction
                 fmpq(hi.numerator, hi.denominator))
             for r in balls:
                 if not (r.upper() < lo_arb or r.lower() > hi_arb):  # may lie in [lo, hi]
-                    v = _ns.odd_polynomial(a, r)
+                    v = _pl.odd_polynomial(a, r)
                     values_lo.append(_arb_bound(v, False))
                     values_hi.append(_arb_bound(v, True))
     return _round(min(values_lo), False), _round(max(values_hi), True)
@@ -370,7 +370,7 @@ def iterate_map(coeffs: Any, steps: int, x: Any) -> np.ndarray:
     certificate."""
     out = np.asarray(x, dtype=np.float64)
     for c in exact_schedule(coeffs, steps):
-        out = _ns.odd_polynomial(tuple(float(a) for a in c), out)
+        out = _pl.odd_polynomial(tuple(float(a) for a in c), out)
     return out
 
 

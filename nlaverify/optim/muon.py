@@ -1,6 +1,7 @@
 r"""The preconditioned update rules: Muon (Jordan et al. 2024; Baggag & Saad §5.5), Shampoo
 (Gupta, Koren & Singer 2018; Baggag & Saad §5.4) and the damped natural gradient (§5.1–5.2),
-on the conventions of :mod:`nlaverify.optim.rules` (re-exported there).
+on the conventions of :mod:`nlaverify.optim.base` (re-exported by
+:mod:`nlaverify.optim.rules`).
 
 Muon, for a matrix parameter :math:`W \in \mathbb R^{m\times n}` with gradient :math:`G_t`
 (optax 0.2.8's ``optax.contrib.muon``, whose conventions are the default here):
@@ -45,9 +46,10 @@ from typing import Any
 from nlaverify.backends.base import Namespace
 from nlaverify.curvature import shampoo as _sh
 from nlaverify.errors import ArgumentError, DTypeError, ShapeError
+from nlaverify.optim import base as _b
+from nlaverify.optim import elementwise as _el
 from nlaverify.optim import newton_schulz as _ns
-from nlaverify.optim import rules as _r
-from nlaverify.optim.rules import Params, Rule, State
+from nlaverify.optim.base import Params, Rule, State
 
 #: ``is_matrix(name, shape)``: which parameters Muon orthogonalises
 MatrixPredicate = Callable[[str, tuple[int, ...]], bool]
@@ -73,7 +75,7 @@ def shape_scale(xp: Namespace, shape: tuple[int, ...], scaling: Any = "optax") -
         return xp.const_sqrt(max(m, n), n)
     if scaling == "none":
         return 1
-    return _r.const(xp, scaling) * xp.const_sqrt(max(m, n))
+    return _b.const(xp, scaling) * xp.const_sqrt(max(m, n))
 
 
 def muon_moment(xp: Namespace, m: Any, g: Any, beta: Any, count: Any, *, nesterov: bool,
@@ -83,8 +85,8 @@ def muon_moment(xp: Namespace, m: Any, g: Any, beta: Any, count: Any, *, nestero
     :func:`~nlaverify.optim.rules.bias_correction`; ``count`` is :math:`t`, after the
     step's increment)."""
     if nesterov:
-        return _r.nesterov_moment(xp, m, g, beta, count if bias_correction else None)
-    return _r.bias_correction(xp, m, beta, count) if bias_correction else m
+        return _el.nesterov_moment(xp, m, g, beta, count if bias_correction else None)
+    return _el.bias_correction(xp, m, beta, count) if bias_correction else m
 
 
 def muon_direction(xp: Namespace, M: Any, coeffs: Any, steps: int, eps: Any,
@@ -94,12 +96,12 @@ def muon_direction(xp: Namespace, M: Any, coeffs: Any, steps: int, eps: Any,
     the shape scale (:func:`shape_scale`). With one gradient, zero momentum and the exact
     polar factor this is :math:`s\,UV^\top`, Shampoo's direction (identity
     ``muon_first_step_is_polar``)."""
-    polar = _ns.newton_schulz(xp, M, coeffs, steps, eps=_r.const(xp, eps))
+    polar = _ns.newton_schulz(xp, M, coeffs, steps, eps=_b.const(xp, eps))
     s = shape_scale(xp, tuple(M.shape), scaling)
     return polar if isinstance(s, int) and s == 1 else s * polar
 
 
-def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
+def muon(lr: _b.LearningRate, beta: Any = 0.95, nesterov: bool = True,
          ns_coeffs: Any = _ns.MUON, ns_steps: int = 5, *, eps: Any = 1e-8,
          weight_decay: Any = 0.0, scaling: Any = "optax", bias_correction: bool = True,
          adam: Rule | None = None, is_matrix: MatrixPredicate = default_is_matrix) -> Rule:
@@ -108,13 +110,13 @@ def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
     ``scaling``, decoupled ``weight_decay``, and the ``adam`` rule (default
     ``adamw(lr, 0.9, 0.999, eps, 0, nesterov=nesterov)``, optax's) for the parameters that
     ``is_matrix(name, shape)`` rejects. The defaults are ``optax.contrib.muon``'s."""
-    check = _r.check_hyper
+    check = _b.check_hyper
     check("muon", "lr", lr, lo=0, lo_open=True, schedule=True)
     check("muon", "beta", beta, lo=0, hi=1, hi_open=True)
     check("muon", "eps", eps, lo=0)
     check("muon", "weight_decay", weight_decay, lo=0)
-    _r.check_flag("muon", "nesterov", nesterov)
-    _r.check_flag("muon", "bias_correction", bias_correction)
+    _b.check_flag("muon", "nesterov", nesterov)
+    _b.check_flag("muon", "bias_correction", bias_correction)
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
         raise ArgumentError(f"muon: argument 'ns_steps': expected an integer >= 0, got "
                             f"{ns_steps!r}")
@@ -130,52 +132,52 @@ def muon(lr: _r.LearningRate, beta: Any = 0.95, nesterov: bool = True,
     if not callable(is_matrix):
         raise ArgumentError(f"muon: argument 'is_matrix': expected a predicate (name, shape) "
                             f"-> bool, got {is_matrix!r}")
-    fallback = adam if adam is not None else _r.adamw(lr, 0.9, 0.999, eps, 0.0,
+    fallback = adam if adam is not None else _el.adamw(lr, 0.9, 0.999, eps, 0.0,
                                                       nesterov=nesterov)
     if not isinstance(fallback, Rule):
         raise ArgumentError(f"muon: argument 'adam': expected a Rule, got {fallback!r}")
     wd = not (isinstance(weight_decay, numbers.Real) and weight_decay == 0)
 
     def split(params: Params) -> tuple[Params, Params]:
-        mats = {k: v for k, v in params.items() if is_matrix(k, _r._shape(v))}
+        mats = {k: v for k, v in params.items() if is_matrix(k, _b._shape(v))}
         for k, v in mats.items():
             if len(v.shape) < 2:
                 raise ShapeError(f"muon: parameter {k!r}: is_matrix accepted shape "
-                                 f"{_r._shape(v)}, but Muon needs (..., m, n)")
+                                 f"{_b._shape(v)}, but Muon needs (..., m, n)")
         return mats, {k: v for k, v in params.items() if k not in mats}
 
     def init(xp: Namespace, params: Params) -> State:
-        mats, rest = split(_r._check_params("muon", params))
-        return {"count": _r.zero_count(xp), "mu": {k: xp.zeros_like(v) for k, v in mats.items()},
+        mats, rest = split(_b._check_params("muon", params))
+        return {"count": _b.zero_count(xp), "mu": {k: xp.zeros_like(v) for k, v in mats.items()},
                 "adam": fallback.init(xp, rest)}
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
-        _r.check_state("muon", state, ("count", "mu", "adam"))
-        _r.check_tree("muon", "grads", grads, params if params is not None else grads)
+        _b.check_state("muon", state, ("count", "mu", "adam"))
+        _b.check_tree("muon", "grads", grads, params if params is not None else grads)
         mats, rest = split(grads)
-        _r.check_tree("muon", "grads", mats, state["mu"], "the state's matrices")
+        _b.check_tree("muon", "grads", mats, state["mu"], "the state's matrices")
         if wd and params is None:
             raise ArgumentError("muon: argument 'params': required (weight decay), got None")
         t0 = state["count"]
-        eta, t = _r.learning_rate(xp, lr, t0), t0 + 1
-        mu = {k: _r.ema(xp, state["mu"][k], g, beta) for k, g in mats.items()}
+        eta, t = _b.learning_rate(xp, lr, t0), t0 + 1
+        mu = {k: _el.ema(xp, state["mu"][k], g, beta) for k, g in mats.items()}
         out = {}
         for k, g in mats.items():
             M = muon_moment(xp, mu[k], g, beta, t, nesterov=nesterov,
                             bias_correction=bias_correction)
             d = muon_direction(xp, M, ns_coeffs, ns_steps, eps, scaling)
-            out[k] = _r.scale(xp, eta, _r.decoupled_decay(xp, d, params[k], weight_decay)
+            out[k] = _el.scale(xp, eta, _el.decoupled_decay(xp, d, params[k], weight_decay)
                               if wd else d)
         rest_params = None if params is None else {k: params[k] for k in rest}
         rest_out, adam_state = fallback.update(xp, rest, state["adam"], rest_params)
         out.update(rest_out)
         return {k: out[k] for k in grads}, {"count": t, "mu": mu, "adam": adam_state}
 
-    return Rule("muon", init, _r.typed(update))
+    return Rule("muon", init, _b.typed(update))
 
 
-def shampoo(lr: _r.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
+def shampoo(lr: _b.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
             eigh: _sh.Eigh | None = None, rtol: Any = None) -> Rule:
     r"""Shampoo (Gupta, Koren & Singer 2018; Baggag & Saad §5.4, eqs. 5.4.1–5.4.3,
     Algorithm 5) per parameter, with the running functions of
@@ -187,35 +189,35 @@ def shampoo(lr: _r.LearningRate, epsilon: Any = 1e-6, beta: Any = None, *,
     from :math:`L_0 = \epsilon I`, :math:`R_0 = \epsilon I` (``beta=None``: plain sums); a
     vector uses :math:`L_t^{-1/2}g_t` (full-matrix Adagrad). Pseudo-inverse roots
     (``eigh``, ``rtol``: see :func:`~nlaverify.curvature.shampoo.inverse_root`)."""
-    _r.check_hyper("shampoo", "lr", lr, lo=0, lo_open=True, schedule=True)
-    _r.check_hyper("shampoo", "epsilon", epsilon, lo=0)
+    _b.check_hyper("shampoo", "lr", lr, lo=0, lo_open=True, schedule=True)
+    _b.check_hyper("shampoo", "epsilon", epsilon, lo=0)
     if beta is not None:
-        _r.check_hyper("shampoo", "beta", beta, lo=0, hi=1)
+        _b.check_hyper("shampoo", "beta", beta, lo=0, hi=1)
 
     def init(xp: Namespace, params: Params) -> State:
-        eps = _r.const(xp, epsilon)
-        return {"count": _r.zero_count(xp), "stats": {
-            k: _sh.shampoo_init(xp, v, eps) for k, v in _r._check_params("shampoo",
+        eps = _b.const(xp, epsilon)
+        return {"count": _b.zero_count(xp), "stats": {
+            k: _sh.shampoo_init(xp, v, eps) for k, v in _b._check_params("shampoo",
                                                                           params).items()}}
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
-        _r.check_state("shampoo", state, ("count", "stats"))
-        _r.check_tree("shampoo", "grads", grads, {k: _Shaped(tuple(
+        _b.check_state("shampoo", state, ("count", "stats"))
+        _b.check_tree("shampoo", "grads", grads, {k: _Shaped(tuple(
             int(S.shape[0]) for S in v)) for k, v in state["stats"].items()}, "the state")
-        eta = _r.learning_rate(xp, lr, state["count"])
-        b = None if beta is None else _r.const(xp, beta)
+        eta = _b.learning_rate(xp, lr, state["count"])
+        b = None if beta is None else _b.const(xp, beta)
         stats = {k: _sh.shampoo_statistics(xp, g, state["stats"][k], beta=b)
                  for k, g in grads.items()}
-        out = {k: _r.scale(xp, eta, _sh.shampoo_direction(xp, g, stats[k], eigh=eigh,
+        out = {k: _el.scale(xp, eta, _sh.shampoo_direction(xp, g, stats[k], eigh=eigh,
                                                            rtol=rtol))
                for k, g in grads.items()}
         return out, {"count": state["count"] + 1, "stats": stats}
 
-    return Rule("shampoo", init, _r.typed(update))
+    return Rule("shampoo", init, _b.typed(update))
 
 
-def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping: Any = 1e-3
+def natural_gradient(lr: _b.LearningRate, curvature: Callable[..., Any], damping: Any = 1e-3
                      ) -> Rule:
     r"""Damped natural-gradient descent (Amari 1998; Baggag & Saad §5.1, eq. 5.1.9, and §5.2
     for the Gauss–Newton/Fisher curvature):
@@ -229,26 +231,26 @@ def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping
     matrix-vector product ``v -> F v``, solved by conjugate gradients
     (:func:`nlaverify.curvature.solvers.damped_solve`, JAX only and not under ``jit``;
     requires :math:`\lambda > 0`)."""
-    _r.check_hyper("natural_gradient", "lr", lr, lo=0, lo_open=True, schedule=True)
-    _r.check_hyper("natural_gradient", "damping", damping, lo=0)
+    _b.check_hyper("natural_gradient", "lr", lr, lo=0, lo_open=True, schedule=True)
+    _b.check_hyper("natural_gradient", "damping", damping, lo=0)
     if not callable(curvature):
         raise ArgumentError(f"natural_gradient: argument 'curvature': expected a callable "
                             f"(xp, params, grads) -> F or matvec, got {curvature!r}")
 
     def init(xp: Namespace, params: Params) -> State:
-        _r._check_params("natural_gradient", params)
-        return {"count": _r.zero_count(xp)}
+        _b._check_params("natural_gradient", params)
+        return {"count": _b.zero_count(xp)}
 
     def update(xp: Namespace, grads: Params, state: State,
                params: Params | None = None) -> tuple[Params, State]:
         from nlaverify.curvature import natural as _nat
         from nlaverify.curvature import solvers as _sol
 
-        _r.check_state("natural_gradient", state, ("count",))
+        _b.check_state("natural_gradient", state, ("count",))
         if params is None:
             raise ArgumentError("natural_gradient: argument 'params': required (the "
                                 "curvature is evaluated there), got None")
-        _r._params_for("natural_gradient", grads, params, params, True, "params")
+        _b._params_for("natural_gradient", grads, params, params, True, "params")
         keys = sorted(grads)
         g = xp.concat([xp.reshape(grads[k], (-1,)) for k in keys])
         F = curvature(xp, params, grads)
@@ -256,19 +258,19 @@ def natural_gradient(lr: _r.LearningRate, curvature: Callable[..., Any], damping
         if callable(F):
             x = _sol.damped_solve(F, g, damping).x
         else:
-            if _r._shape(F) != (P, P):
+            if _b._shape(F) != (P, P):
                 raise ShapeError(f"natural_gradient: the curvature: expected shape ({P}, {P}) "
-                                 f"for {P} parameters, got {_r._shape(F)}")
-            x = _nat.natural_gradient(xp, F, g, _r.const(xp, damping))
-        eta = _r.learning_rate(xp, lr, state["count"])
+                                 f"for {P} parameters, got {_b._shape(F)}")
+            x = _nat.natural_gradient(xp, F, g, _b.const(xp, damping))
+        eta = _b.learning_rate(xp, lr, state["count"])
         out, i = {}, 0
         for k in keys:
-            n = math.prod(_r._shape(grads[k]))
-            out[k] = _r.scale(xp, eta, xp.reshape(x[i:i + n], _r._shape(grads[k])))
+            n = math.prod(_b._shape(grads[k]))
+            out[k] = _el.scale(xp, eta, xp.reshape(x[i:i + n], _b._shape(grads[k])))
             i += n
         return out, {"count": state["count"] + 1}
 
-    return Rule("natural_gradient", init, _r.typed(update))
+    return Rule("natural_gradient", init, _b.typed(update))
 
 
 class _Shaped:

@@ -28,6 +28,10 @@ For checking the kernels: :func:`polar_svd` (the reference :math:`UV^\top`),
 :func:`matmul_flops`, and the rounding term :func:`rounding_bound` (tolerance model per
 step, carried through the map) / :func:`propagate` (measured per-step errors), which widen
 the certified interval of :mod:`nlaverify.optim.certify`.
+
+The coefficient tuples, schedules and the scalar map :func:`odd_polynomial` live in
+:mod:`nlaverify.optim.polynomials`, the rounding term in :mod:`nlaverify.optim.rounding`;
+both are re-exported here.
 """
 
 from __future__ import annotations
@@ -35,15 +39,19 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ArgumentError, DTypeError, ShapeError
-
-#: coefficients ``(a_1, a_3, a_5, ...)`` of an odd polynomial
-Coefficients = tuple[Any, ...]
+from nlaverify.optim.polynomials import Coefficients as Coefficients
+from nlaverify.optim.polynomials import is_schedule as is_schedule
+from nlaverify.optim.polynomials import odd_polynomial as odd_polynomial
+from nlaverify.optim.polynomials import schedule
+from nlaverify.optim.rounding import RoundingBound as RoundingBound
+from nlaverify.optim.rounding import propagate as propagate
+from nlaverify.optim.rounding import rounding_bound as rounding_bound
+from nlaverify.optim.rounding import step_rounding as step_rounding
 
 #: Muon's quintic (Jordan et al. 2024), from a tuning run: fast growth near 0, does not
 #: converge to 1 (its fixed points are not at 1; see the ``newton_schulz`` proofs)
@@ -79,71 +87,6 @@ def newton_schulz_family(order: int) -> Coefficients:
     return tuple(out)
 
 
-def _is_row(x: Any) -> bool:
-    """A coefficient tuple inside a schedule: a list/tuple or a 1-d array (not a string)."""
-    if isinstance(x, (str, bytes)):
-        return False
-    ndim = getattr(x, "ndim", None)
-    return ndim == 1 if ndim is not None else isinstance(x, Sequence)
-
-
-def is_schedule(coeffs: Any) -> bool:
-    """Whether ``coeffs`` is a per-step schedule (a sequence of coefficient tuples, or a 2-d
-    array with one row per step) rather than one tuple ``(a_1, a_3, ...)``."""
-    ndim = getattr(coeffs, "ndim", None)
-    if ndim is not None:
-        return ndim == 2
-    return isinstance(coeffs, Sequence) and not isinstance(coeffs, (str, bytes)) and \
-        len(coeffs) > 0 and _is_row(coeffs[0])
-
-
-def _check_coefficient(c: Any, where: str) -> Any:
-    """A real coefficient (int, Fraction, float, a real NumPy scalar, SymPy, mpmath, FLINT);
-    NumPy scalars become Python numbers. :class:`ArgumentError` naming it otherwise."""
-    if hasattr(c, "ndim") and getattr(c, "ndim", None) == 0 and hasattr(c, "item"):
-        kind = getattr(getattr(c, "dtype", None), "kind", "f")
-        if kind not in "biuf" and "float" not in str(c.dtype):
-            raise ArgumentError(f"{where}: expected a real number, got dtype {c.dtype}")
-        if kind == "b":
-            raise ArgumentError(f"{where}: expected a real number, got a boolean")
-        c = c.item()
-    if isinstance(c, bool):
-        raise ArgumentError(f"{where}: expected a real number, got {c!r}")
-    if isinstance(c, numbers.Real) or type(c).__module__.split(".")[0] in (
-            "sympy", "mpmath", "flint"):
-        return c
-    raise ArgumentError(f"{where}: expected a real number, got {type(c).__name__} {c!r}")
-
-
-def _check_row(c: Any, where: str) -> Coefficients:
-    if not _is_row(c):
-        raise ArgumentError(f"{where}: expected a tuple (a_1, a_3, ...) or a 1-d array, got "
-                            f"{type(c).__name__} {c!r}")
-    row = tuple(_check_coefficient(a, f"{where}[{i}]") for i, a in enumerate(c))
-    if not row:
-        raise ArgumentError(f"{where}: no coefficients")
-    return row
-
-
-def schedule(coeffs: Coefficients | Sequence[Coefficients], steps: int) -> list[Coefficients]:
-    """One coefficient tuple per step: ``coeffs`` (a tuple, list or 1-d array
-    ``(a_1, a_3, ...)``) repeated ``steps`` times, or, when ``coeffs`` is a schedule
-    (:func:`is_schedule`: a sequence of such tuples, or a 2-d array, one row per step; e.g. a
-    designed one), exactly those rows. Raises :class:`ArgumentError` for a schedule of another
-    length, an empty tuple or a coefficient that is not a real number (a string, a complex
-    number)."""
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-        raise ArgumentError(f"steps: expected an integer >= 0, got {steps!r}")
-    if isinstance(coeffs, (str, bytes)) or not (_is_row(coeffs) or is_schedule(coeffs)):
-        raise ArgumentError(f"coeffs: expected a tuple (a_1, a_3, ...) or a schedule of "
-                            f"tuples, got {type(coeffs).__name__} {coeffs!r}")
-    if is_schedule(coeffs):
-        if len(coeffs) != steps:
-            raise ArgumentError(f"coeffs: a schedule of {len(coeffs)} steps, but steps={steps}")
-        return [_check_row(c, f"coeffs[{k}]") for k, c in enumerate(coeffs)]
-    return [_check_row(coeffs, "coeffs")] * steps
-
-
 def _coef(xp: Namespace, c: Any) -> Any:
     """A coefficient as a scalar of ``xp``: fractions exactly on SymPy (rounded once
     elsewhere), SymPy expressions unchanged (symbolic coefficients in proofs)."""
@@ -152,17 +95,6 @@ def _coef(xp: Namespace, c: Any) -> Any:
     if type(c).__module__.startswith("sympy"):
         return c
     return xp.const(c)
-
-
-def odd_polynomial(coeffs: Coefficients, x: Any) -> Any:
-    r"""The scalar map :math:`p(x) = \sum_j a_{2j+1} x^{2j+1}` by Horner's rule in
-    :math:`x^2`, for any number type that mixes with the coefficients (Fraction, float,
-    SymPy, mpmath, flint's arb after conversion by the caller)."""
-    x2 = x * x
-    q = coeffs[-1]
-    for c in reversed(coeffs[:-1]):
-        q = c + q * x2
-    return q * x
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -338,169 +270,3 @@ def matmul_flops(m: int, n: int, coeffs: Coefficients | Sequence[Coefficients] =
         if len(c) >= 2:
             total += 4 * m * m * n + 2 * (len(c) - 2) * m**3
     return total
-
-
-# -- the rounding term: per-step rounding carried through the map -------------------------
-
-
-@dataclass(frozen=True)
-class RoundingBound:
-    r"""Where the singular values of a *computed* iteration can be (:func:`rounding_bound`,
-    :func:`propagate`). ``per_step`` = :math:`(r_0, r_1, \dots, r_k)`: the spectral-norm
-    rounding of the input (storage and normalisation) and of each step; ``gains`` =
-    :math:`L_j = \max|p_j'|` over the region the values occupy before step :math:`j`;
-    ``delta`` :math:`= \delta_k`, :math:`\delta_0 = r_0`, :math:`\delta_j = L_j
-    \delta_{j-1} + r_j`; ``[lo, hi]``: the interval propagation :math:`T_j =
-    |p_j|(T_{j-1}) \oplus [-r_j, r_j]` of :math:`T_0 = [\ell - r_0, u + r_0]` (clipped at
-    0), and ``[0, zero_hi]`` that of :math:`\{0\}` (exact zero singular values).
-    ``inf`` when the propagated region leaves the polynomial's basin (the bound is then
-    vacuous)."""
-
-    per_step: tuple[float, ...]
-    gains: tuple[float, ...]
-    delta: float
-    lo: float
-    hi: float
-    zero_hi: float
-    reason: str
-
-    def envelope(self, certified: Any) -> tuple[float, float]:
-        r"""The certified interval plus the rounding term: :math:`[\max(\mathrm{lo}_c -
-        \delta, \mathrm{lo}), \min(\mathrm{hi}_c + \delta, \mathrm{hi})]` (both bounds
-        hold, so their intersection does), never narrower than the certified
-        ``[certified.lo, certified.hi]`` itself."""
-        lo = max(self.lo, certified.lo - self.delta)
-        hi = min(self.hi, certified.hi + self.delta)
-        return min(lo, certified.lo), max(hi, certified.hi)
-
-    def contains(self, sigma: Any, certified: Any, zeros: bool = False) -> bool:
-        """Whether every value of ``sigma`` lies in :meth:`envelope` (or, with ``zeros``,
-        in ``[0, zero_hi]``)."""
-        import numpy as np
-
-        lo, hi = self.envelope(certified)
-        s = np.asarray(sigma, dtype=np.float64)
-        inside = (s >= lo) & (s <= hi)
-        if zeros:
-            inside |= (s >= 0) & (s <= self.zero_hi)
-        return bool(np.all(inside))
-
-
-_VACUOUS = 1e6  # a region beyond this has left every basin of a Newton–Schulz polynomial
-
-
-def _float_coeffs(c: Coefficients) -> list[float]:
-    return [float(a) for a in c]
-
-
-def _abs_image(c: Coefficients, lo: float, hi: float) -> tuple[float, float]:
-    """The exact range of :math:`|p|` on ``[lo, hi]`` (certified image, rounded to floats)."""
-    from nlaverify.optim.certify import _exact_coeffs, image
-
-    a, b = image(_exact_coeffs(c), Fraction(lo), Fraction(hi))
-    if a >= 0:
-        return float(a), float(b)
-    if b <= 0:
-        return float(-b), float(-a)
-    return 0.0, float(max(-a, b))
-
-
-def _max_abs_derivative(c: Coefficients, lo: float, hi: float) -> float:
-    r""":math:`\max |p'|` on ``[lo, hi]``: at the ends and the real roots of :math:`p''`
-    (float64; a model quantity, not a certified one)."""
-    import numpy as np
-
-    coef = np.zeros(2 * len(c))
-    coef[1::2] = _float_coeffs(c)
-    d1 = np.polynomial.Polynomial(coef).deriv()
-    pts = [lo, hi] + [float(r.real) for r in d1.deriv().roots()
-                      if abs(r.imag) <= 1e-9 * max(1.0, abs(r)) and lo <= r.real <= hi]
-    return max(abs(float(d1(x))) for x in pts)
-
-
-def step_rounding(c: Coefficients, dtype: Any, n: int, bound: float, *,
-                  accumulation: Any = None) -> float:
-    r"""The tolerance model's spectral-norm rounding :math:`r` of one step
-    :math:`X \leftarrow p(X)`, :math:`\|X\|_2 \le` ``bound``, on the wide side (longest
-    sum ``n``): :func:`nlaverify.tolerance.tolerance` with ``size`` :math:`= n`,
-    ``depth`` :math:`= d` dependent products (:math:`A = XX^\top`, :math:`d - 2` Horner
-    products, :math:`BX`), composed at random (``composition="random"``: independent
-    stages add in quadrature), and ``condition`` :math:`\kappa = \max(1, \sum_i
-    |a_{2i+1}|\,\mathrm{bound}^{2i+1})`, the size of the terms that cancel to
-    :math:`p(X) = O(1)` (10.25 for Muon at bound 1, 2 for the cubic)."""
-    from nlaverify.tolerance import tolerance
-
-    kappa = max(1.0, sum(abs(a) * bound ** (2 * i + 1) for i, a in enumerate(_float_coeffs(c))))
-    return tolerance(dtype, size=max(1, n), depth=max(1, len(c)), condition=kappa,
-                     accumulation=accumulation, composition="random").rtol
-
-
-def _propagate(plan: list[Coefficients], lower: float, upper: float, r0: float,
-               step_r: Any, reason: str) -> RoundingBound:
-    lo, hi, zhi, delta = max(0.0, lower - r0), upper + r0, r0, r0
-    rs, gains = [r0], []
-    for j, c in enumerate(plan):
-        if not hi < _VACUOUS:
-            rs.append(math.inf)
-            gains.append(math.inf)
-            lo, hi, zhi, delta = 0.0, math.inf, math.inf, math.inf
-            continue
-        r = float(step_r(j, c, hi))
-        L = _max_abs_derivative(c, lo, hi)
-        rs.append(r)
-        gains.append(L)
-        delta = L * delta + r
-        ilo, ihi = _abs_image(c, lo, hi)
-        lo, hi = max(0.0, ilo - r), ihi + r
-        zhi = (_abs_image(c, 0.0, zhi)[1] + r) if zhi < _VACUOUS else math.inf
-    if not hi < _VACUOUS:
-        lo, hi, zhi, delta = 0.0, math.inf, math.inf, math.inf
-    return RoundingBound(tuple(rs), tuple(gains), delta, lo, hi, min(zhi, hi), reason)
-
-
-def propagate(coeffs: Coefficients | Sequence[Coefficients], steps: int, per_step: Any,
-              lower: float = 0.0, upper: float = 1.0) -> RoundingBound:
-    r"""The :class:`RoundingBound` of given per-step spectral-norm errors ``per_step`` =
-    :math:`(r_0, \dots, r_k)` (measured ones, for an a-posteriori check), from singular
-    values in :math:`[\ell, u]` = ``[lower, upper]``. By Weyl's inequality the computed
-    :math:`\hat X_j = p_j(\hat X_{j-1}) + E_j` has singular values within
-    :math:`\|E_j\|_2 \le r_j` of those of :math:`p_j(\hat X_{j-1})`, which are
-    :math:`|p_j|` of those of :math:`\hat X_{j-1}` (an odd polynomial acts on singular
-    values): hence :math:`T_j`; and by the mean value theorem each stays within
-    :math:`\delta_j` of the exact image of the same input value."""
-    plan = schedule(coeffs, steps)
-    r = [float(x) for x in per_step]
-    if len(r) != len(plan) + 1:
-        raise ArgumentError(f"per_step: expected {len(plan) + 1} errors (input and one per "
-                            f"step), got {len(r)}")
-    return _propagate(plan, float(lower), float(upper), r[0], lambda j, c, b: r[j + 1],
-                      "measured per-step errors")
-
-
-def rounding_bound(coeffs: Coefficients | Sequence[Coefficients], steps: int, dtype: Any,
-                   n: int, *, m: int | None = None, lower: float = 0.0, upper: float = 1.0,
-                   normalize: bool = True, accumulation: Any = None) -> RoundingBound:
-    r"""The tolerance model's rounding term for :func:`newton_schulz` in ``dtype`` on an
-    :math:`m \times n` matrix (``m`` defaults to ``n``; the longer side governs the sums)
-    with singular values in ``[lower, upper]`` (after normalisation): :math:`r_0` =
-    :func:`~nlaverify.tolerance.tolerance` of storing the input and, with ``normalize``,
-    of the Frobenius norm (:math:`mn` terms, two stages), times ``upper``; :math:`r_j` =
-    :func:`step_rounding` at the current region's upper end; carried through the map by
-    :func:`propagate`'s recursion: each rounding is amplified by at most :math:`\max|p'|`
-    over the region (the absorbing region, once entered) per later step. ``accumulation``
-    as for :func:`~nlaverify.tolerance.tolerance` (``"float32"`` for bfloat16 on XLA).
-    Baggag & Saad §5.5; Higham & Mary (2019) for the per-stage model."""
-    from nlaverify.tolerance import tolerance
-
-    plan = schedule(coeffs, steps)
-    long_side, short = max(n, m or n), min(n, m or n)
-    r0 = tolerance(dtype, size=short * long_side if normalize else long_side,
-                   depth=2 if normalize else 1, accumulation=accumulation,
-                   composition="random").rtol * float(upper)
-    from nlaverify.backends.host import dtype_name
-
-    name = dtype if isinstance(dtype, str) else dtype_name(dtype)
-    return _propagate(plan, float(lower), float(upper), r0,
-                      lambda j, c, b: step_rounding(c, dtype, long_side, b,
-                                                    accumulation=accumulation),
-                      f"tolerance model, {name}, n={long_side}, random composition per step")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from nlaverify.identities.core import Identity, Proof
@@ -18,9 +19,39 @@ def identity_path(identity: Identity) -> str:
     return f"{identity.family}/{identity.id}.md"
 
 
+@dataclass(frozen=True)
+class PageExtra:
+    """Sections a page adds around its statement and derivation (the op pages): ``before``
+    the statement and ``after`` the derivation, ``(heading, Markdown body)`` each; and
+    ``notation``, which returns the body of the Notation section (after the statement)
+    from the text of the rest of the page, so that it can define every symbol used."""
+
+    before: tuple[tuple[str, str], ...] = ()
+    after: tuple[tuple[str, str], ...] = ()
+    notation: Callable[[str], str] | None = None
+
+
+_EXTRAS: dict[str, Callable[[], PageExtra]] = {}
+
+
+def add_page_extra(identity_id: str, extra: Callable[[], PageExtra]) -> None:
+    """Register the :class:`PageExtra` (built on first use) of the page of
+    ``identity_id``."""
+    _EXTRAS[identity_id] = extra
+
+
+def _sections(sections: Iterable[tuple[str, str]]) -> list[str]:
+    out: list[str] = []
+    for heading, body in sections:
+        out += [f"## {heading}", "", body, ""]
+    return out
+
+
 def render_identity(identity: Identity, proof: Proof) -> str:
-    """The Markdown document of one identity and its proof."""
-    lines = [
+    """The Markdown document of one identity and its proof (with its :class:`PageExtra`,
+    when one is registered: the op pages)."""
+    extra = _EXTRAS[identity.id]() if identity.id in _EXTRAS else PageExtra()
+    head = [
         GENERATED,
         f"# `{identity.id}`: {identity.title}",
         "",
@@ -28,23 +59,28 @@ def render_identity(identity: Identity, proof: Proof) -> str:
         f"- **Seed:** {identity.seed}",
         "- **Certifies:** " + ", ".join(f"`{c}`" for c in identity.certifies),
         "",
+        *_sections(extra.before),
         "## Statement",
         "",
         "$$",
         identity.statement,
         "$$",
         "",
-        "## Derivation",
-        "",
     ]
+    lines = ["## Derivation", ""]
     for k, step in enumerate(proof.steps, 1):
         lines.append(f"{k}. {step.text}")
         if step.latex:
             lines += ["", "   $$", f"   {step.latex}", "   $$", ""]
+    if extra.after:
+        lines += ["", *_sections(extra.after)]
     if proof.verdict != "proved":
         lines += ["", "## Failure", "", "```", proof.detail, "```"]
     lines += ["", f"Regenerate with `nlaverify derive {identity.id}`.", ""]
-    return "\n".join(lines)
+    if extra.notation is not None:
+        body = extra.notation("\n".join(head + lines))
+        head += ["## Notation", "", body, ""]
+    return "\n".join(head + lines)
 
 
 def render_family(family: str, rows: Iterable[tuple[Identity, str]]) -> str:
@@ -88,7 +124,6 @@ def write_atomically(root: Path, files: Mapping[str, str]) -> None:
         raise
     for tmp, target in staged:
         os.replace(tmp, target)
-
 
 
 def save_svg(fig: object, path: Path | str) -> Path:

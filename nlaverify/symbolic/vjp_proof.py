@@ -22,6 +22,14 @@ from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Proof, Step
 from nlaverify.ops.registry import OpSpec, fixed_routing_mask, with_ignored
 from nlaverify.symbolic.exact import symbol_array, zero_test
+from nlaverify.symbolic.op_pages import (
+    derived_step,
+    display_names,
+    entry_label,
+    size_words,
+    static_words,
+)
+from nlaverify.symbolic.statements import arg_latex, op_text
 
 
 def proof_tokens(n: int, vocab: int) -> np.ndarray:
@@ -47,6 +55,10 @@ def symbolic_inputs(spec: OpSpec, sizes: dict[str, int]) -> tuple[list[Any], dic
     for key, sym in spec.proof_static.items():
         static[key] = sympy.Symbol(sym, positive=True)
     return args, static
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return " x ".join(map(str, shape)) if shape else "a scalar"
 
 
 def _obj(x: Any) -> np.ndarray:
@@ -77,6 +89,7 @@ def prove_vjp(
         return Proof("failed", (), f"vjp returned {len(cotangents)} cotangents, expected "
                                    f"{len(real)} (one per real argument)")
     checked = 0
+    refs: list[tuple[str, Any]] = []
     for (arg, x), cot in zip(real, cotangents, strict=True):
         if cot.shape != x.shape:
             return Proof("failed", (), f"cotangent of {arg.name!r} has shape {cot.shape}, "
@@ -89,20 +102,29 @@ def prove_vjp(
             if not test.proved:
                 return Proof("failed", (), f"entry {arg.name}{list(idx)}: {test.reason} "
                                            f"(VJP - sum_o g_o df_o/da; {test.detail})")
+            refs.append((entry_label(arg_latex(arg.name), idx, r"\bar"), by_diff))
     fwd, vjp = spec.qualified_names
-    size_text = ", ".join(f"{k} = {v}" for k, v in sizes.items())
-    static_text = ", ".join(f"{k} = {v}" for k, v in static.items())
+    names = display_names(spec, args, cotangent=G)
+    counts = ", ".join(f"{x.size} of ${arg_latex(a.name)}$" for a, x in real)
+    out_name = op_text(spec.name).out
+    jacobian = ((rf"\frac{{\partial {entry_label(out_name, o, '')}}}{{\partial {names[x[i]]}}}",
+                 sympy.diff(out[o], x[i]))
+                for _, x in real for i in np.ndindex(*x.shape) for o in np.ndindex(*out.shape))
     steps = [
-        Step(f"Sizes {size_text}" + (f"; static arguments {static_text}" if static else "")
-             + ". Every real argument is an array of independent real symbols; the cotangent "
-             f"$G$ has the shape of the output, {tuple(out.shape)}, with entries $g_{{\\dots}}$."),
+        Step(f"Exact check at {size_words(spec, sizes)}{static_words(spec, static)}. Every "
+             "real argument is an array of independent real symbols (entries such as "
+             f"${next(iter(names.values()))}$, 1-based); "
+             + (f"the cotangent $G$ has the output's shape, {_shape(out.shape)}, with "
+                "independent symbols as entries." if out.shape else "the cotangent $g$ of "
+                "the scalar output is a symbol too.")),
         Step(f"Run `{fwd}` on the exact SymPy namespace to get the output $f$, and "
              f"`{vjp}` on the same namespace to get the cotangents."),
         Step("For every entry $a_\\iota$ of every real argument, form the reference by "
              "`sympy.diff` of the forward function's output:",
-             r"\bar a_\iota^{\mathrm{ref}} = \sum_o g_o \frac{\partial f_o}{\partial a_\iota}."),
+             r"\bar a_\iota^{\mathrm{ref}} = \sum_o G_o \frac{\partial f_o}{\partial a_\iota}."),
         Step(f"The difference $\\bar a_\\iota - \\bar a_\\iota^{{\\mathrm{{ref}}}}$ simplifies to "
-             f"exactly $0$ for all {checked} entries."),
+             f"exactly $0$ for all {checked} entries ({counts})."),
+        derived_step(refs, jacobian, names, xp.without_shifts, "VJP"),
     ]
     return Proof("proved", tuple(steps), f"{checked} entries")
 
@@ -134,11 +156,14 @@ def prove_jvp(
         return Proof("failed", (), f"JVP has shape {got.shape}, expected {out.shape} (the "
                                    "output's)")
     checked = 0
+    out_name = op_text(spec.name).out
+    refs: list[tuple[str, Any]] = []
     for o in np.ndindex(*out.shape):
         by_diff = sympy.Add(*[sympy.diff(out[o], x[idx]) * t[idx]
                               for (_, x), t in zip(real, tangents, strict=True)
                               for idx in np.ndindex(*x.shape)])
         checked += 1
+        refs.append((entry_label(out_name, o, r"\dot"), by_diff))
         lhs = got[o]
         test = None
         if by_diff.has(sympy.Piecewise):
@@ -156,19 +181,24 @@ def prove_jvp(
                                        f"sum_a df/da . da; {test.detail})")
     fwd = spec.qualified_names[0]
     name = f"{jvp.__module__}.{jvp.__qualname__}"
-    size_text = ", ".join(f"{k} = {v}" for k, v in sizes.items())
-    static_text = ", ".join(f"{k} = {v}" for k, v in static.items())
+    names = display_names(spec, args, tangents)
+    out_name = op_text(spec.name).out
+    jacobian = ((rf"\frac{{\partial {entry_label(out_name, o, '')}}}{{\partial {names[x[i]]}}}",
+                 sympy.diff(out[o], x[i]))
+                for o in np.ndindex(*out.shape) for _, x in real for i in np.ndindex(*x.shape))
     steps = [
-        Step(f"Sizes {size_text}" + (f"; static arguments {static_text}" if static else "")
-             + ". Every real argument $a$ is an array of independent real symbols, and so is "
-             "its tangent $\\dot a$ (entries $da_{\\dots}$)."),
+        Step(f"Exact check at {size_words(spec, sizes)}{static_words(spec, static)}. Every "
+             "real argument $a$ is an array of independent real symbols, and so is its "
+             "tangent $\\dot a$ (entries such as "
+             f"${next(iter(names.values()))}$ and ${names[tangents[0].flat[0]]}$, 1-based)."),
         Step(f"Run `{fwd}` on the exact SymPy namespace to get the output $f$ (shape "
-             f"{tuple(out.shape)}), and `{name}` on the same namespace to get its tangent."),
+             f"{_shape(out.shape)}), and `{name}` on the same namespace to get its tangent."),
         Step("For every output entry $f_o$, form the reference by `sympy.diff` of the forward "
              "function's output:",
              r"\dot f_o^{\mathrm{ref}} = \sum_{a}\sum_\iota \frac{\partial f_o}"
              r"{\partial a_\iota}\,\dot a_\iota."),
         Step(f"The difference $\\dot f_o - \\dot f_o^{{\\mathrm{{ref}}}}$ simplifies to exactly "
              f"$0$ for all {checked} output entries."),
+        derived_step(refs, jacobian, names, xp.without_shifts, "JVP"),
     ]
     return Proof("proved", tuple(steps), f"{checked} entries")

@@ -1,0 +1,349 @@
+"""The commands of the ``nlaverify`` command line (:mod:`nlaverify.cli`): one function
+``_cmd_<name>(args) -> exit code`` per subcommand, run on the parsed arguments of
+:func:`nlaverify.cli.build_parser`, and the helpers they share (where the proof documents are,
+a progress bar on stderr, the checks of ``verify``'s options)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from nlaverify import jsonout
+from nlaverify.errors import ArgumentError, UnknownNameError
+
+
+def checkout_proofs() -> Path | None:
+    """The ``docs/proofs`` folder of the checkout the package runs from (an editable
+    install or a source tree), or ``None`` when the package is installed elsewhere."""
+    import nlaverify
+
+    root = Path(nlaverify.__file__).resolve().parents[1] / "docs" / "proofs"
+    return root if (root / "index.json").is_file() else None
+
+
+def _proof_root(args: argparse.Namespace, command: str) -> Path:
+    """``--root`` when given; else the checkout's proof folder (whatever the current folder);
+    else an error that says so (nothing is created in the current folder)."""
+    if args.root is not None:
+        return Path(args.root)
+    found = checkout_proofs()
+    if found is None:
+        raise ArgumentError(f"{command}: no proof documents: nlaverify is not running from a "
+                            "checkout of its repository (docs/proofs/index.json next to the "
+                            "package); pass --root DIR to read or write them elsewhere")
+    return found
+
+
+def _cmd_derive(args: argparse.Namespace) -> int:
+    from nlaverify.proofs import derive
+
+    return derive(args.ids, check=args.check, root=_proof_root(args, "derive"), jobs=args.jobs,
+                  everything=args.everything)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from nlaverify.identities import load_catalogue
+    from nlaverify.proofs import read_index
+
+    catalogue = load_catalogue()
+    index = read_index(_proof_root(args, "list"))
+    rows = [{"id": i, "family": x.family, "title": x.title, "seed": x.seed,
+             "statement": x.statement, "certifies": list(x.certifies),
+             "status": index.get(i, {}).get("verdict", "not derived")}
+            for i, x in catalogue.items()]
+    if args.json:
+        jsonout.dump(rows)
+        return 0
+    width = max(len(r["id"]) for r in rows)
+    for r in rows:
+        print(f"{r['id']:<{width}}  {r['status']:<11}  {r['family']:<10}  {r['seed']}")
+    print(f"{len(rows)} identities")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from nlaverify.crosscheck import format_summary, run_crosscheck
+
+    backends = list(dict.fromkeys(b.strip() for b in args.backends.split(",") if b.strip()))
+    _check_verify_args(args, backends)
+    if args.seq_len is None:
+        args.seq_len = 6
+    if args.hf is not None:
+        from nlaverify.interop.hf_verify import hf_verify_command
+
+        extra = {} if args.max_params is None else {"max_params": args.max_params}
+        return hf_verify_command(args.hf, seq_len=args.seq_len, seed=args.seed,
+                                 exact=args.hf_exact, as_json=args.json, **extra)
+    if args.zoo:
+        from nlaverify.zoo import run_zoo_command
+
+        return run_zoo_command(backends, seed=args.seed, n=args.seq_len, digits=args.digits,
+                               batch=args.batch, as_json=args.json)
+    if args.preset and args.dtype != "float64":
+        from nlaverify.precision import precision_command
+
+        return precision_command(args.preset, args.dtype, backends, seed=args.seed,
+                                 n=args.seq_len, as_json=args.json, batch=args.batch)
+    if args.preset:
+        from nlaverify.config import preset
+        from nlaverify.pipeline import format_report, verify_pipeline
+
+        rep = verify_pipeline(preset(args.preset), backends, seed=args.seed, n=args.seq_len,
+                              digits=args.digits, batch=args.batch)
+        if args.json:
+            jsonout.dump(rep.as_dict())
+        else:
+            print(format_report(rep))
+        return 0 if rep.ok else 1
+    with _progress("verify") as tick:
+        report = run_crosscheck(backends=backends, seed=args.seed, digits=args.digits,
+                                ops=_ops_of(args.op), progress=tick)
+    if args.json:
+        jsonout.dump(report.as_dict())
+    else:
+        print(format_summary(report))
+    return 0 if report.ok else 1
+
+
+@contextlib.contextmanager
+def _progress(command: str) -> Iterator[Callable[[int, int, str], None]]:
+    """A progress callback ``tick(k, total, stage)`` on stderr: a tqdm bar on a terminal,
+    one line per stage otherwise (a log, CI)."""
+    bar: list[Any] = []
+
+    def tick(k: int, total: int, stage: str) -> None:
+        if sys.stderr.isatty():
+            if not bar:
+                from tqdm import tqdm
+
+                bar.append(tqdm(total=total, desc=command, file=sys.stderr, leave=False))
+            bar[0].set_postfix_str(stage)
+            bar[0].update(1)
+        else:
+            print(f"{command}: [{k}/{total}] {stage}", file=sys.stderr, flush=True)
+
+    try:
+        yield tick
+    finally:
+        if bar:
+            bar[0].close()
+
+
+def _ops_of(names: list[str] | None) -> list[str] | None:
+    """The ops of ``--op`` (repeated or comma-separated), each a known differentiable op."""
+    if not names:
+        return None
+    from nlaverify.ops.registry import OPS
+
+    ops = list(dict.fromkeys(n.strip() for item in names for n in item.split(",") if n.strip()))
+    for name in ops:
+        if name not in OPS:
+            raise UnknownNameError(f"verify: --op: unknown op {name!r}: expected one of "
+                                   f"{', '.join(sorted(OPS))}")
+        if not OPS[name].differentiable:
+            raise ArgumentError(f"verify: --op: {name!r} has no real argument: nothing to "
+                                "cross-check")
+    return ops
+
+
+def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
+    """Backends known and at least one; no option that the chosen mode would ignore."""
+    known = ("numpy", "jax", "mpmath", "cupy", "strict")
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
+                               f"{', '.join(sorted(known))}")
+    if not backends:
+        raise ArgumentError("verify: --backends: expected at least one backend, got none")
+    if args.hf is not None and (args.zoo or args.preset or args.dtype != "float64"
+                                or args.batch is not None):
+        raise ArgumentError("verify: --hf runs the Hugging Face model in its own dtype on one "
+                            "sequence: drop --zoo, --preset, --dtype and --batch")
+    if args.op and (args.hf is not None or args.zoo or args.preset):
+        raise ArgumentError("verify: --op selects ops of the op cross-check: drop --hf, --zoo "
+                            "and --preset")
+    if (args.hf_exact or args.max_params is not None) and args.hf is None:
+        raise ArgumentError("verify: --hf-exact and --max-params apply to --hf")
+    if args.zoo and (args.preset or args.dtype != "float64"):
+        raise ArgumentError("verify: --zoo runs its own configs in float64: drop --preset and "
+                            "--dtype")
+    if not (args.zoo or args.preset or args.hf):
+        given = [f for f, v in (("--dtype", args.dtype != "float64"),
+                                ("--seq-len", args.seq_len is not None),
+                                ("--batch", args.batch is not None)) if v]
+        if given:
+            raise ArgumentError(f"verify: {given[0]} applies to --preset or --zoo (the op "
+                                "cross-check runs one seeded case per op)")
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from nlaverify.config import preset
+    from nlaverify.graph.build import build_transformer, parameter_counts
+
+    if (args.preset is None) == (args.config is None):
+        raise ArgumentError("params: expected exactly one of --preset and --config")
+    if args.preset is not None:
+        cfg, source = preset(args.preset), {"preset": args.preset}
+    else:
+        from nlaverify.interop import config_from_file
+
+        cfg, source = config_from_file(args.config), {"config_file": args.config}
+    if args.lora is not None:
+        cfg = cfg.replace(**_parse_lora(args.lora))
+    counts = parameter_counts(build_transformer(cfg))
+    trainable = counts.by_component.get("lora") if cfg.lora_rank else None
+    if args.json:
+        extra = {} if trainable is None else {"lora_trainable": trainable}
+        jsonout.dump({**source, "config": cfg.as_dict(), **counts.as_dict(), **extra})
+        return 0
+    width = max(len(k) for k in counts.by_component)
+    for k, v in counts.by_component.items():
+        print(f"{k:<{width}}  {v:>20,}  {100 * v / counts.total:6.2f} %")
+    if counts.norms_per_block:
+        print(f"{'norms per block':<{width}}  {next(iter(counts.norms_per_block.values())):>20,}")
+    print(f"{'total':<{width}}  {counts.total:>20,}")
+    if trainable is not None:
+        share = 100 * trainable / counts.total
+        print(f"{'LoRA trainable':<{width}}  {trainable:>20,}  {share:6.3f} %  (rank "
+              f"{cfg.lora_rank} on {', '.join(cfg.lora_targets)}; the rest frozen)")
+    return 0
+
+
+def _parse_lora(spec: str) -> dict[str, object]:
+    """``r=4,targets=q,v[,alpha=8]`` -> config fields (``targets`` takes the names after it
+    up to the next ``key=``)."""
+    out: dict[str, object] = {}
+    key = None
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            raise ArgumentError(f"params: --lora: an empty item in {spec!r}")
+        if "=" in part:
+            key, value = (t.strip() for t in part.split("=", 1))
+            field = {"r": "lora_rank", "alpha": "lora_alpha", "targets": "lora_targets"}.get(
+                key)
+            if field in out:
+                raise ArgumentError(f"params: --lora: {key} given twice in {spec!r}")
+            if not value:
+                raise ArgumentError(f"params: --lora: an empty item in {spec!r} ({key}=)")
+        elif key == "targets":
+            value = part
+        else:
+            raise ArgumentError(f"params: --lora: expected key=value items (r, alpha, "
+                                f"targets), got {part!r}")
+        if key not in ("r", "alpha", "targets"):
+            raise ArgumentError(f"params: --lora: unknown key {key!r}: expected r, alpha or "
+                                "targets")
+        try:
+            if key == "r":
+                out["lora_rank"] = int(value)
+            elif key == "alpha":
+                out["lora_alpha"] = float(value)
+            else:
+                out["lora_targets"] = (*out.get("lora_targets", ()), value)  # type: ignore[misc]
+        except ValueError:
+            raise ArgumentError(f"params: --lora: {key}: not a number: {value!r}") from None
+    if not out.get("lora_rank"):
+        raise ArgumentError(f"params: --lora: expected r=RANK >= 1, got {spec!r}")
+    return out
+
+
+def _cmd_curvature(args: argparse.Namespace) -> int:
+    from nlaverify.curvature.report import curvature_report, format_report
+
+    with _progress("curvature") as tick:
+        rep = curvature_report(args.preset, block=args.block, seed=args.seed, n=args.seq_len,
+                               batch=args.batch, top=args.top, progress=tick)
+    if args.json:
+        jsonout.dump(rep.as_dict())
+    else:
+        print(format_report(rep))
+    return 0
+
+
+def _cmd_newton_schulz(args: argparse.Namespace) -> int:
+    from fractions import Fraction
+
+    from nlaverify.optim.certify import absorbing_interval, fixed_points
+    from nlaverify.optim.designer import compare, format_comparison
+    from nlaverify.optim.newton_schulz import COEFFICIENT_SETS, odd_polynomial
+
+    rows = compare(args.steps, args.lower, args.degree)
+    dynamics = {}
+    for name, coeffs in COEFFICIENT_SETS.items():
+        absorbing = absorbing_interval(coeffs, lower=Fraction(args.lower))
+        dynamics[name] = {
+            "p(1)": float(odd_polynomial(coeffs, Fraction(1))),
+            "fixed_points": [{"x": f.value.mid, "x_enclosure": [f.value.lo, f.value.hi],
+                              "derivative": f.derivative.mid, "stable": f.stable}
+                             for f in fixed_points(coeffs)],
+            "absorbing": [absorbing.lo, absorbing.hi, absorbing.entered_after]}
+    if args.json:
+        jsonout.dump({"steps": args.steps, "lower": args.lower, "degree": args.degree,
+                      "comparison": rows, "dynamics": dynamics})
+        return 0
+    print(f"certified range of every singular value after {args.steps} steps from "
+          f"[{args.lower:g}, 1] (exact root isolation + arb balls, rounded outward):")
+    print(format_comparison(rows))
+    for name, d in dynamics.items():
+        word = {True: "attracting", False: "repelling", None: "undecided"}
+        fps = ", ".join(f"{f['x']:.6g} ({word[f['stable']]}, "
+                        f"p'={f['derivative']:.4g})" for f in d["fixed_points"])
+        lo, hi, n = d["absorbing"]
+        print(f"{name:<8} p(1) = {d['p(1)']:.6g}; fixed points {fps}; "
+              f"absorbing [{lo:.6g}, {hi:.6g}] entered after {n} steps")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import math
+
+    from nlaverify.train import (
+        OPTIMIZERS,
+        draw_training,
+        entropies,
+        format_result,
+        load_corpus,
+        train,
+    )
+
+    names = list(OPTIMIZERS) if args.optimizer == "all" else [args.optimizer]
+    if args.lr is not None and len(names) > 1:
+        raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "
+                            "uses its default rate")
+    if args.figure:  # before training: an unwritable figure used to lose the results
+        target = Path(args.figure).resolve().parent
+        if not target.is_dir() or not os.access(target, os.W_OK):
+            raise ArgumentError(f"train: --figure {args.figure}: the folder {str(target)!r} "
+                                "does not exist or is not writable")
+    corpus = load_corpus()
+    progress = not args.json and sys.stderr.isatty()
+    results = [train(args.preset, o, args.steps, seq_len=args.seq_len, batch=args.batch,
+                     lr=args.lr, seed=args.seed, eval_every=args.eval_every, corpus=corpus,
+                     progress=progress) for o in names]
+    if args.figure:
+        draw_training(results, args.figure, corpus)
+    h1, h2 = entropies(corpus.train, corpus.vocab_size)
+    levels = {"uniform_log_v": math.log(corpus.vocab_size), "unigram_entropy": h1,
+              "bigram_entropy": h2}
+    if args.json:
+        jsonout.dump({"preset": args.preset, "vocab_size": corpus.vocab_size,
+                      "train_chars": len(corpus.train), "heldout_chars": len(corpus.val),
+                      "levels": levels, "figure": args.figure,
+                      "runs": [r.as_dict() for r in results]})
+        return 0
+    print(f"{results[0].config.name}: {len(corpus.train)} training and {len(corpus.val)} "
+          f"held-out characters, V = {corpus.vocab_size}; log V = {levels['uniform_log_v']:.3f}, "
+          f"unigram H1 = {h1:.3f}, bigram H2 = {h2:.3f} nats")
+    for r in results:
+        print(format_result(r))
+    if args.figure:
+        print(f"figure: {args.figure}")
+    return 0
+
+
+__all__ = ["checkout_proofs"]

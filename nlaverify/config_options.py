@@ -1,0 +1,79 @@
+r"""The options a :class:`nlaverify.config.TransformerConfig` chooses among, its error, and
+the RoPE frequency scaling.
+
+The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
+targets), :class:`ConfigError` and :class:`RopeScaling`, the one structured field:
+:math:`\theta_i = b^{-2i/d_h}` rescaled for long contexts (Chen et al. 2023; Dubey et al.
+2024). Baggag & Saad §3.3, §3.4, §4.2-4.4; Baptista, Stuart & Tran §5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nlaverify.errors import NlaverifyError
+
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("pre", "post")
+POSITIONS = ("sinusoidal", "learned", "rope", "none")
+#: ``gelu`` is the tanh form (GPT-2/3, HF ``gelu_new``), ``gelu_erf`` the exact one (HF ``gelu``);
+#: ``swiglu`` and ``geglu`` are gated (SiLU / tanh-GELU of the gate times the up projection)
+MLPS = ("relu", "gelu", "gelu_erf", "swiglu", "geglu")
+#: gated MLPs: three projections W_gate, W_up, W_down
+GATED_MLPS = ("swiglu", "geglu")
+#: projections LoRA can adapt: attention's query, key, value, output, and every dense MLP
+#: projection (Hu et al. 2022; Baggag & Saad §4.2)
+LORA_TARGETS = ("q", "k", "v", "o", "mlp")
+#: RoPE frequency scalings (:class:`RopeScaling`)
+ROPE_SCALINGS = ("linear", "llama3")
+#: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
+ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
+#: attentions with random features (the draws are part of the config, see feature_draws)
+RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
+#: attentions that are bidirectional only (no causal form)
+BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
+
+
+class ConfigError(NlaverifyError, ValueError):
+    """An invalid :class:`TransformerConfig`; the message names the field."""
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    r"""A rescaling of the RoPE frequencies :math:`\theta_i = b^{-2i/d_h}` for contexts longer
+    than the one trained on (:func:`nlaverify.ops.rotary.rope_frequencies`).
+
+    ``kind="linear"`` (position interpolation, Chen et al. 2023): :math:`\theta_i / s`.
+    ``kind="llama3"`` (Dubey et al. 2024; the released Llama-3.1 ``rope_scaling``): with
+    wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`L` = ``original_context``,
+    :math:`\lambda_{hi} = L/` ``high_freq_factor`` and :math:`\lambda_{lo} = L/`
+    ``low_freq_factor``: :math:`\theta_i` is kept when :math:`\lambda_i < \lambda_{hi}`,
+    divided by :math:`s` = ``factor`` when :math:`\lambda_i > \lambda_{lo}`, and in between
+    :math:`(1-\mu)\theta_i/s + \mu\theta_i` with :math:`\mu = (L/\lambda_i -
+    \text{low})/(\text{high} - \text{low})`.
+    """
+
+    kind: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_context: int = 8192
+
+    def __post_init__(self) -> None:
+        import math
+
+        if self.kind not in ROPE_SCALINGS:
+            raise ConfigError(f"RopeScaling.kind: expected one of {', '.join(ROPE_SCALINGS)}, "
+                              f"got {self.kind!r}")
+        for f in ("factor", "low_freq_factor", "high_freq_factor"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                    math.isfinite(v) and v > 0):
+                raise ConfigError(f"RopeScaling.{f}: expected a finite number > 0, got {v!r}")
+        if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
+            raise ConfigError(f"RopeScaling.high_freq_factor: expected > low_freq_factor="
+                              f"{self.low_freq_factor}, got {self.high_freq_factor}")
+        v = self.original_context
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"RopeScaling.original_context: expected a positive integer, got "
+                              f"{v!r}")

@@ -1,0 +1,111 @@
+"""The reverse of :func:`nlaverify.interop.hf_config.load_hf_config`: a
+:class:`~nlaverify.config.TransformerConfig` written as a Hugging Face ``config.json`` dict.
+
+:func:`hf_config_dict` refuses what the model type cannot express (each fixed option of the
+type, listed in :mod:`nlaverify.interop.hf_config`), so that loading the dict back gives the
+config again: ``load_hf_config(hf_config_dict(c, t)).config == c``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
+
+
+def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]:
+    """A ``config.json`` dict of ``model_type`` describing ``config``.
+
+    ``transformers.AutoConfig.for_model(**d)`` builds it (the dict holds ``model_type``;
+    ``for_model(model_type, **d)`` would pass it twice), and :func:`load_hf_config` maps it
+    back to a config equal to ``config`` (``attn_out_bias`` normalised: ``None`` when it
+    equals ``attn_bias``). Sizes are always written, so HF defaults never decide them.
+
+    Raises:
+        ConfigError: naming the field that ``model_type`` cannot express (e.g. a LayerNorm
+            Llama, a GPT-2 with RoPE, a sliding window on GPT-2).
+    """
+    if model_type not in SUPPORTED:
+        raise ConfigError(f"hf_config_dict: argument 'model_type': expected one of "
+                          f"{', '.join(SUPPORTED)}, got {model_type!r}")
+    c = config
+    if getattr(c, "lora_rank", 0):
+        raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
+                          f"Face {model_type} has no LoRA adapters and they would be dropped; "
+                          "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
+    gpt2 = model_type == "gpt2"
+    fixed: dict[str, Any] = {
+        "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
+        "attention": "softmax", "norm": "layernorm" if gpt2 else "rmsnorm",
+        "positions": "learned" if gpt2 else "rope",
+        "n_experts": 0 if model_type != "mixtral" else c.n_experts,
+        "qk_norm": model_type == "qwen3", "embed_scale": model_type == "gemma",
+        "moe_renormalize": True,
+    }
+    if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
+        fixed["sliding_window"] = None
+    if gpt2:
+        fixed.update(attn_bias=True, out_bias=True, mlp_bias=True, n_kv_heads=c.n_heads,
+                     d_head=c.d_model // c.n_heads, rope_scaling=None)
+    else:
+        if model_type != "llama":
+            fixed["mlp_bias"] = False
+        if model_type in ("mistral", "mixtral"):
+            fixed.update(attn_bias=False, out_bias=False)
+        elif model_type == "qwen2":
+            fixed.update(attn_bias=True, out_bias=False)
+        else:
+            fixed["out_bias"] = c.attn_bias
+    if model_type == "mixtral":
+        fixed["mlp"] = "swiglu"
+        if c.n_experts < 1:
+            raise ConfigError("hf_config_dict: mixtral needs TransformerConfig.n_experts >= 1, "
+                              "got 0")
+    elif model_type == "gemma":
+        fixed["mlp"] = "geglu"
+    elif not gpt2:
+        fixed["mlp"] = ("swiglu", "geglu")
+    else:
+        fixed["mlp"] = ("gelu", "gelu_erf", "relu")
+    for f, want in fixed.items():
+        got = getattr(c, f)
+        if (got not in want) if isinstance(want, tuple) else got != want:
+            name = "attn_out_bias (with attn_bias)" if f == "out_bias" else f
+            raise ConfigError(f"hf_config_dict: {model_type} cannot express "
+                              f"TransformerConfig.{name}={got!r} (expected {want!r})")
+    d: dict[str, Any] = {"architectures": [ARCHITECTURES[model_type]],
+                         "model_type": model_type, "vocab_size": c.vocab_size}
+    if gpt2:
+        d.update(n_embd=c.d_model, n_layer=c.n_blocks, n_head=c.n_heads, n_inner=c.d_mlp,
+                 n_positions=c.context, layer_norm_epsilon=c.norm_eps,
+                 activation_function={v: k for k, v in _GPT2_ACTS.items()
+                                      if k != "gelu_pytorch_tanh"}[c.mlp],
+                 tie_word_embeddings=c.tied_embeddings)
+        return d
+    d.update(hidden_size=c.d_model, intermediate_size=c.d_mlp, num_hidden_layers=c.n_blocks,
+             num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
+             head_dim=c.d_head, max_position_embeddings=c.context, rms_norm_eps=c.norm_eps,
+             hidden_act="silu" if c.mlp == "swiglu" else "gelu_pytorch_tanh",
+             tie_word_embeddings=c.tied_embeddings)
+    if model_type == "llama":
+        d.update(attention_bias=c.attn_bias, mlp_bias=c.mlp_bias)
+    elif model_type in ("qwen3", "gemma"):
+        d["attention_bias"] = c.attn_bias
+    if model_type == "mixtral":
+        d.update(num_local_experts=c.n_experts, num_experts_per_tok=c.top_k)
+    if model_type in ("mistral", "mixtral"):
+        d["sliding_window"] = c.sliding_window
+    elif model_type in ("qwen2", "qwen3"):
+        d.update(use_sliding_window=c.sliding_window is not None,
+                 sliding_window=c.sliding_window, max_window_layers=0)
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(c.rope_base)}
+    s = c.rope_scaling
+    if s is not None:
+        rope.update(rope_type=s.kind, factor=float(s.factor))
+        if s.kind == "llama3":
+            rope.update(low_freq_factor=float(s.low_freq_factor),
+                        high_freq_factor=float(s.high_freq_factor),
+                        original_max_position_embeddings=s.original_context)
+    d["rope_parameters"] = rope
+    return d

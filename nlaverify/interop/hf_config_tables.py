@@ -1,0 +1,101 @@
+"""The Hugging Face side of the config mapping, as tables: model types, ignored keys, defaults.
+
+:data:`SUPPORTED` model types and their :data:`ARCHITECTURES` class, the keys accepted and
+ignored (:data:`IGNORED`, with the reason; :data:`IGNORED_ONLY` for the model types they belong
+to), the defaults of the ``transformers`` 5.24 config classes (:data:`HF_DEFAULTS`) and the
+activation names. Read by :func:`nlaverify.interop.hf_config.load_hf_config` and its reverse
+:func:`nlaverify.interop.hf_config_export.hf_config_dict`; the conventions themselves are
+documented in :mod:`nlaverify.interop.hf_config`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the Hugging Face ``model_type`` values nlaverify maps
+SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+
+#: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
+ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
+                 "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "gemma": "GemmaForCausalLM"}
+
+_META = "metadata (no effect on the function computed)"
+_GEN = "tokenizer / generation setting (no effect on the function computed)"
+_TRAIN = "training-time only (dropout, auxiliary loss, initialisation, router noise)"
+_SERIAL = "a PreTrainedConfig serialisation field (no effect on the forward pass)"
+
+#: keys accepted and ignored, with the reason
+IGNORED: dict[str, str] = {
+    "architectures": _META, "transformers_version": _META, "torch_dtype": _META,
+    "dtype": "the weights carry their dtype", "use_cache": _GEN, "bos_token_id": _GEN,
+    "eos_token_id": _GEN, "pad_token_id": _GEN, "tokenizer_class": _GEN,
+    "task_specific_params": _GEN, "initializer_range": _TRAIN, "attention_dropout": _TRAIN,
+    "resid_pdrop": _TRAIN, "embd_pdrop": _TRAIN, "attn_pdrop": _TRAIN,
+    "router_aux_loss_coef": _TRAIN, "output_router_logits": _TRAIN,
+    "router_jitter_noise": _TRAIN + " (MixtralSparseMoeBlock applies it only in training)",
+    "chunk_size_feed_forward": _SERIAL + " (chunking is exact)", "id2label": _SERIAL,
+    "label2id": _SERIAL, "is_encoder_decoder": _SERIAL, "output_attentions": _SERIAL,
+    "output_hidden_states": _SERIAL, "problem_type": _SERIAL,
+    "pretraining_tp": "unused by LlamaForCausalLM in transformers 5",
+    "reorder_and_upcast_attn": "the precision of HF's GPT-2 attention, not its function",
+    "summary_type": "GPT-2 sequence-summary head (not the language model)",
+    "summary_use_proj": "GPT-2 sequence-summary head", "summary_activation":
+    "GPT-2 sequence-summary head", "summary_proj_to_labels": "GPT-2 sequence-summary head",
+    "summary_first_dropout": "GPT-2 sequence-summary head",
+}
+
+#: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
+IGNORED_ONLY: dict[str, tuple[str, ...]] = {
+    **{k: ("gpt2",) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop",
+                              "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
+                              "summary_activation", "summary_proj_to_labels",
+                              "summary_first_dropout")},
+    **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
+                                 "router_jitter_noise")},
+    "pretraining_tp": ("llama",),
+}
+
+_GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+                 "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
+
+#: defaults of the transformers 5.24 config classes for the fields nlaverify reads
+#: (``None`` for ``head_dim`` / ``num_key_value_heads``: derived as HF's ``__post_init__``)
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {"n_positions": 1024, "n_inner": None, "activation_function": "gelu_new",
+             "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+             "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+             "add_cross_attention": False},
+    "llama": {"num_key_value_heads": None, "head_dim": None, "hidden_act": "silu",
+              "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+              "rope_theta": 10000.0},
+    "mistral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+                "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
+                "tie_word_embeddings": False, "sliding_window": 4096, "rope_theta": 10000.0},
+    "mixtral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+                "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": False, "sliding_window": None, "num_local_experts": 8,
+                "num_experts_per_tok": 2, "rope_theta": 1e6},
+    "qwen2": {"num_key_value_heads": 32, "head_dim": None, "hidden_act": "silu",
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False, "use_sliding_window": False,
+              "sliding_window": 4096, "max_window_layers": 28, "layer_types": None,
+              "rope_theta": 10000.0},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False, "attention_bias": False,
+              "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28,
+              "layer_types": None, "rope_theta": 10000.0},
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+              "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": True, "attention_bias": False,
+              "use_bidirectional_attention": None, "rope_theta": 10000.0},
+}
+
+#: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``
+_GATED_ACTS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu"}
+#: GPT-2's ``activation_function`` -> ``TransformerConfig.mlp``
+_GPT2_ACTS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf",
+              "relu": "relu"}

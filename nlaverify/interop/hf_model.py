@@ -1,0 +1,269 @@
+r"""The Hugging Face side of :func:`~nlaverify.interop.hf_verify.verify_hf`: resolving the
+source, building the model, writing or checking its weights, and ``load``.
+
+* :func:`_resolve`: a config dict, a ``config.json`` or a checkpoint directory (a directory
+  holding only weights nlaverify cannot read is refused, never verified on seeded weights);
+* :func:`_check_size`: a model above the parameter limit (:data:`DEFAULT_MAX_PARAMS`,
+  ``$NLAVERIFY_HF_MAX_PARAMS``) is refused before anything is allocated;
+* :func:`_build_hf_model`: HF's ``from_config`` or offline ``from_pretrained``, with the
+  capturing attention function (:mod:`nlaverify.interop.hf_capture`);
+* :func:`_load_weights`: nlaverify's parameters written in, every key and shape checked
+  first;
+* :func:`_hf_load`: :func:`~nlaverify.check.check_model`'s ``load``,
+  :func:`~nlaverify.interop.weights.params_to_hf` made differentiable.
+
+torch and transformers are imported lazily (the ``[hf]`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import numpy as np
+
+from nlaverify.config import ConfigError
+from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
+from nlaverify.interop import hf_config
+from nlaverify.interop.hf_capture import (
+    CAPTURE_ATTENTION,
+    _quiet_transformers,
+    _register_attention,
+    _require_hf,
+)
+from nlaverify.interop.weights import foreign_weight_files, params_to_hf
+
+
+def _is_checkpoint_dir(source: Any) -> bool:
+    if isinstance(source, Mapping) or not os.path.isdir(os.fspath(source)):
+        return False
+    names = os.listdir(os.fspath(source))
+    return any(n.endswith(".safetensors") or n == "model.safetensors.index.json"
+               for n in names)
+
+
+def _check_tokens(tokens: Any, config: Any) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise ShapeError(f"verify_hf: argument 'tokens': expected shape (n,), got {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ArgumentError(f"verify_hf: argument 'tokens': expected integer token ids, got "
+                            f"dtype {arr.dtype}")
+    if not 2 <= arr.shape[0] <= config.context:
+        raise ShapeError(f"verify_hf: argument 'tokens': expected 2 <= n <= context="
+                         f"{config.context} (position t predicts token t+1), got n="
+                         f"{arr.shape[0]}")
+    if arr.min() < 0 or arr.max() >= config.vocab_size:
+        raise ArgumentError(f"verify_hf: argument 'tokens': expected ids in [0, vocab_size="
+                            f"{config.vocab_size}), got {int(arr.min())}..{int(arr.max())}")
+    return arr.astype(np.int64)
+
+
+def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
+    """The HF model of ``hf.raw`` (its ``config.json``) in ``dtype``, with the capturing
+    attention function, eval mode (dropout off): HF's own ``from_pretrained`` of the
+    ``checkpoint`` directory (offline), or random init (weights written afterwards)."""
+    _, transformers = _require_hf()
+    _register_attention()
+    from huggingface_hub.errors import StrictDataclassError
+
+    raw = {k: v for k, v in dict(hf.raw).items() if k != "model_type"}
+    try:
+        hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
+    except (StrictDataclassError, ValueError, TypeError) as e:
+        raise ConfigError(f"verify_hf: transformers {transformers.__version__} refuses this "
+                          f"{hf.model_type} config.json ({type(e).__name__}: "
+                          f"{str(e).strip().splitlines()[-1] if str(e).strip() else e!r}); "
+                          "nlaverify's reading of it is not a model HF can build") from None
+    # experts: HF's loop over experts ("eager"); the default grouped_mm kernel takes no
+    # float64 on the CPU (transformers/integrations/moe.py)
+    extra = {"experts_implementation": "eager"} if getattr(
+        hf_config, "num_local_experts", 0) else {}
+    auto = transformers.AutoModelForCausalLM
+    with _quiet_transformers():
+        if checkpoint is None:
+            model = auto.from_config(hf_config, dtype=dtype,
+                                     attn_implementation=CAPTURE_ATTENTION, **extra)
+        else:
+            model = auto.from_pretrained(checkpoint, config=hf_config, dtype=dtype,
+                                         attn_implementation=CAPTURE_ATTENTION,
+                                         local_files_only=True, **extra)
+    model.eval()
+    _clear_padding_idx(model)
+    return model
+
+
+def _clear_padding_idx(model: Any) -> None:
+    """``nn.Embedding(padding_idx=p)`` (HF builds it from ``pad_token_id``; Gemma's is 0)
+    gives row ``p`` no gradient: a training convention, not the model's function (the
+    forward is the same lookup). Cleared, so that the gradient compared is the function's
+    and a token equal to ``pad_token_id`` does not fail a healthy model."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+            module.padding_idx = None
+
+
+def _load_weights(model: Any, state: Mapping[str, np.ndarray]) -> None:
+    """Copy ``state`` (HF keys) into ``model``: every parameter given, no unknown key, every
+    shape right; checked before anything is written."""
+    import torch
+
+    named = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers())
+    unknown = sorted(set(state) - set(named) - set(buffers))
+    if unknown:
+        raise UnknownNameError(f"verify_hf: the mapped weights hold {unknown[0]!r}, which the "
+                               f"HF model does not have")
+    missing = sorted(set(named) - set(state))
+    if missing:
+        raise UnknownNameError(f"verify_hf: no weight for the HF parameter {missing[0]!r}"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    for key, value in state.items():
+        target = named.get(key, buffers.get(key))
+        if tuple(np.shape(value)) != tuple(target.shape):
+            raise ShapeError(f"verify_hf: weight {key!r}: expected shape {tuple(target.shape)},"
+                             f" got {tuple(np.shape(value))}")
+    with torch.no_grad():
+        for key, value in state.items():
+            target = named.get(key, buffers.get(key))
+            target.copy_(torch.from_numpy(np.asarray(value, dtype=np.float64)))
+
+
+def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
+             state: Mapping[str, np.ndarray], model: Any
+             ) -> tuple[Callable[[Any, Mapping[str, Any]], dict[str, Any]], dict[str, list[str]]]:
+    r"""check_model's ``load``: :func:`~nlaverify.interop.weights.params_to_hf` as a
+    differentiable map of torch tensors, and the graph parameters each HF key holds.
+
+    ``params_to_hf`` only moves entries (transposes, splits, concatenations, the RoPE
+    permutation of rows) and adds a constant (Gemma's :math:`w = \gamma - 1`): it is
+    :math:`T p + c` with :math:`T` a gather. Run on the entries' indices (``gradients=True``:
+    no offset), it gives the gather; on zeros, :math:`c`. The gather of ``params`` plus
+    :math:`c` must reproduce ``state = params_to_hf(params)`` exactly, or this is refused;
+    so autograd through ``load`` is autograd through the map HF's weights came from. The
+    values are HF's own parameters at the call (what ``from_pretrained`` read, or what was
+    written, a planted mistake included), exactly. Of
+    tied HF parameters (Gemma's, GPT-2's head) one key is given, as ``functional_call``
+    requires."""
+    import torch
+
+    names = list(params)
+    sizes = [int(np.size(params[k])) for k in names]
+    starts = np.cumsum([0, *sizes])
+    ids = {k: np.arange(starts[i], starts[i + 1], dtype=np.float64).reshape(np.shape(params[k]))
+           for i, k in enumerate(names)}
+    gather = {k: v.astype(np.int64) for k, v in params_to_hf(config, model_type, ids,
+                                                                gradients=True).items()}
+    const = params_to_hf(config, model_type, {k: np.zeros_like(v, dtype=np.float64)
+                                                 for k, v in params.items()})
+    flat = np.concatenate([np.asarray(params[k], dtype=np.float64).reshape(-1) for k in names])
+    for key, g in gather.items():
+        if not np.array_equal(flat[g] + const[key], np.asarray(state[key])):
+            raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
+                                "gather plus a constant; it cannot be differentiated here")
+    owner = np.repeat(np.arange(len(names)), sizes)
+    holds = {key: [names[i] for i in dict.fromkeys(owner[g].reshape(-1).tolist())]
+             for key, g in gather.items()}
+    first = set(dict(model.named_parameters()))  # one name per tied tensor
+    given = [k for k in gather if k in first]
+
+    def load(hf_model: Any, p: Mapping[str, Any]) -> dict[str, Any]:
+        x = torch.cat([p[k].reshape(-1) for k in names])
+        held = dict(hf_model.named_parameters())
+        out = {}
+        for key in given:
+            w = x[torch.from_numpy(gather[key])]
+            if np.any(const[key]):
+                w = w + torch.from_numpy(const[key]).to(x.dtype)
+            # the value HF holds (what it loaded, a planted mistake included), exactly; the
+            # derivative that of the gather (w - w.detach() is an exact zero)
+            out[key] = held[key].detach() + (w - w.detach())
+        return out
+    return load, holds
+
+
+def _exact_parts(exact: Any, known: Mapping[str, str]) -> frozenset[str]:
+    """The exact-arithmetic patches ``exact`` asks for (``True``: all, ``False``: none)."""
+    if isinstance(exact, bool):
+        return frozenset(known) if exact else frozenset()
+    if isinstance(exact, str) or not isinstance(exact, Collection):
+        raise ArgumentError(f"verify_hf: argument 'exact': expected True, False or a "
+                            f"collection of patch names, got {exact!r}")
+    unknown = sorted(set(exact) - set(known))
+    if unknown:
+        raise UnknownNameError(f"verify_hf: argument 'exact': unknown patch {unknown[0]!r}: "
+                               f"expected some of {', '.join(known)}")
+    return frozenset(exact)
+
+
+#: the largest model :func:`~nlaverify.interop.hf_verify.verify_hf` builds by default
+#: (parameters); it holds about :data:`BYTES_PER_PARAMETER` bytes per parameter.
+#: ``NLAVERIFY_HF_MAX_PARAMS`` or the ``max_params`` argument raise it.
+DEFAULT_MAX_PARAMS = 100_000_000
+#: float64 copies held per parameter: the graph's value and cotangent, HF's parameter and
+#: gradient, the mapped state dict and mapped gradients (8 bytes each)
+BYTES_PER_PARAMETER = 6 * 8
+
+
+def _max_params(max_params: int | None) -> int:
+    """``max_params``, else ``$NLAVERIFY_HF_MAX_PARAMS``, else :data:`DEFAULT_MAX_PARAMS`."""
+    if max_params is None:
+        env = os.environ.get("NLAVERIFY_HF_MAX_PARAMS")
+        if env is None:
+            return DEFAULT_MAX_PARAMS
+        try:
+            max_params = int(env)
+        except ValueError:
+            raise ArgumentError(f"verify_hf: environment variable NLAVERIFY_HF_MAX_PARAMS: "
+                                f"expected an integer, got {env!r}") from None
+    if isinstance(max_params, bool) or not isinstance(max_params, int) or max_params < 1:
+        raise ArgumentError(f"verify_hf: argument 'max_params': expected an integer >= 1, got "
+                            f"{max_params!r}")
+    return max_params
+
+
+def _check_size(graph: Any, config: Any, limit: int) -> None:
+    """Refuse, before anything is allocated, a model above ``limit`` parameters."""
+    from nlaverify.graph.build import parameter_counts
+
+    total = parameter_counts(graph).total
+    if total > limit:
+        raise ArgumentError(
+            f"verify_hf: {config.name} has {total:,} parameters, above the limit of {limit:,} "
+            f"(about {_bytes_text(total * BYTES_PER_PARAMETER)} of float64 copies would be "
+            "allocated); raise it with --max-params N on the command line, max_params= in "
+            "Python, or NLAVERIFY_HF_MAX_PARAMS")
+
+
+def _bytes_text(n: float) -> str:
+    """A byte count in the largest unit that keeps it >= 1 (``12.5 GiB``, ``3.1 MiB``)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _resolve(source: Any) -> tuple[Any, str, str | None]:
+    """``(hf_config, description, checkpoint directory or None)``. A directory holding
+    weights nlaverify cannot read (``pytorch_model.bin``...) and no safetensors is refused:
+    it must not be verified on random weights."""
+    if isinstance(source, Mapping):
+        return hf_config.load_hf_config(source), "config dict", None
+    if not isinstance(source, str | os.PathLike):
+        raise ArgumentError(f"verify_hf: argument 'source': expected a config dict, a "
+                            f"config.json path or a checkpoint directory, got "
+                            f"{type(source).__name__}")
+    if _is_checkpoint_dir(source):
+        where = os.fspath(source)
+        return hf_config.load_hf_config(source), f"checkpoint {where}", where
+    foreign = foreign_weight_files(source)
+    if foreign:
+        raise ArgumentError(f"verify_hf: argument 'source': {os.fspath(source)!r} holds "
+                            f"{', '.join(foreign)} but no safetensors checkpoint; nlaverify "
+                            "reads only safetensors (model.safetensors or "
+                            "model.safetensors.index.json): convert with transformers' "
+                            "save_pretrained(..., safe_serialization=True)")
+    return hf_config.load_hf_config(source), os.fspath(source), None

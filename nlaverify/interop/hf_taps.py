@@ -1,0 +1,179 @@
+r"""The map from Hugging Face's captures to graph nodes, one table per module layout.
+
+Each :class:`_Tap` names a graph node and the HF capture it is read from (a module's output
+or first input by its path, or a tensor of the attention function,
+:mod:`nlaverify.interop.hf_capture`), with the conversion that undoes HF's conventions: the
+RoPE permutation of each head's coordinates
+(:func:`nlaverify.interop.weights.rope_permutation`, ``ours[..., j] = hf[..., perm[j]]``),
+HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
+``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k, v), Mixtral's top-k indices
+(as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
+the graph's ``embed_scaled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nlaverify.errors import UnknownNameError
+from nlaverify.interop.weights_layout import rope_permutation
+
+#: the HF ``model_type``\ s whose module layout :func:`~nlaverify.interop.hf_verify.verify_hf`
+#: maps
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+
+
+@dataclass(frozen=True)
+class _Tap:
+    """Graph node ``node`` is ``convert`` of the capture ``(path, where)`` (a module's
+    ``"out"``/``"in"``; ``path=None``: the attention function's ``(layer, where)``)."""
+
+    node: str
+    path: str | None
+    where: str
+    convert: Callable[[Any], np.ndarray]
+    layer: int | None = None
+
+    @property
+    def source(self) -> str:
+        if self.path is None:
+            return f"attention[{self.layer}].{self.where}"
+        return f"{self.path}.{'output' if self.where == 'out' else 'input'}"
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """``(1, n, c) -> (n, c)`` (a batch of one)."""
+    return a[0] if a.ndim == 3 else a
+
+
+def _layouts(config: Any) -> dict[str, Callable[..., Callable[[Any], np.ndarray]]]:
+    """Converters from HF layouts to the graph's, with the RoPE permutation ``perm`` of
+    each head's last axis when ``positions == "rope"``."""
+    dh = config.d_head
+    perm = rope_permutation(dh) if config.positions == "rope" else np.arange(dh)
+
+    def cols(h: int, permute: bool = True) -> Callable[[Any], np.ndarray]:
+        def f(a: Any) -> np.ndarray:
+            r = _rows(a)
+            p = perm if permute else np.arange(dh)
+            return r.reshape(r.shape[0], h, dh)[..., p].reshape(r.shape[0], h * dh)
+        return f
+
+    def heads_of_rows(h: int, permute: bool = True) -> Callable[[Any], np.ndarray]:
+        def f(a: Any) -> np.ndarray:
+            r = _rows(a)
+            p = perm if permute else np.arange(dh)
+            return r.reshape(r.shape[0], h, dh).transpose(1, 0, 2)[..., p]
+        return f
+
+    def bhnd(permute: bool = True) -> Callable[[Any], np.ndarray]:  # (1, H, n, dh)
+        return lambda a: a[0][..., perm if permute else np.arange(dh)]
+
+    def bnhd(permute: bool = True) -> Callable[[Any], np.ndarray]:  # (1, n, H, dh)
+        return lambda a: a[0].transpose(1, 0, 2)[..., perm if permute else np.arange(dh)]
+
+    return {"cols": cols, "heads_of_rows": heads_of_rows, "bhnd": bhnd, "bnhd": bnhd}
+
+
+def _taps(model_type: str, config: Any) -> list[_Tap]:
+    """Every graph node with an HF counterpart, for a model of ``model_type``."""
+    if model_type == "gpt2":
+        return _gpt2_taps(config)
+    if model_type in LLAMA_LIKE:
+        return _llama_taps(config, model_type)
+    raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
+                           f"{', '.join(LLAMA_LIKE)}")
+
+
+def _gpt2_taps(c: Any) -> list[_Tap]:
+    lay = _layouts(c)
+    d = c.d_model
+    taps = [_Tap("embed", "transformer.wte", "out", _rows),
+            _Tap("x0", "transformer.drop", "out", _rows)]  # wte + wpe (dropout: identity)
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"transformer.h.{layer}"
+        taps += [_Tap(f"{p}.norm1", f"{h}.ln_1", "out", _rows)]
+        for i, x in enumerate("qkv"):  # the fused c_attn output [q | k | v]
+            taps.append(_Tap(f"{p}.attn.{x}", f"{h}.attn.c_attn", "out",
+                             lambda a, i=i: _rows(a)[:, i * d:(i + 1) * d]))
+        for x, where in (("q", "query"), ("k", "key"), ("v", "value")):
+            taps.append(_Tap(f"{p}.attn.{x}_heads", None, where, lay["bhnd"](False), layer))
+        taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{h}.attn.c_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{h}.attn.c_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.ln_2", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.ln_2", "out", _rows),
+                 _Tap(f"{p}.mlp.in", f"{h}.mlp.c_fc", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.mlp.act", "out", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.mlp.c_proj", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _rows)]
+    return [*taps, _Tap("final_norm", "transformer.ln_f", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _onehot(n_experts: int) -> Callable[[Any], np.ndarray]:
+    """Mixtral's router output ``(logits, weights, indices)`` -> the 0/1 routing mask."""
+    def f(out: Any) -> np.ndarray:
+        idx = np.asarray(out[2]).astype(np.int64)  # check_model hands it over in float64
+        mask = np.zeros((idx.shape[0], n_experts))
+        np.put_along_axis(mask, idx, 1.0, axis=-1)
+        return mask
+    return f
+
+
+def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
+    lay = _layouts(c)
+    rope = c.positions == "rope"
+    H, Hkv = c.n_heads, c.n_kv_heads
+    # Gemma's embedding module returns the scaled embedding, the graph's embed_scaled
+    first = "embed_scaled" if c.embed_scale else "embed"
+    taps = [_Tap(first, "model.embed_tokens", "out", _rows),
+            _Tap("x0", "model.embed_tokens", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"model.layers.{layer}"
+        a = f"{h}.self_attn"
+        taps += [_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows),
+                 _Tap(f"{p}.attn.q", f"{a}.q_proj", "out", lay["cols"](H, rope)),
+                 _Tap(f"{p}.attn.k", f"{a}.k_proj", "out", lay["cols"](Hkv, rope)),
+                 _Tap(f"{p}.attn.v", f"{a}.v_proj", "out", _rows),
+                 _Tap(f"{p}.attn.q_heads", f"{a}.q_proj", "out", lay["heads_of_rows"](H, rope)),
+                 _Tap(f"{p}.attn.k_heads", f"{a}.k_proj", "out",
+                      lay["heads_of_rows"](Hkv, rope)),
+                 _Tap(f"{p}.attn.v_heads", None, "value", lay["bhnd"](False), layer)]
+        if getattr(c, "qk_norm", False):
+            taps += [_Tap(f"{p}.attn.q_norm", f"{a}.q_norm", "out", lay["bnhd"](rope)),
+                     _Tap(f"{p}.attn.k_norm", f"{a}.k_norm", "out", lay["bnhd"](rope))]
+        if rope:
+            taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](), layer),
+                     _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](), layer)]
+        taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.o_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
+        m = f"{h}.mlp"
+        if c.n_experts:
+            taps += [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),
+                     _Tap(f"{p}.mlp.route", f"{m}.gate", "out", _onehot(c.n_experts)),
+                     _Tap(f"{p}.mlp.out", m, "out", _rows)]
+        else:
+            taps += [_Tap(f"{p}.mlp.gate", f"{m}.gate_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.up", f"{m}.up_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.act", f"{m}.down_proj", "in", _rows),
+                     _Tap(f"{p}.mlp.out", f"{m}.down_proj", "out", _rows)]
+        taps.append(_Tap(f"{p}.resid2", h, "out", _rows))
+    return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _capture_name(t: _Tap) -> str:
+    """The name :func:`~nlaverify.check.check_model` reads ``t`` by: a module path (``:input``
+    for its first input) or a key of the intermediates
+    :func:`~nlaverify.interop.hf_capture._hf_call` returns."""
+    if t.path is None:
+        return t.source  # attention[layer].query / key / value / output
+    return t.path if t.where == "out" else f"{t.path}:input"

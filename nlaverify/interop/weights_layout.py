@@ -1,0 +1,214 @@
+r"""The table of every Hugging Face tensor and the nlaverify parameters it holds.
+
+One :class:`_Entry` per HF state-dict tensor (canonical ``*ForCausalLM.state_dict()`` key,
+shape) with the nlaverify parameters it holds and the two maps between them: the
+transposes of ``nn.Linear``, GPT-2's fused QKV, the RoPE pairing permutation, Mixtral's
+fused experts, Gemma's ``1 + w`` norms. Every convention is stated in the module docstring
+of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.errors import ArgumentError
+from nlaverify.interop.hf_config import SUPPORTED, hf_config_dict
+
+Shape = tuple[int, ...]
+Transform = Callable[[list[np.ndarray], bool], list[np.ndarray]]
+
+
+def _shape(x: Any) -> Shape:
+    return tuple(int(s) for s in np.shape(x))
+
+
+def rope_permutation(d_head: int) -> np.ndarray:
+    r"""The per-head column permutation from HF's RoPE pairing to nlaverify's.
+
+    HF rotates :math:`(x_i, x_{i+d_h/2})` by :math:`t\theta_i`, nlaverify
+    :math:`(x_{2i}, x_{2i+1})`; so ``ours[..., j] = hf[..., perm[j]]`` with
+    ``perm[2i] = i``, ``perm[2i+1] = i + d_h/2``, i.e. ``[0, d_h/2, 1, d_h/2 + 1, ...]``
+    (and ``hf = ours[..., argsort(perm)]``).
+    """
+    if isinstance(d_head, bool) or not isinstance(d_head, int | np.integer) or d_head < 2 \
+            or d_head % 2:
+        raise ArgumentError(f"rope_permutation: argument 'd_head': expected an even integer "
+                            f">= 2, got {d_head!r}")
+    half = int(d_head) // 2
+    return np.stack([np.arange(half), np.arange(half) + half], axis=1).reshape(-1)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """HF tensors ``hf`` (canonical state-dict keys, shapes ``hf_shapes``) <-> nlaverify
+    parameters ``ours``; ``to_ours`` / ``to_hf`` map the lists (the flag: apply offsets)."""
+
+    hf: tuple[str, ...]
+    hf_shapes: tuple[Shape, ...]
+    ours: tuple[str, ...]
+    to_ours: Transform
+    to_hf: Transform
+
+
+def _copy(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+    return [a[0]]
+
+
+def _transpose(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+    return [np.ascontiguousarray(a[0].T)]
+
+
+def _plus_one(a: list[np.ndarray], offset: bool) -> list[np.ndarray]:
+    return [a[0] + a[0].dtype.type(1) if offset else a[0]]
+
+
+def _minus_one(a: list[np.ndarray], offset: bool) -> list[np.ndarray]:
+    return [a[0] - a[0].dtype.type(1) if offset else a[0]]
+
+
+def _columns(index: np.ndarray, transpose_in: bool, transpose_out: bool) -> Transform:
+    """``x -> (x^T if transpose_in)[..., index]`` then ``^T if transpose_out``."""
+    def f(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        x = a[0].T if transpose_in else a[0]
+        x = x[..., index]
+        return [np.ascontiguousarray(x.T if transpose_out else x)]
+    return f
+
+
+def _head_perm(n_heads: int, d_head: int) -> np.ndarray:
+    p = rope_permutation(d_head)
+    return np.concatenate([h * d_head + p for h in range(n_heads)])
+
+
+def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
+    """The mapping of every tensor of ``model_type``'s state dict (module docstring of
+    :mod:`nlaverify.interop.weights`)."""
+    if model_type not in SUPPORTED:
+        raise ConfigError(f"argument 'model_type': expected one of {', '.join(SUPPORTED)}, "
+                          f"got {model_type!r}")
+    hf_config_dict(config, model_type)  # raises, naming the field, if HF cannot express it
+    return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
+
+
+def _gpt2_entries(c: TransformerConfig) -> list[_Entry]:
+    d, m, V = c.d_model, c.d_mlp, c.vocab_size
+    E = [_Entry(("transformer.wte.weight",), ((V, d),), ("embed.W_E",), _copy, _copy),
+         _Entry(("transformer.wpe.weight",), ((c.context, d),), ("pos.W_P",), _copy, _copy)]
+    split = [np.arange(i * d, (i + 1) * d) for i in range(3)]
+
+    def qkv_to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        return [np.ascontiguousarray(a[0][..., s]) for s in split]
+
+    def qkv_to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        return [np.concatenate(a, axis=-1)]
+
+    for layer in range(c.n_blocks):
+        h, p = f"transformer.h.{layer}.", f"blocks.{layer}."
+        for hn, pn in (("ln_1", "norm1"), ("ln_2", "norm2")):
+            E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+        E += [_Entry((f"{h}attn.c_attn.weight",), ((d, 3 * d),),
+                     tuple(f"{p}attn.{x}.W_{x.upper()}" for x in "qkv"), qkv_to_ours,
+                     qkv_to_hf),
+              _Entry((f"{h}attn.c_attn.bias",), ((3 * d,),),
+                     tuple(f"{p}attn.{x}.b_{x.upper()}" for x in "qkv"), qkv_to_ours,
+                     qkv_to_hf)]
+        for hn, pn, shape in (("attn.c_proj", "attn.out.{}_O", (d, d)),
+                              ("mlp.c_fc", "mlp.in.{}_in", (d, m)),
+                              ("mlp.c_proj", "mlp.out.{}_out", (m, d))):
+            E += [_Entry((f"{h}{hn}.weight",), (shape,), (p + pn.format("W"),), _copy, _copy),
+                  _Entry((f"{h}{hn}.bias",), ((shape[1],),), (p + pn.format("b"),), _copy,
+                         _copy)]
+    E += [_Entry(("transformer.ln_f.weight",), ((d,),), ("final_norm.gamma",), _copy, _copy),
+          _Entry(("transformer.ln_f.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+    E += _unembed(c)
+    return E
+
+
+def _unembed(c: TransformerConfig) -> list[_Entry]:
+    if c.tied_embeddings:
+        return []  # lm_head.weight: see _TIED
+    return [_Entry(("lm_head.weight",), ((c.vocab_size, c.d_model),), ("unembed.W_U",),
+                   _transpose, _transpose)]
+
+
+def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
+    d, V = c.d_model, c.vocab_size
+    H, Hkv, dh = c.n_heads, c.n_kv_heads, c.d_head
+    assert Hkv is not None and dh is not None
+    norm_in, norm_out = (_plus_one, _minus_one) if mt == "gemma" else (_copy, _copy)
+    E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"model.layers.{layer}.", f"blocks.{layer}."
+        a = f"{h}self_attn."
+        for x, heads in (("q", H), ("k", Hkv)):
+            perm = _head_perm(heads, dh)
+            inv = np.argsort(perm)
+            E.append(_Entry((f"{a}{x}_proj.weight",), ((heads * dh, d),),
+                            (f"{p}attn.{x}.W_{x.upper()}",), _columns(perm, True, False),
+                            _columns(inv, False, True)))
+            if c.attn_bias:
+                E.append(_Entry((f"{a}{x}_proj.bias",), ((heads * dh,),),
+                                (f"{p}attn.{x}.b_{x.upper()}",), _columns(perm, False, False),
+                                _columns(inv, False, False)))
+            if c.qk_norm:
+                E.append(_Entry((f"{a}{x}_norm.weight",), ((dh,),),
+                                (f"{p}attn.{x}_norm.gamma",),
+                                _columns(rope_permutation(dh), False, False),
+                                _columns(np.argsort(rope_permutation(dh)), False, False)))
+        E.append(_Entry((f"{a}v_proj.weight",), ((Hkv * dh, d),), (f"{p}attn.v.W_V",),
+                        _transpose, _transpose))
+        if c.attn_bias:
+            E.append(_Entry((f"{a}v_proj.bias",), ((Hkv * dh,),), (f"{p}attn.v.b_V",), _copy,
+                            _copy))
+        E.append(_Entry((f"{a}o_proj.weight",), ((d, H * dh),), (f"{p}attn.out.W_O",),
+                        _transpose, _transpose))
+        if c.out_bias:
+            E.append(_Entry((f"{a}o_proj.bias",), ((d,),), (f"{p}attn.out.b_O",), _copy,
+                            _copy))
+        E += _llama_mlp(c, h, p)
+        E += [_Entry((f"{h}input_layernorm.weight",), ((d,),), (f"{p}norm1.gamma",), norm_in,
+                     norm_out),
+              _Entry((f"{h}post_attention_layernorm.weight",), ((d,),), (f"{p}norm2.gamma",),
+                     norm_in, norm_out)]
+    E.append(_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), norm_in,
+                    norm_out))
+    E += _unembed(c)
+    return E
+
+
+def _llama_mlp(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
+    d, m = c.d_model, c.d_mlp
+    if c.n_experts:
+        n_e = c.n_experts
+
+        def gate_up_to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+            g = a[0].transpose(0, 2, 1)  # (E, d, 2m)
+            return [np.ascontiguousarray(g[..., :m]), np.ascontiguousarray(g[..., m:])]
+
+        def gate_up_to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+            return [np.ascontiguousarray(np.concatenate(a, axis=-1).transpose(0, 2, 1))]
+
+        def swap(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+            return [np.ascontiguousarray(a[0].transpose(0, 2, 1))]
+
+        return [_Entry((f"{h}mlp.gate.weight",), ((n_e, d),), (f"{p}mlp.W_router",),
+                       _transpose, _transpose),
+                _Entry((f"{h}mlp.experts.gate_up_proj",), ((n_e, 2 * m, d),),
+                       (f"{p}mlp.W1", f"{p}mlp.W3"), gate_up_to_ours, gate_up_to_hf),
+                _Entry((f"{h}mlp.experts.down_proj",), ((n_e, d, m),), (f"{p}mlp.W2",), swap,
+                       swap)]
+    out = []
+    for hn, pn, shape in (("gate_proj", "gate.{}_gate", (m, d)), ("up_proj", "up.{}_up", (m, d)),
+                          ("down_proj", "out.{}_down", (d, m))):
+        out.append(_Entry((f"{h}mlp.{hn}.weight",), (shape,), (f"{p}mlp." + pn.format("W"),),
+                          _transpose, _transpose))
+        if c.mlp_bias:
+            out.append(_Entry((f"{h}mlp.{hn}.bias",), ((shape[0],),),
+                              (f"{p}mlp." + pn.format("b"),), _copy, _copy))
+    return out

@@ -1,0 +1,36 @@
+"""Kernels written the way users write them, shared by the ``check_op`` tests: the correct
+RMSNorm and causal attention, and two planted bugs (softmax without the max shift, attention
+scaled by 1/d) that more than one test file runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+
+def softmax_unshifted(z):  # exp overflows for logits beyond ~88 (float32)
+    e = torch.exp(z)
+    return e / e.sum(-1, keepdim=True)
+
+
+def causal_attention(q, k, v):
+    n = q.shape[-2]
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def causal_attention_scaled_by_d(q, k, v):  # 1/d instead of 1/sqrt(d)
+    n = q.shape[-2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1]
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v
+

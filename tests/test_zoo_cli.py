@@ -1,0 +1,52 @@
+"""``nlaverify verify --zoo``: the command's lines, its totals, its JSON and its exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from nlaverify import zoo
+from nlaverify.cli import main
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_verify_zoo(monkeypatch, capsys) -> None:
+    # the command over two members' reports (each member is verified by its own test in
+    # tests/test_zoo.py)
+    import nlaverify.pipeline
+
+    members = ("post-layernorm", "post-rmsnorm-bidirectional")
+    monkeypatch.setattr(zoo, "ZOO", tuple(zoo.zoo_config(m) for m in members))
+    # real reports, made cheaply (one backend, three tokens): the command only formats them
+    recorded = {r.config.name: r for r in zoo.verify_zoo(("numpy",), zoo.ZOO, n=3)}
+    calls = []
+
+    def fake(cfg, backends, seed, n, digits):
+        calls.append((cfg.name, backends, n))
+        return recorded[cfg.name]
+
+    monkeypatch.setattr(nlaverify.pipeline, "verify_pipeline", fake)
+    assert main(["verify", "--zoo", "--backends", "numpy,jax"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[1:3] for line in out[:-1]] == [[c.name, "ok"] for c in zoo.ZOO]
+    assert out[-1] == f"zoo: {len(zoo.ZOO)} passed, 0 failed"
+    assert calls[0][1] == ("numpy", "jax")
+    assert dict((c, n) for c, _, n in calls)["post-rmsnorm-bidirectional"] == 5  # context
+    wrong = dataclasses.replace(recorded["post-layernorm"], model_divergence="blocks.0.resid2",
+                                end_to_end=[(s, q, 2 * b if s == "independent JAX model"
+                                             else e, b) for s, q, e, b in
+                                            recorded["post-layernorm"].end_to_end])
+    monkeypatch.setitem(recorded, "post-layernorm", wrong)
+    assert main(["verify", "--zoo", "--backends", "numpy"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if "post-layernorm" in x)
+    assert "FAIL" in line and "first divergence at blocks.0.resid2" in line
+    assert out[-1] == f"zoo: {len(zoo.ZOO) - 1} passed, 1 failed"
+    assert main(["verify", "--zoo", "--backends", "numpy", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["passed"], doc["failed"], doc["ok"]) == (len(zoo.ZOO) - 1, 1, False)
+    assert [r["model_first_divergence"] for r in doc["reports"] if not r["ok"]] == [
+        "blocks.0.resid2"]
+    assert main(["verify", "--zoo", "--backends", "numpy,nope"]) == 2
+    assert "unknown backend 'nope'" in capsys.readouterr().err
