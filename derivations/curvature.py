@@ -35,6 +35,10 @@ def main(argv: list[str]) -> int:
     if "--help" in argv or "-h" in argv:
         print(__doc__)
         return 0
+    if "--check" not in argv:
+        from nlaverify.reproducible import pin_process
+
+        pin_process()  # the figure's data must not depend on the machine's kernels
     if "--figure-only" in argv:
         figure(str(FIGURE))
         print(f"wrote {FIGURE}", file=sys.stderr)

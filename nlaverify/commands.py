@@ -320,6 +320,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not target.is_dir() or not os.access(target, os.W_OK):
             raise ArgumentError(f"train: --figure {args.figure}: the folder {str(target)!r} "
                                 "does not exist or is not writable")
+        from nlaverify.reproducible import pin_process
+
+        pin_process()  # the figure's losses must not depend on the machine's kernels
     corpus = load_corpus()
     progress = not args.json and sys.stderr.isatty()
     results = [train(args.preset, o, args.steps, seq_len=args.seq_len, batch=args.batch,

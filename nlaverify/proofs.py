@@ -2,7 +2,7 @@
 
 Each entry of the committed ``index.json`` records two hashes: ``inputs``, the SHA-256 of the
 sources its derivation can reach (the modules of its ``derive`` function, of the functions it
-certifies, of the catalogue module that registers it and of the proof renderer, with every
+certifies, of the catalogue module that registers it and of the document renderer, with every
 ``nlaverify`` module they import, transitively: :mod:`nlaverify.sourcegraph`) and of the
 SymPy, mpmath and NumPy versions; and ``document``, the SHA-256 of its committed Markdown.
 :func:`derive` without ids re-derives only the identities whose ``inputs`` changed, whose
@@ -37,8 +37,9 @@ from nlaverify.symbolic.document import (
 
 #: where the committed proof documents live, relative to the repository root
 DEFAULT_ROOT = Path("docs/proofs")
-#: modules every proof document depends on: the runner, the renderer, the catalogue's types
-RENDERER_MODULES = ("nlaverify.proofs", "nlaverify.symbolic.document", "nlaverify.identities.core")
+#: modules every proof document depends on: the renderer and the catalogue's types (not this
+#: runner: ``index.json`` and the family pages it renders are compared in every check anyway)
+RENDERER_MODULES = ("nlaverify.symbolic.document", "nlaverify.identities.core")
 
 
 def identity_roots(identity: Identity) -> list[str]:
@@ -271,10 +272,15 @@ def derive(
 def family_script(family: str, draw: Callable[[], None], argv: Sequence[str], doc: str) -> int:
     """The ``derivations/`` scripts' command line: ``--help`` prints ``doc``;
     ``--figure-only`` only draws the figures; otherwise the family is derived (``--check``:
-    verified, nothing written) and, unless checking, the figures drawn."""
+    verified, nothing written) and, unless checking, the figures drawn. A run that draws
+    re-executes itself with the pinned kernels of :mod:`nlaverify.reproducible` first."""
     if "--help" in argv or "-h" in argv:
         print(doc)
         return 0
+    if "--figure-only" in argv or "--check" not in argv:
+        from nlaverify.reproducible import pin_process
+
+        pin_process()  # the figures' data must not depend on the machine's kernels
     if "--figure-only" in argv:
         draw()
         return 0

@@ -62,6 +62,9 @@ def pin_process(argv: Sequence[str] | None = None) -> None:
     """
     if is_pinned():
         return
+    if os.environ.get("PYTEST_CURRENT_TEST"):
+        raise RuntimeError("pin_process would replace the test process: run the figure "
+                           "command in a subprocess")
     args = list(getattr(sys, "orig_argv", [sys.executable, *sys.argv]) if argv is None
                 else [sys.executable, *argv])
     sys.stdout.flush()
