@@ -1,0 +1,34 @@
+"""Every module of the package imports (the quick tier's first check), and the quick tier's
+list names tests that exist."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nlaverify.sourcegraph import package_modules
+
+REPO = Path(__file__).resolve().parents[1]
+MODULES = sorted(m for m in package_modules() if not m.endswith("__main__"))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_imports(name: str) -> None:
+    importlib.import_module(name)
+
+
+def test_quick_tier_names_existing_tests() -> None:
+    """Each entry of ``tests/conftest.py``'s ``QUICK`` selects at least one collected test."""
+    from conftest import QUICK
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "quick",
+                           *sorted({q.split("::")[0] for q in QUICK})],
+                          cwd=REPO, capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, f"collection failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+    ids = [line.split("[", 1)[0] for line in proc.stdout.splitlines() if "::" in line]
+    missing = [q for q in QUICK if not any(i == q or i.startswith(q + "::") for i in ids)]
+    assert not missing, f"QUICK names no collected test: {missing}\n{proc.stdout[-2000:]}"
