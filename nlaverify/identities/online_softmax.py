@@ -22,12 +22,12 @@ import sympy
 
 from nlaverify.backends import get_namespace
 from nlaverify.identities._expectations import _Checks, _obj
-from nlaverify.identities.attention import _canon
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.ops import online_softmax as _os
 from nlaverify.ops import sdpa as _sd
 from nlaverify.ops import softmaxes as _sm
 from nlaverify.symbolic.exact import symbol_array
+from nlaverify.symbolic.normal_form import rational_zero
 
 _F = "online_softmax"
 SEED = "Baggag & Saad §3.4.2, §3.4.4; Milakov & Gimelshein 2018; Dao et al. 2022, Alg. 1"
@@ -77,10 +77,12 @@ def _tree_text(tree: Any) -> str:
 
 
 def _exp_equal(chk: _Checks, a: Any, b: Any, what: str) -> None:
-    """``a == b`` entrywise, for sums of :math:`c\\,e^{u}` (canonical form, else the exact
-    zero test, which refutes at a rational point)."""
+    """``a == b`` entrywise, for sums of :math:`c\\,e^{u}` (rational normal form,
+    :func:`~nlaverify.symbolic.normal_form.rational_zero`, whose exponentials of a sum split
+    into products: the canonical form of ``_canon``; else the exact zero test, which
+    refutes at a rational point)."""
     for idx, v in np.ndenumerate(_obj(a - b)):
-        if _canon(v) == 0:
+        if rational_zero(v):
             chk.holds(True, what)
         else:
             chk.zero(v, f"{what}{list(idx)}")
@@ -88,10 +90,9 @@ def _exp_equal(chk: _Checks, a: Any, b: Any, what: str) -> None:
 
 def _ratio_equal(chk: _Checks, a: Any, b: Any, what: str) -> None:
     """``a == b`` entrywise for quotients of sums of exponentials: the numerator of the
-    difference over a common (positive) denominator is 0."""
+    difference over a common (positive) denominator is 0 (in the rational normal form)."""
     for idx, v in np.ndenumerate(_obj(a - b)):
-        num, _ = sympy.fraction(sympy.together(v))
-        if _canon(num) == 0:
+        if rational_zero(v):
             chk.holds(True, what)
         else:
             chk.zero(v, f"{what}{list(idx)}", rational=True)

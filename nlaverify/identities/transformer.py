@@ -21,6 +21,7 @@ from nlaverify.graph.core import evaluate
 from nlaverify.identities.core import Identity, Proof, Step, qualname, register
 from nlaverify.ops.rotary import rope
 from nlaverify.symbolic.exact import is_zero, symbol_array
+from nlaverify.symbolic.normal_form import rational_zero
 
 #: a small config for the residual-stream proof
 PROOF_CONFIG = TransformerConfig(vocab_size=3, d_model=2, n_heads=1, n_blocks=1, d_mlp=2,
@@ -39,8 +40,11 @@ def derive_rope_relative() -> Proof:
     Q = _obj(rope(xp, np.stack([q] * n)[None]))[0]
     K = _obj(rope(xp, np.stack([k] * n)[None]))[0]
     S = Q @ K.T
-    for s, t in itertools.product(range(n), repeat=2):
-        if s + 1 < n and t + 1 < n and not is_zero(sympy.expand_trig(S[s, t] - S[s + 1, t + 1])):
+    for s, t in itertools.product(range(n - 1), repeat=2):
+        diff = sympy.expand_trig(S[s, t] - S[s + 1, t + 1])
+        # the rational normal form with sin/cos by multiple angles and sin^2 + cos^2 = 1
+        # (exact, nlaverify.symbolic.normal_form) first; else the zero test's simplify
+        if not (rational_zero(diff, trig=True) or is_zero(diff)):
             return Proof("failed", (), f"S[{s},{t}] != S[{s + 1},{t + 1}]")
     return Proof("proved", (
         Step(f"Apply the running `rope` to {n} positions carrying the same query $q$ and the "

@@ -38,6 +38,7 @@ import mpmath
 import numpy as np
 import sympy
 
+from nlaverify.symbolic.normal_form import normal_form_rung, piecewise_rung
 from nlaverify.symbolic.refute import (  # noqa: F401  (re-exported)
     REFUTATION_DIGITS,
     REFUTATION_POINTS,
@@ -152,12 +153,22 @@ def _ladder(expr: sympy.Expr) -> str | None:
     """
     if expr == 0:
         return "construction"  # a Piecewise branch that is 0 as built
+    # the rational normal form over QQ (nlaverify.symbolic.normal_form): what expand and
+    # the numerator of together decide, in sparse polynomial rings, without rebuilding trees
+    rung, supported = normal_form_rung(expr)
+    if rung is not None:
+        return "together, Piecewise atoms opaque" if expr.has(sympy.Piecewise) else rung
     if expr.has(sympy.Piecewise):
         # first with every Piecewise an opaque atom: an identity in the atoms holds whatever
-        # values they take (elu1_attention: 2^8 branches when folded, 3 s unfolded)
-        num, _ = sympy.fraction(sympy.together(expr))
-        if sympy.expand(num) == 0:
-            return "together, Piecewise atoms opaque"
+        # values they take (elu1_attention: 2^8 branches when folded, 3 s unfolded); the
+        # normal form above did that unless it could not read the expression
+        if not supported:
+            num, _ = sympy.fraction(sympy.together(expr))
+            if sympy.expand(num) == 0:
+                return "together, Piecewise atoms opaque"
+        rung = piecewise_rung(expr)  # branch by branch, without folding
+        if rung is not None:
+            return rung
         expr = sympy.piecewise_fold(expr)
         if isinstance(expr, sympy.Piecewise):
             rungs = [_ladder(branch) for branch, _ in expr.args]

@@ -258,7 +258,7 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
     \partial f_o/\partial a_\iota)``); when neither, the shortest of ``entries`` cut by
     :func:`typeset_entry`. ``clean`` sets the stability shifts to 0 (licensed by
     ``softmax_shift_invariance``)."""
-    seen: list[tuple[int, str, sympy.Expr, bool]] = []
+    seen: list[tuple[str, sympy.Expr, bool]] = []
 
     def first_fit(pairs: Iterable[tuple[str, sympy.Expr]], cap: int) -> tuple | None:
         for k, (label, expr) in enumerate(pairs):
@@ -267,10 +267,11 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
             value = clean(expr)
             if value == 0:
                 continue
-            latex, note = typeset_entry(value, names, limit=DISPLAY_LIMIT)
-            if latex and not note:
+            # what typeset_entry shows complete (no note): the whole LaTeX, when it fits
+            latex = sympy.latex(value, symbol_names=dict(names))
+            if len(latex) <= DISPLAY_LIMIT:
                 return label, latex, value != expr
-            seen.append((len(sympy.latex(value)), label, value, value != expr))
+            seen.append((label, value, value != expr))
         return None
 
     found = first_fit(entries, 10_000)
@@ -287,7 +288,8 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
                     f"{label} = {latex}")
     if not seen:
         return Step(f"Every entry of the derived {what} is 0.")
-    _, label, value, cleaned = min(seen, key=lambda s: s[0])
+    # the shortest (the first of equal length), measured only when it is needed
+    label, value, cleaned = min(seen, key=lambda s: len(sympy.latex(s[1])))
     latex, note = typeset_entry(value, names, limit=DISPLAY_LIMIT)
     return Step(intro + ("; stability shifts set to 0" if cleaned else "") + f"; {note}):",
                 f"{label} = {latex}" if latex else None)
