@@ -29,6 +29,7 @@ from pathlib import Path
 from nlaverify.identities.core import _ORDER, Identity, Proof, get_identity, load_catalogue
 from nlaverify.symbolic.document import (
     identity_path,
+    page_extra_module,
     render_family,
     render_identity,
     render_index,
@@ -45,7 +46,7 @@ RENDERER_MODULES = ("nlaverify.symbolic.document", "nlaverify.identities.core")
 def identity_roots(identity: Identity) -> list[str]:
     """The modules an identity's proof starts from (their imports are followed by the hash):
     its ``derive`` function's (unwrapped), its certified functions', the module that
-    registered it, and :data:`RENDERER_MODULES`."""
+    registered it, the module that registered its page extra, and :data:`RENDERER_MODULES`."""
     from nlaverify.sourcegraph import owning_module, package_modules
 
     modules = package_modules()
@@ -53,6 +54,9 @@ def identity_roots(identity: Identity) -> list[str]:
     roots += [m for m in (owning_module(c, modules) for c in identity.certifies) if m]
     if identity.id in _ORDER:
         roots.append(_ORDER[identity.id][0])
+    extra = page_extra_module(identity.id)
+    if extra:
+        roots.append(extra)
     return sorted(set(roots))
 
 
@@ -248,8 +252,10 @@ def derive(
                  or (root / rel).read_text(encoding="utf-8") != content]
         if not ids:
             known = set(files) | {identity_path(x) for x in catalogue.values()}
-            stale += [str(p.relative_to(root)) for p in sorted(root.rglob("*.md"))
-                      if str(p.relative_to(root)) not in known]
+            orphans = [str(p.relative_to(root)) for p in sorted(root.rglob("*"))
+                       if p.is_file() and str(p.relative_to(root)) not in known]
+            failures += [f"orphan proof document: {root / o} (no identity writes it: delete "
+                         "it)" for o in orphans]
         for s in stale:
             failures.append(f"stale proof document: {root / s} (run `nlaverify derive`)")
         moved = [i for i in proofs if old_index.get(i, {}).get("inputs") != hashes[i]]

@@ -29,44 +29,86 @@ from collections.abc import Mapping, Sequence
 
 #: the marker that the settings are in force (set by :func:`pin_process` before re-executing)
 MARKER = "NLAVERIFY_PINNED_NUMERICS"
+#: set to ``1`` to skip the pin (only to show what it prevents: ``tests/test_figures.py``)
+OPT_OUT = "NLAVERIFY_UNPINNED_NUMERICS"
+_EXECUTED = "NLAVERIFY_PIN_EXECUTED"
 _XLA = ("--xla_cpu_max_isa=AVX2", "--xla_cpu_multi_thread_eigen=false",
         "--xla_cpu_use_xnnpack=false", "--xla_cpu_use_onednn=false")
+_PINNED_KEYS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "XLA_FLAGS")
+
+
+def _numpy_avx512_names() -> str:
+    """NumPy's names of its AVX-512 dispatch targets: grouped as ``X86_V4`` from NumPy 2.4,
+    one name per extension before (an unknown name is refused with a warning)."""
+    from importlib import metadata
+
+    try:
+        major, minor = (int(x) for x in metadata.version("numpy").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        major, minor = 0, 0
+    if (major, minor) >= (2, 4):
+        return "X86_V4 AVX512_ICL AVX512_SPR"
+    return "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
+
+
+def _has_avx2() -> bool:
+    """Whether this x86-64 CPU runs AVX2 (the pinned kernels need it); read from
+    ``/proc/cpuinfo``, assumed where that cannot be read (every x86-64 CPU since 2013)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            return " avx2" in handle.read()
+    except OSError:
+        return True
 
 
 def pinned_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: ``os.environ``) with the kernel choices pinned (see the module
-    docstring). Thread counts are pinned everywhere; kernels only on x86-64, where the named
-    kernels exist (elsewhere the machine's own kernels are used: reproducible on one
-    architecture)."""
+    docstring). Thread counts are pinned everywhere; kernels only on x86-64 with AVX2, where
+    the named kernels exist (elsewhere the machine's own kernels are used: a figure is then
+    reproducible on machines of the same CPU family only)."""
     env = dict(os.environ if base is None else base)
     env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                 MARKER: "1"})
-    if platform.machine().lower() in ("x86_64", "amd64"):
+    if platform.machine().lower() in ("x86_64", "amd64") and _has_avx2():
         env["OPENBLAS_CORETYPE"] = "Haswell"
-        env["NPY_DISABLE_CPU_FEATURES"] = "X86_V4 AVX512_ICL AVX512_SPR"
-        flags = [f for f in env.get("XLA_FLAGS", "").split()
-                 if not f.startswith(tuple(x.split("=")[0] + "=" for x in _XLA))]
+        env["NPY_DISABLE_CPU_FEATURES"] = _numpy_avx512_names()
+        ours = {x.split("=")[0] for x in _XLA}
+        flags = [f for f in env.get("XLA_FLAGS", "").split() if f.split("=")[0] not in ours]
         env["XLA_FLAGS"] = " ".join([*flags, *_XLA])
     return env
 
 
 def is_pinned() -> bool:
-    """Whether this process runs with :data:`MARKER` set (by :func:`pin_process`)."""
-    return os.environ.get(MARKER) == "1"
+    """Whether this process runs with the pinned settings: :data:`MARKER` set *and* every
+    pinned variable at its pinned value (an exported marker alone does not count)."""
+    if os.environ.get(MARKER) != "1":
+        return False
+    want = pinned_environment(os.environ)
+    return all(os.environ.get(k) == want.get(k) for k in _PINNED_KEYS)
 
 
 def pin_process(argv: Sequence[str] | None = None) -> None:
     """Re-execute this Python program with :func:`pinned_environment` unless it already runs
-    with it; returns only in a pinned process. ``argv`` defaults to ``sys.argv`` (the program
-    and its arguments, as started: a script path, or ``-m`` handled through ``sys.orig_argv``).
+    with it; returns only in a pinned process. ``argv`` defaults to how the program was
+    started (``sys.orig_argv``: a script path, ``-m module`` or ``-c code``, and their
+    arguments). A program that cannot be started again (read from stdin, an interactive
+    session, a test run) is refused with an error instead of being replaced.
     """
-    if is_pinned():
+    if is_pinned() or os.environ.get(OPT_OUT) == "1":
         return
     if os.environ.get("PYTEST_CURRENT_TEST"):
         raise RuntimeError("pin_process would replace the test process: run the figure "
                            "command in a subprocess")
     args = list(getattr(sys, "orig_argv", [sys.executable, *sys.argv]) if argv is None
                 else [sys.executable, *argv])
+    program = [a for a in args[1:] if not a.startswith("-") or a in ("-m", "-c")]
+    if not program or program[0] == "-" or (sys.flags.interactive and argv is None):
+        raise RuntimeError("pin_process: this program cannot be started again (stdin or an "
+                           "interactive session); run it as a script, with -m or with -c")
+    if os.environ.get(_EXECUTED) == "1":  # re-executed once already, and still not pinned
+        raise RuntimeError("pin_process: the pinned environment did not take effect")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *args[1:]], pinned_environment())
+    os.execve(sys.executable, [sys.executable, *args[1:]],
+              {**pinned_environment(), _EXECUTED: "1"})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import sys
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -30,8 +31,8 @@ PACKAGE = "nlaverify"
 #: the package's folder (the checkout's or the installed one)
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: third-party distributions whose version is part of every proof's inputs: the derivations
-#: run SymPy (with mpmath beneath it) and NumPy
-VERSIONED = ("sympy", "mpmath", "numpy")
+#: run SymPy (with mpmath beneath it), NumPy, and networkx (the graphs); the Python version too
+VERSIONED = ("sympy", "mpmath", "numpy", "networkx")
 
 
 def module_name(path: Path, package_dir: Path = PACKAGE_DIR) -> str:
@@ -73,7 +74,8 @@ def _targets(name: str, is_package: bool, node: ast.AST, modules: Mapping[str, P
         return []
     if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
-            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"):
+            and getattr(node.func, "attr", getattr(node.func, "id", ""))
+            in ("import_module", "__import__")):
         return [node.args[0].value]
     if is_package and isinstance(node, ast.Constant) and isinstance(node.value, str):
         text = node.value  # a lazy table of the package's own submodules
@@ -134,8 +136,9 @@ def dependencies(graph: nx.DiGraph, roots: Iterable[str]) -> list[str]:
 
 
 def versions(names: Iterable[str] = VERSIONED) -> dict[str, str]:
-    """The installed version of each distribution (``"absent"`` when not installed)."""
-    out = {}
+    """The installed version of each distribution (``"absent"`` when not installed), and
+    Python's ``major.minor``."""
+    out = {"python": "{}.{}".format(*sys.version_info[:2])}
     for name in names:
         try:
             out[name] = metadata.version(name)
@@ -148,9 +151,12 @@ class SourceHasher:
     """Content hashes of module closures, reading each file once.
 
     ``SourceHasher(package_dir).hash(roots)`` is the SHA-256 (hex) over the versions of
-    :data:`VERSIONED` and, for every module in :func:`dependencies` of ``roots``, its dotted
-    name and the bytes of its source: two trees give the same hash for ``roots`` exactly when
-    those sources (and versions) are byte-identical.
+    :func:`versions` and, for every module in :func:`dependencies` of ``roots`` and every
+    package ``__init__`` above one of them (importing ``a.b.c`` runs ``a/__init__`` and
+    ``a/b/__init__``: a side effect there is hashed, though their own imports are not
+    followed, or every closure would hold the whole package), its dotted name and the bytes
+    of its source: two trees give the same hash for ``roots`` exactly when those sources (and
+    versions) are byte-identical.
     """
 
     def __init__(self, package_dir: Path = PACKAGE_DIR,
@@ -171,6 +177,10 @@ class SourceHasher:
         h = hashlib.sha256()
         for name, version in sorted(self.pinned.items()):
             h.update(f"{name}=={version}\n".encode())
-        for module in dependencies(self.graph, roots):
+        found = set(dependencies(self.graph, roots))
+        for module in list(found):
+            parts = module.split(".")
+            found.update(".".join(parts[:k]) for k in range(1, len(parts)))
+        for module in sorted(m for m in found if m in self.paths):
             h.update(module.encode() + b"\0" + self._digest(module))
         return h.hexdigest()

@@ -8,7 +8,7 @@ with AdamW and with Muon (XLA: ``training.svg``), a LoRA and a random-subspace f
 run from it (``lora_finetune.svg``) and a gradient's singular values
 (``gradient_energy.svg``); everything goes to ``OUT.npz``. ``tests/test_figures.py`` runs it
 under different environments and compares the files byte for byte. With
-``NLAVERIFY_PINNED_NUMERICS=1`` already set the process is not re-pinned: the control runs.
+``NLAVERIFY_UNPINNED_NUMERICS=1`` nothing is pinned: the control runs.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nlaverify.reproducible import MARKER, pinned_environment
+from nlaverify.reproducible import MARKER, OPT_OUT, pinned_environment
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "_figure_data.py"
@@ -48,7 +48,7 @@ def _run(tmp: Path, name: str, env: dict[str, str]) -> dict[str, bytes]:
 
 def _user_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in (MARKER, "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "XLA_FLAGS",
+           if k not in (MARKER, OPT_OUT, "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "XLA_FLAGS",
                         "NPY_DISABLE_CPU_FEATURES")}
     env.update(extra)
     return env
@@ -73,11 +73,12 @@ def test_figure_data_are_identical_under_two_thread_and_kernel_settings(tmp_path
 @pytest.mark.skipif(not _avx512(), reason="the control needs an AVX-512 CPU to run both "
                                           "kernel families")
 def test_control_without_the_pin_the_kernels_show(tmp_path) -> None:
-    """The same program with the pin marker set beforehand (so nothing is pinned), once with
-    the pinned settings written by hand and once with AVX-512 kernels: the data differ."""
+    """The same program with the pin turned off (:data:`~nlaverify.reproducible.OPT_OUT`),
+    once with the pinned settings written by hand and once with AVX-512 kernels: the data
+    differ."""
     pinned = pinned_environment(_user_env())
     wide = _user_env(OPENBLAS_NUM_THREADS="1", OPENBLAS_CORETYPE="SkylakeX")
-    wide[MARKER] = "1"
+    wide[OPT_OUT] = "1"
     a = _run(tmp_path, "pinned_by_hand", pinned)
     b = _run(tmp_path, "avx512", wide)
     assert _differing(a, b), "AVX-512 kernels gave the same bits: the test has no power here"

@@ -83,3 +83,30 @@ def test_the_import_graph_sees_imports_inside_functions_and_relative_ones() -> N
         b for b in graph.successors(f"{PACKAGE}.ops") if b.startswith(f"{PACKAGE}.ops.")
     ]
     assert relative, "no edge from nlaverify.ops to its submodules: relative imports were missed"
+
+
+#: modules allowed to import a module whose name they compute: the catalogue's loader (each
+#: identity's own catalogue module is a root of its proof hash), the lazy ``__getattr__`` of
+#: two packages (their ``_LAZY`` tables are read as edges by the graph) and the framework
+#: adapters (torch, CuPy: outside the package)
+COMPUTED_IMPORTS = {"nlaverify.identities.core", "nlaverify.check", "nlaverify.interop",
+                    "nlaverify.check.adapters"}
+
+
+def test_computed_imports_only_where_the_proof_hash_sees_them() -> None:
+    """``importlib.import_module(name)`` or ``__import__(name)`` with a computed ``name``
+    hides an edge from the import graph, hence from the inputs hash of the incremental proof
+    check (:mod:`nlaverify.sourcegraph`): only :data:`COMPUTED_IMPORTS` may do it."""
+    import ast
+
+    offenders = []
+    for name, path in sourcegraph.package_modules(ROOT / PACKAGE).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and node.args
+                    and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                    in ("import_module", "__import__")
+                    and not isinstance(node.args[0], ast.Constant)
+                    and name not in COMPUTED_IMPORTS):
+                offenders.append(f"{name}:{node.lineno}")
+    assert not offenders, ("imports by a computed name (name the module literally, or add it "
+                           f"to COMPUTED_IMPORTS with the reason): {offenders}")

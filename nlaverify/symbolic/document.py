@@ -32,12 +32,21 @@ class PageExtra:
 
 
 _EXTRAS: dict[str, Callable[[], PageExtra]] = {}
+_EXTRA_MODULES: dict[str, str] = {}
 
 
 def add_page_extra(identity_id: str, extra: Callable[[], PageExtra]) -> None:
     """Register the :class:`PageExtra` (built on first use) of the page of
     ``identity_id``."""
+    import sys
+
     _EXTRAS[identity_id] = extra
+    _EXTRA_MODULES[identity_id] = sys._getframe(1).f_globals.get("__name__", "")
+
+
+def page_extra_module(identity_id: str) -> str | None:
+    """The module that registered the page extra of ``identity_id`` (an input of its page)."""
+    return _EXTRA_MODULES.get(identity_id)
 
 
 def _sections(sections: Iterable[tuple[str, str]]) -> list[str]:
