@@ -26,7 +26,6 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",  # after sphinx.ext.mathjax: it sets mathjax_path
-    "sphinx.ext.viewcode",
     "sphinxarg.ext",
     "nlaverify_docs",  # docs/_ext: writes docs/api and docs/families at builder-inited
 ]

@@ -10,6 +10,9 @@ committed):
   (:data:`FIGURES`), and a toctree of the family's proof index page and of every proof page
   ``docs/proofs/<family>/<id>.md``.
 
+While reading, a proof page's ``Certifies`` line is turned into links to the API reference
+(:func:`link_certified`).
+
 A file is rewritten only when its text changes, so an incremental build re-reads only what
 changed. A family new to ``docs/proofs`` gets a page without a sentence or figures; a figure
 of :data:`FIGURES` missing from ``docs/figures`` (or a figure there that no family names)
@@ -18,6 +21,7 @@ stops the build, so the map cannot drift from the files.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -193,6 +197,24 @@ def _restore_attribute_doc(app: Sphinx, what: str, name: str, obj: object, optio
         lines[:] = _ATTRIBUTE_DOCS.pop((what, name))
 
 
+#: the ``Certifies`` line of a proof page (``symbolic/document.py`` writes it as code spans)
+_CERTIFIES = re.compile(r"^- \*\*Certifies:\*\* (.*)$", re.M)
+
+
+def link_certified(app: Sphinx, docname: str, source: list[str]) -> None:
+    """``source-read``: on a proof page, each certified function named on the ``Certifies``
+    line becomes a link to its entry in the API reference (``{py:obj}``). The committed
+    Markdown keeps plain code spans, which read well on any viewer."""
+    if not docname.startswith("proofs/"):
+        return
+
+    def link(match: re.Match[str]) -> str:
+        names = re.findall(r"`([A-Za-z_][\w.]*)`", match.group(1))
+        return "- **Certifies:** " + ", ".join(f"{{py:obj}}`{n}`" for n in names)
+
+    source[0] = _CERTIFIES.sub(link, source[0])
+
+
 def generate(app: Sphinx) -> None:
     """``builder-inited``: write the generated pages before Sphinx reads the sources."""
     srcdir = Path(app.srcdir)
@@ -203,6 +225,7 @@ def generate(app: Sphinx) -> None:
 def setup(app: Sphinx) -> dict[str, object]:
     """Register the ``builder-inited`` hook."""
     app.connect("builder-inited", generate)
+    app.connect("source-read", link_certified)
     # napoleon's handler has the default priority 500: one hook before it, one after
     app.connect("autodoc-process-docstring", _keep_attribute_doc, priority=400)
     app.connect("autodoc-process-docstring", _restore_attribute_doc, priority=600)
