@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nlaverify.reproducible import MARKER, OPT_OUT, pinned_environment
+from nlaverify.reproducible import MARKER, OPT_OUT
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "_figure_data.py"
@@ -59,26 +59,31 @@ def _differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:
     return sorted(k for k in a if a[k] != b[k])
 
 
+@pytest.fixture(scope="module")
+def one_thread(tmp_path_factory) -> dict[str, bytes]:
+    """The data of a pinned run started from a user's environment with OpenBLAS on one
+    thread (shared by the comparison and the control)."""
+    return _run(tmp_path_factory.mktemp("figure_data"), "one_thread",
+                _user_env(OPENBLAS_NUM_THREADS="1"))
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the pinned kernels are set for Linux")
-def test_figure_data_are_identical_under_two_thread_and_kernel_settings(tmp_path) -> None:
-    one = _run(tmp_path, "one_thread", _user_env(OPENBLAS_NUM_THREADS="1"))
+def test_figure_data_are_identical_under_two_thread_and_kernel_settings(one_thread,
+                                                                         tmp_path) -> None:
     other = _user_env(OPENBLAS_NUM_THREADS="2",
                       XLA_FLAGS="--xla_force_host_platform_device_count=2")
     if _avx512():
         other["OPENBLAS_CORETYPE"] = "SkylakeX"
     two = _run(tmp_path, "two_threads", other)
-    assert _differing(one, two) == []
+    assert _differing(one_thread, two) == []
 
 
 @pytest.mark.skipif(not _avx512(), reason="the control needs an AVX-512 CPU to run both "
                                           "kernel families")
-def test_control_without_the_pin_the_kernels_show(tmp_path) -> None:
-    """The same program with the pin turned off (:data:`~nlaverify.reproducible.OPT_OUT`),
-    once with the pinned settings written by hand and once with AVX-512 kernels: the data
-    differ."""
-    pinned = pinned_environment(_user_env())
+def test_control_without_the_pin_the_kernels_show(one_thread, tmp_path) -> None:
+    """The same program with the pin turned off (:data:`~nlaverify.reproducible.OPT_OUT`)
+    and AVX-512 kernels: the data differ from the pinned run's."""
     wide = _user_env(OPENBLAS_NUM_THREADS="1", OPENBLAS_CORETYPE="SkylakeX")
     wide[OPT_OUT] = "1"
-    a = _run(tmp_path, "pinned_by_hand", pinned)
-    b = _run(tmp_path, "avx512", wide)
-    assert _differing(a, b), "AVX-512 kernels gave the same bits: the test has no power here"
+    assert _differing(one_thread, _run(tmp_path, "avx512", wide)), (
+        "AVX-512 kernels gave the same bits: the test has no power here")
