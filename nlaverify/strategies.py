@@ -8,7 +8,7 @@
   with singular values spread across :math:`[\\epsilon, 1]` (both ends, clusters, exact
   zeros), for the Newton–Schulz kernels;
 * :func:`token_sequences` for embeddings and losses;
-* inputs that break naive kernels (``docs/guide.md``, "Inputs that break naive
+* inputs that break naive kernels (``docs/guide/precision.md``, "Inputs that break naive
   kernels"): :func:`hostile_logits` (logits of :math:`\\pm 10^4`, equal rows,
   :math:`-\\infty` entries, all-masked rows), :func:`hostile_activations`
   (:math:`x \\lesssim -17` down to :math:`-100`, :math:`+100`, tiny, subnormal, 0),

@@ -1,4 +1,5 @@
-r"""Inputs that break naive kernels (``docs/guide.md``, "Inputs that break naive kernels").
+r"""Inputs that break naive kernels (``docs/guide/precision.md``, "Inputs that break naive
+kernels").
 
 :func:`hostile_logits` (logits of :math:`\pm 10^4`, equal rows, :math:`-\infty` entries,
 all-masked rows), :func:`hostile_activations` (:math:`x \lesssim -17` down to :math:`-100`,

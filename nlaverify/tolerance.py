@@ -59,7 +59,7 @@ Node-by-node verification of a Transformer counts tens of stages (about 45 to th
 loss of the 4-block ``mid`` preset, 100 to its first cotangent, before the residual
 averaging of :mod:`nlaverify.precision`); there the linear rule is vacuous for
 bfloat16 (:math:`32 \cdot 45 \cdot 2^{-8} > 5`), and the measured errors do not grow
-with depth at all (``docs/guide.md``, "Verification below float64").
+with depth at all (``docs/guide/precision.md``, "Verification below float64").
 
 A central finite difference :math:`(f(x+hv) - f(x-hv))/2h` has truncation
 error :math:`h^2 |f'''|/6` and rounding error :math:`u/h`;

@@ -2,7 +2,7 @@
 # The GPU checks as one prepared script, for a machine with an NVIDIA GPU and NO network
 # (run from the repository root). Nothing is downloaded: the project runs from the checkout
 # (PYTHONPATH), and Python packages the machine lacks are installed from wheels carried in
-# ./.whl (see docs/guide.md, "The GPU check"), e.g. for the H200 machine:
+# ./.whl (see docs/guide/pipeline.md, "The GPU check"), e.g. for the H200 machine:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux2014_x86_64 -d .whl \
 #     array-api-compat array-api-strict

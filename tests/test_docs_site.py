@@ -217,6 +217,24 @@ def test_figure_loads(browser, server):
     check_figure(browser, server)
 
 
+#: the guide's family pages that carry figures (all but real models)
+GUIDE_FIGURE_PAGES = ("pipeline", "precision", "curvature", "optimizers", "attention",
+                      "low_rank", "geometry")
+
+
+@pytest.mark.parametrize("family", GUIDE_FIGURE_PAGES)
+def test_guide_family_page_figures_load(browser, server, family):
+    check_figure(browser, server, f"guide/{family}.html")
+
+
+def test_guide_is_split_into_family_pages(site):
+    """The guide's overview links every family page, and each page exists."""
+    overview = (site["html"] / "guide.html").read_text(encoding="utf-8")
+    for family in (*GUIDE_FIGURE_PAGES, "real_models"):
+        assert (site["html"] / "guide" / f"{family}.html").is_file(), family
+        assert f'href="guide/{family}.html' in overview, f"guide.html does not link {family}"
+
+
 def test_no_build_output_in_the_source_tree():
     """The site builds into ``docs/_build``; that and the generated pages are gitignored."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
@@ -256,6 +274,35 @@ def test_every_cli_option_is_on_the_cli_page(site):
             missing += [f"{name} {opt}" for opt in action.option_strings
                         if opt not in ("-h", "--help") and opt not in text]
     assert not missing, f"CLI options missing from cli.html: {missing}"
+
+
+#: the packages whose every public function and class the API reference must show
+API_PACKAGES = ("check", "ops", "curvature", "optim", "interop")
+
+
+def test_every_public_function_is_in_the_api_reference(site):
+    """Each public function or class of the packages above (``__all__``, else the names
+    without ``_``) has its entry on the API page of the module that defines it."""
+    import importlib
+    import inspect
+
+    missing, count = [], 0
+    for package in API_PACKAGES:
+        module = importlib.import_module(f"nlaverify.{package}")
+        names = getattr(module, "__all__", None) or [n for n in dir(module)
+                                                     if not n.startswith("_")]
+        for name in names:
+            obj = getattr(module, name)
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)) or \
+                    not obj.__module__.startswith("nlaverify"):
+                continue
+            count += 1
+            page = site["html"] / "api" / f"{obj.__module__}.html"
+            anchor = f'id="{obj.__module__}.{obj.__qualname__}"'
+            if not page.is_file() or anchor not in page.read_text(encoding="utf-8"):
+                missing.append(f"nlaverify.{package}.{name} ({obj.__module__})")
+    assert count > 150, f"only {count} public functions and classes found"
+    assert not missing, f"not in the API reference: {missing}"
 
 
 def test_api_page_of_check_op_shows_its_signature(site):

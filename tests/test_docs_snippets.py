@@ -18,6 +18,9 @@ GENERATED = ("docs/proofs/", "docs/_build/", "docs/families/", "docs/api/")
 PAGES = ["README.md", *sorted(
     rel for rel in (p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))
     if not rel.startswith(GENERATED))]
+#: the guide's family pages (docs/guide/*.md)
+GUIDE_FAMILIES = ("pipeline", "precision", "curvature", "optimizers", "attention",
+                  "real_models", "low_rank", "geometry")
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -29,7 +32,9 @@ def snippets(page: str) -> list[tuple[int, str]]:
 
 def test_pages_have_snippets():
     assert snippets("docs/check.md") and snippets("docs/guide.md")
-    assert {"docs/check.md", "docs/guide.md", "docs/getting_started.md"} <= set(PAGES)
+    assert snippets("docs/guide/precision.md") and snippets("docs/guide/curvature.md")
+    assert {"docs/check.md", "docs/guide.md", "docs/getting_started.md",
+            *(f"docs/guide/{family}.md" for family in GUIDE_FAMILIES)} <= set(PAGES)
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -7,7 +7,7 @@ float64 and float32 and is compared, forward and VJP, with the same function on 
 mpmath reference (50 digits) under :func:`nlaverify.tolerance.tolerance`, with the
 condition estimates derived for such inputs (:func:`nlaverify.strategies.hostile_op_cases`).
 The naive forms are planted (softmax without the max shift, the tanh sigmoid, the
-unscaled root mean square) and must fail the same checks. See ``docs/guide.md``,
+unscaled root mean square) and must fail the same checks. See ``docs/guide/precision.md``,
 "Inputs that break naive kernels".
 """
 

@@ -21,6 +21,15 @@ def test_module_imports(name: str) -> None:
     importlib.import_module(name)
 
 
+@pytest.mark.parametrize("name", MODULES)
+def test_every_name_of_all_exists(name: str) -> None:
+    """``from <module> import *`` works: every name of ``__all__`` is an attribute (an
+    ``__all__`` that names a function never imported breaks a star import)."""
+    module = importlib.import_module(name)
+    missing = [n for n in getattr(module, "__all__", ()) if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names {missing}, which the module does not define"
+
+
 def test_quick_tier_names_existing_tests() -> None:
     """Each entry of ``tests/conftest.py``'s ``QUICK`` selects at least one collected test."""
     from conftest import QUICK

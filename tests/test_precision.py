@@ -2,7 +2,7 @@
 bfloat16 against float64 autodiff, bounds that hold and say something, a planted
 float16 node found, the dtype kept through every node, and the TF32 policy.
 
-The mid preset (d=256, 4 blocks, V=2048) is measured in docs/guide.md and runs here
+The mid preset (d=256, 4 blocks, V=2048) is measured in docs/guide/precision.md and runs here
 only under ``HYPOTHESIS_PROFILE=nightly``.
 """
 

@@ -261,7 +261,7 @@ def draw_figure(paths: DescentPaths, M: Any, y: Any, path: str) -> None:
     right.set_title("Trajectories on the loss surface", fontsize=10)
     right.legend(fontsize=7, loc="lower right")
     fig.suptitle("Gradient descent vs natural gradient on a 2-D Gaussian model "
-                 "$\\mathcal{N}(w, \\Sigma)$ with anisotropic $\\Sigma$ "
+                 "$N(w, \\Sigma)$ with anisotropic $\\Sigma$ "
                  "(Baggag & Saad §5.1, Fig. 30)", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     meta = {"Date": None} if path.endswith(".svg") else {"Software": None}

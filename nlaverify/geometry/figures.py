@@ -188,7 +188,7 @@ def draw_jl(path: Path | str, **kwargs: Any) -> tuple[Path, JLCurves]:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("target dimension k")
-        ax.set_ylabel("max over pairs of |‖Pxᵢ − Pxⱼ‖² / ‖xᵢ − xⱼ‖² − 1|")
+        ax.set_ylabel(r"max over pairs of $|\,\|Px_i - Px_j\|^2 / \|x_i - x_j\|^2 - 1\,|$")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
         ax.set_title(f"Johnson–Lindenstrauss: n = {c.n} points in d = {c.d}, "

@@ -47,7 +47,7 @@ from nlaverify.ops.linear import (
 )
 from nlaverify.ops.loss import cross_entropy, cross_entropy_jvp, cross_entropy_vjp, next_token_split
 from nlaverify.ops.mlp import layer_jacobian, mlp_backprop, mlp_forward, mlp_loss
-from nlaverify.ops.moe import topk_mask  # the module name `moe` stays the module
+from nlaverify.ops.moe import moe_jvp, moe_vjp, topk_mask  # `moe` stays the module
 from nlaverify.ops.norms import (
     layernorm,
     layernorm_jacobian,
@@ -138,7 +138,7 @@ __all__ = [
     "mlp_backprop",
     "mlp_forward",
     "mlp_loss",
-    "moe",
+    "moe_jvp",
     "moe_vjp",
     "mul",
     "mul_jvp",

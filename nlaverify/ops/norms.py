@@ -2,7 +2,7 @@ r"""LayerNorm and RMSNorm over the feature axis (forward and VJP).
 
 Baggag & Saad §3.8 and §3.8.1: each token (row) is normalized on its own.
 
-**Huge and tiny norms** (``docs/guide.md``, "Inputs that break naive kernels"). The
+**Huge and tiny norms** (``docs/guide/precision.md``, "Inputs that break naive kernels"). The
 root mean square :math:`\sqrt{\overline{c^2} + \epsilon}` is never formed from
 :math:`c^2`: in float32, :math:`c_j^2` overflows for :math:`|c_j| \gtrsim 1.8\cdot
 10^{19}` (the output becomes :math:`0`, or ``nan``) and underflows for tiny

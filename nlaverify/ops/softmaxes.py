@@ -7,7 +7,7 @@ real :math:`c`, so the function proved on the exact namespace (symbolic
 :math:`c`) and the one run in floating point (:math:`c = \\max_j z_j`) are the
 same function.
 
-**Hostile logits** (``docs/guide.md``, "Inputs that break naive kernels"):
+**Hostile logits** (``docs/guide/precision.md``, "Inputs that break naive kernels"):
 
 * *Any finite magnitude* (:math:`\\pm 10^4` and beyond): after the shift every exponent is
   :math:`\\le 0` and the largest is exactly :math:`0`, so nothing overflows and the
