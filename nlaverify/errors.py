@@ -31,6 +31,12 @@ class UnknownNameError(NlaverifyError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class CheckError(NlaverifyError, ValueError):
+    """Bad input to a ``check_*`` call: the message names the argument and the expected
+    versus the actual shape, dtype, type or value (also raised by
+    :mod:`nlaverify.cases` for a check's values out of a dtype's range)."""
+
+
 class MissingExtraError(NlaverifyError, ImportError):
     """An optional dependency is not installed; the message names the extra to install
     (``pip install 'nlaverify[hf]'``)."""

@@ -21,9 +21,10 @@ Values come from a NumPy generator seeded by a drawn integer: generic (no
 accidental ties, no exact zeros at kinks), reproducible, and shrinkable through
 sizes and seed.
 
-This module is the front door: the op cases live in :mod:`nlaverify.strategies_ops`, the
-hostile inputs in :mod:`nlaverify.strategies_hostile`, the structured matrices, token
-sequences and configs here; every public name is importable from here.
+This module is the front door of the test strategies: the cases of an op (drawn, hostile,
+rounded to a dtype) live in :mod:`nlaverify.cases`, the one home ``check_op`` draws from
+too; the structured matrices, token sequences and configs here; every public name is
+importable from here.
 """
 
 from __future__ import annotations
@@ -34,23 +35,20 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from nlaverify.strategies_hostile import (
+from nlaverify.cases import (
+    BATCHES,  # noqa: F401  (re-exported)
     HOSTILE_OPS,
     HUGE_LOGIT,
     LOGIT_ROWS,
     NORM_ROWS,
-    _hostile_logit_array,  # noqa: F401  (re-exported: nlaverify.check.op_cases)
+    OpCase,
+    exact_in,
     hostile_activations,
     hostile_logits,
     hostile_norm_rows,
     hostile_op_cases,
-    make_hostile_case,
-)
-from nlaverify.strategies_ops import (
-    BATCHES,  # noqa: F401  (re-exported)
-    OpCase,
-    exact_in,
     make_case,
+    make_hostile_case,
     op_cases,
     seeds,
 )

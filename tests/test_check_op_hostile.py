@@ -243,7 +243,8 @@ def test_framework_imported_inside_the_function():
 def test_a_vacuous_bound_is_not_a_pass():
     """A row whose bound reaches 1 cannot fail for a finite error: it is skipped with the
     reason, never reported as passed (a bfloat16 case conditioned like 1/2^-8)."""
-    from nlaverify.check.op import _draw_values, _run_case, _Settings
+    from nlaverify.cases.inputs import drawn_input as _draw_values
+    from nlaverify.check.op import _run_case, _Settings
     from nlaverify.ops.registry import OPS
 
     spec = OPS["rmsnorm"]

@@ -51,32 +51,17 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.check.adapters import (
-    DTYPES,
-    array_framework,
-    detect_framework,
-    framework_dtype,
-    require_framework,
-    to_float64,
-    to_framework,
-)
-from nlaverify.check.op_cases import (
-    REFERENCE_DIGITS,
-    REFERENCES,
+from nlaverify.cases.inputs import (
     OpCaseInput,
-    _batch_choices,
-    _draw_values,
-    _explicit_cases,
-    _hostile_cases,
-    _real_idx,
-    _reference,
-    _sce,
-    _size,
-    _size_ranges,
-    _spec_of,
-    exact_in,
-    op_signature,
+    drawn_input,
+    explicit_inputs,
+    hostile_inputs,
+    real_indices,
 )
+from nlaverify.cases.rounding import exact_in as _exact_in
+from nlaverify.check.adapters import array_framework, to_float64, to_framework
+from nlaverify.check.op_plan import OpPlan, plan_op_check
+from nlaverify.check.op_reference import _reference, _sce, _size
 from nlaverify.check.op_subject import (
     _as_list,
     _integer_output,
@@ -95,10 +80,19 @@ from nlaverify.check.report import (
     skip_row,
     with_reproducer,
 )
-from nlaverify.ops.registry import OpSpec
+from nlaverify.ops.registry import OpSpec, op_signature
 from nlaverify.tolerance import Tolerance, tolerance
 
 __all__ = ["OpCaseInput", "check_op", "exact_in", "op_signature"]
+
+
+def exact_in(values: Any, dtype: str) -> np.ndarray:
+    """``values`` rounded to ``dtype`` (float64, float32, bfloat16, float16) and back to
+    float64: numbers exactly representable in ``dtype``, so the user's kernel and the
+    reference see the same inputs. Values beyond the dtype's range are a
+    :class:`~nlaverify.check.report.CheckError` (:func:`nlaverify.cases.exact_in` with
+    ``strict=True``)."""
+    return _exact_in(values, dtype, strict=True)
 
 
 def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
@@ -111,7 +105,7 @@ def _derived_condition(case: OpCaseInput) -> float:
     cancellation :math:`\max|x|/\sigma` of the mean subtraction; 1 without one): the
     statistical estimate measures the input magnitudes' part. Hostile cases keep their
     derived condition estimates whole."""
-    real = [case.args[k] for k in _real_idx(case.spec)]
+    real = [case.args[k] for k in real_indices(case.spec)]
     if case.origin.startswith("hostile"):
         return max(1.0, float(case.condition(real))) if case.condition is not None else 1.0
     amplification = case.spec.amplification
@@ -120,7 +114,7 @@ def _derived_condition(case: OpCaseInput) -> float:
 
 def _case_condition(case: OpCaseInput, which: str) -> float:
     if case.condition is not None and case.origin.startswith("hostile"):
-        real = [case.args[k] for k in _real_idx(case.spec)]
+        real = [case.args[k] for k in real_indices(case.spec)]
         return max(1.0, float(case.condition(real)))
     return _sce(case, which)
 
@@ -173,7 +167,7 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
         return rows
     if not spec.differentiable:
         return rows
-    real = _real_idx(spec)
+    real = real_indices(spec)
     names = [spec.args[k].name for k in real]
     # a derivative's statistical estimate perturbs the inputs only; it is blind to the
     # rounding of the intermediates a kernel's backward reuses (a normalization's x-hat,
@@ -297,102 +291,88 @@ def check_op(
         worst row per check when all pass; a failure names the argument and entry, your
         value, the reference, the bound and the ratio, and carries a reproducer.
     """
-    if not callable(fn):
-        raise CheckError(f"argument 'fn': expected a callable, got {type(fn).__name__}")
-    for what, f in (("vjp", vjp), ("jvp", jvp)):
-        if f is not None and not callable(f):
-            raise CheckError(f"argument {what!r}: expected a callable, got {type(f).__name__}")
-    spec = _spec_of(op)
-    if dtype not in DTYPES:
-        raise CheckError(f"argument 'dtype': expected one of {', '.join(DTYPES)}, got "
-                         f"{dtype!r}")
-    fw = framework or detect_framework(fn)
-    require_framework(fw)
-    framework_dtype(fw, dtype)  # e.g. CuPy has no bfloat16
-    if static:
-        unknown = set(static) - set(spec.static)
-        if unknown:
-            raise CheckError(f"argument 'static': {op_signature(spec)} has no static "
-                             f"{', '.join(sorted(unknown))}")
-    st = {**spec.static, **(static or {})}
-    if st != dict(spec.static):
-        spec = replace(spec, static=st)
-    if not isinstance(examples, int) or examples < 0:
-        raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
-    ranges = _size_ranges(spec, shapes)
-    choices = _batch_choices(batch)
-    acc = accumulation if accumulation is not None else (
-        "float32" if dtype in ("bfloat16", "float16") else None)
-    subject = name or getattr(fn, "__name__", None) or type(fn).__name__
-    if reference not in REFERENCES:
-        raise CheckError(f"argument 'reference': expected one of {', '.join(REFERENCES)}, "
-                         f"got {reference!r}")
-    if reference == "float64" and dtype == "float64":
-        raise CheckError("argument 'reference': a float64 reference cannot judge a float64 "
-                         "subject to float64's bound; use reference='mpmath'")
-    s = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp, _real_idx(spec),
-                  reference)
-    report = CheckReport(subject, "check_op")
-    where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
-             else "float64 NumPy")
-    report.notes.append(f"reference: {op_signature(spec)}, proved (nlaverify derive), run in "
-                        f"{where} on your inputs rounded to {dtype}; framework {fw}")
-    if fw in ("torch", "jax", "cupy") and dtype == "float32" and products is None:
-        report.notes.append("on a GPU, float32 matmuls may run in TF32 (torch "
-                            "allow_tf32, JAX default precision): pass products='tfloat32' "
-                            "there")
-    options = f", dtype={dtype!r}" + (f", framework={fw!r}" if framework else "") + (
-        f", static={dict(static)!r}" if static else "") + (
-        f", accumulation={accumulation!r}" if accumulation else "") + (
-        f", products={products!r}" if products else "") + (
-        f", reference={reference!r}" if reference != "mpmath" else "") + (
-        "" if check_jvp else ", check_jvp=False")
-    op_text = repr(op) if isinstance(op, str) else "spec"
-
+    plan = plan_op_check(fn, op, vjp=vjp, jvp=jvp, dtype=dtype, framework=framework,
+                         static=static, shapes=shapes, batch=batch, examples=examples,
+                         check_jvp=check_jvp, accumulation=accumulation, products=products,
+                         reference=reference, name=name)
+    report = CheckReport(plan.settings.subject, "check_op")
+    report.notes.extend(plan.notes)
     if inputs is not None:
-        cases = _explicit_cases(spec, inputs, dtype, st)
-        for case in cases:
-            rows = _run_case(s, case)
-            if any(r.verdict == "fail" for r in rows):
-                rows = _attach(rows, reproducer(s, case, op_text, options))
-            report.extend(rows)
-        return report
+        return _explicit_stage(plan, inputs, report)
+    kept = _Kept()
+    failed = _drawn_stage(plan, examples, seed, kept)
+    hostile_failed, n_hostile = _hostile_stage(plan, hostile, kept)
+    if not examples and not n_hostile:
+        report.notes.append(f"nothing ran: examples=0 and {plan.spec.name} has no hostile "
+                            "cases here (hostile=" + repr(hostile) + "): the report is not ok")
+    return _summarize(report, failed + hostile_failed, kept)
 
-    worst: dict[str, Row] = {}
-    failed: list[Row] = []
 
-    def keep(rows: list[Row]) -> None:
+# -- the stages --------------------------------------------------------------------------
+
+
+def _explicit_stage(plan: OpPlan, inputs: Sequence[Any], report: CheckReport) -> CheckReport:
+    """The cases ``inputs`` spells out, each row reported (a failure with its reproducer)."""
+    s = plan.settings
+    for case in explicit_inputs(plan.spec, inputs, s.dtype, plan.spec.static,
+                                convert=to_float64):
+        rows = _run_case(s, case)
+        if any(r.verdict == "fail" for r in rows):
+            rows = _attach(rows, reproducer(s, case, plan.op_text, plan.options))
+        report.extend(rows)
+    return report
+
+
+class _Kept:
+    """The worst passing row per check (its origin dropped) and the first skip of each."""
+
+    def __init__(self) -> None:
+        self.worst: dict[str, Row] = {}
+
+    def __call__(self, rows: list[Row]) -> None:
         for r in rows:
             key = _ORIGIN.sub("", r.check)
             if r.verdict == "skip":
-                worst.setdefault("skip " + r.check, r)
-            elif key not in worst or _rank(r) > _rank(worst[key]):
-                worst[key] = r
+                self.worst.setdefault("skip " + r.check, r)
+            elif key not in self.worst or _rank(r) > _rank(self.worst[key]):
+                self.worst[key] = r
 
-    # drawn cases, shrunk by hypothesis on failure
-    if examples:
-        minimal = _search(s, spec, ranges, choices, examples, seed, dtype, keep)
-        if minimal is not None:
-            rows = _run_case(s, minimal)
-            failed += _attach(rows, reproducer(s, minimal, op_text, options))
-    # hostile cases
-    n_hostile = 4 if hostile in (True, "extreme") else int(hostile or 0)
-    hostile_cases = _hostile_cases(spec, dtype, n_hostile, st, extreme=hostile == "extreme")
-    n_hostile_run = len(hostile_cases)
-    for case in hostile_cases:
+
+def _drawn_stage(plan: OpPlan, examples: int, seed: int, keep: _Kept) -> list[Row]:
+    """Hypothesis draws ``examples`` cases; the rows of the minimal failing one (shrunk),
+    with its reproducer, or none (the passing rows went to ``keep``)."""
+    if not examples:
+        return []
+    s = plan.settings
+    minimal = _search(s, plan.spec, plan.ranges, plan.choices, examples, seed, s.dtype, keep)
+    if minimal is None:
+        return []
+    return _attach(_run_case(s, minimal), reproducer(s, minimal, plan.op_text, plan.options))
+
+
+def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
+                   ) -> tuple[list[Row], int]:
+    """The hostile cases up to the first failure: its rows with the reproducer (or none),
+    and how many hostile cases the op has here."""
+    s = plan.settings
+    count = 4 if hostile in (True, "extreme") else int(hostile or 0)
+    cases = hostile_inputs(plan.spec, s.dtype, count, plan.spec.static,
+                           extreme=hostile == "extreme")
+    for case in cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
-            failed += _attach(rows, reproducer(s, case, op_text, options))
-            break
+            return _attach(rows, reproducer(s, case, plan.op_text, plan.options)), len(cases)
         keep(rows)
-    if not examples and not n_hostile_run:
-        report.notes.append(f"nothing ran: examples=0 and {spec.name} has no hostile cases "
-                            "here (hostile=" + repr(hostile) + "): the report is not ok")
+    return [], len(cases)
+
+
+def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:
+    """The failing cases' rows (failures first), or the worst passing row of each check."""
     if failed:
         report.extend(r for r in failed if r.verdict != "pass")
         report.extend(r for r in failed if r.verdict == "pass")
     else:
-        report.extend(worst.values())
+        report.extend(kept.worst.values())
     return report
 
 
@@ -417,21 +397,16 @@ def _search(s: _Settings, spec: OpSpec, ranges: Mapping[str, tuple[int, int]],
     from hypothesis import strategies as st
     from hypothesis.errors import NoSuchExample
 
-    sizes = st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()})
-    if spec.fix_sizes:
-        sizes = sizes.map(spec.fix_sizes)
-    if choices is None:
-        batches = st.one_of(st.just(()), st.tuples(st.integers(1, 3)),
-                            st.tuples(st.integers(1, 3), st.integers(1, 3)))
-    else:
-        batches = st.sampled_from(choices)
-    strategy = st.tuples(sizes, batches, st.integers(0, 2**31 - 1))
+    from nlaverify.cases.drawn import BATCHES, size_strategy
+
+    batches = BATCHES if choices is None else st.sampled_from(choices)
+    strategy = st.tuples(size_strategy(spec, dict(ranges)), batches, st.integers(0, 2**31 - 1))
     errors: list[BaseException] = []
 
     def fails(draw: tuple[dict[str, int], tuple[int, ...], int]) -> bool:
         sz, b, value_seed = draw
         try:
-            case = _draw_values(spec, sz, b, value_seed ^ seed, dtype, spec.static)
+            case = drawn_input(spec, sz, b, value_seed ^ seed, dtype, spec.static)
         except CheckError:
             return False  # a value beyond the dtype's range: not a case of this dtype
         try:
@@ -454,4 +429,4 @@ def _search(s: _Settings, spec: OpSpec, ranges: Mapping[str, tuple[int, int]],
     if errors:
         raise errors[-1]
     sz, b, value_seed = found
-    return _draw_values(spec, sz, b, value_seed ^ seed, dtype, spec.static)
+    return drawn_input(spec, sz, b, value_seed ^ seed, dtype, spec.static)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from nlaverify.cases.inputs import OpCaseInput
 from nlaverify.check.adapters import (
     array_framework,
     autodiff_jvp,
@@ -17,7 +18,6 @@ from nlaverify.check.adapters import (
     to_float64,
     to_framework,
 )
-from nlaverify.check.op_cases import OpCaseInput
 from nlaverify.check.report import CheckError
 
 

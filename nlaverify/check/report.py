@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from nlaverify.errors import NlaverifyError
+from nlaverify.errors import CheckError  # re-exported: its home was this module
 from nlaverify.tolerance import Tolerance
 
 Verdict = Literal["pass", "fail", "skip"]
@@ -46,11 +46,6 @@ __all__ = [
     "error_row",
     "skip_row",
 ]
-
-
-class CheckError(NlaverifyError, ValueError):
-    """Bad input to a ``check_*`` call: the message names the argument and the expected
-    versus the actual shape, dtype, type or value."""
 
 
 class CheckFailed(AssertionError):

@@ -34,7 +34,7 @@ from nlaverify.ops import (
 from nlaverify.ops.opspec import Arg, ArgKind, OpSpec, fixed_routing_mask, with_ignored
 
 __all__ = ["OPS", "Arg", "ArgKind", "OpSpec", "R", "fixed_routing_mask", "get_op",
-           "with_ignored"]
+           "op_signature", "with_ignored"]
 
 
 def _even(key: str) -> Callable[[dict[str, int]], dict[str, int]]:
@@ -391,6 +391,24 @@ def get_op(name: str) -> OpSpec:
     except KeyError:
         raise UnknownNameError(
             f"unknown op {name!r}: expected one of {', '.join(sorted(OPS))}") from None
+
+
+def op_signature(op: str | OpSpec) -> str:
+    """How ``check_op`` calls your function for ``op``: the positional arguments with their
+    named dimensions and kinds, and the static values the reference uses.
+
+    >>> op_signature("rmsnorm")
+    'rmsnorm(x[..., n, d], gamma[d]); static: eps=1e-05'
+    """
+    spec = get_op(op) if isinstance(op, str) else op
+    parts = []
+    for a in spec.args:
+        dims = ", ".join(str(d) for d in a.dims)
+        lead = "..., " if "n" in a.dims else ""
+        kind = "" if a.kind == "real" else f" ({a.kind})"
+        parts.append(f"{a.name}[{lead}{dims}]{kind}")
+    static = ", ".join(f"{k}={v!r}" for k, v in spec.static.items())
+    return f"{spec.name}({', '.join(parts)})" + (f"; static: {static}" if static else "")
 
 
 def _online_softmax_specs() -> list[OpSpec]:

@@ -1,14 +1,14 @@
-"""Hypothesis strategies for the ops of the registry: :func:`op_cases` and its builders.
+"""The drawn cases of an op: :func:`make_case` for one seed, :func:`op_cases` the strategy.
 
 * :func:`op_cases`: sizes, inputs and a cotangent for any op of
   :data:`nlaverify.ops.registry.OPS`, the feed of every generic op test, as an
   :class:`OpCase` (:func:`make_case` for one seed);
-* :func:`exact_in`: values exactly representable in a dtype;
 * :data:`seeds`: the integers that seed every strategy's NumPy generator.
 
 Values come from a NumPy generator seeded by a drawn integer: generic (no
 accidental ties, no exact zeros at kinks), reproducible, and shrinkable through
-sizes and seed. :mod:`nlaverify.strategies` re-exports everything here.
+sizes and seed. :mod:`nlaverify.strategies` and :mod:`nlaverify.cases` re-export
+everything here.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from nlaverify.cases.rounding import exact_in
 from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask
 
-__all__ = ["BATCHES", "OpCase", "exact_in", "make_case", "op_cases", "seeds"]
+__all__ = ["BATCHES", "OpCase", "make_case", "op_cases", "seeds", "size_strategy"]
 
 #: the integers that seed the NumPy generators of the strategies below
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -43,26 +44,6 @@ class OpCase:
 
     def __repr__(self) -> str:  # short, for hypothesis' falsifying examples
         return f"OpCase({self.spec.name}, sizes={self.sizes})"
-
-
-def exact_in(values: Any, dtype: str) -> np.ndarray:
-    """``values`` rounded to ``dtype`` (``float64``, ``float32``, ``bfloat16`` through
-    ml_dtypes, ``float16``) and back to float64: numbers exactly representable in ``dtype``,
-    so that a kernel in ``dtype`` and a float64 or mpmath reference see the same inputs."""
-    x = np.asarray(values, dtype=np.float64)
-    if dtype == "float64":
-        return x.copy()
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        target: Any = ml_dtypes.bfloat16
-    elif dtype in ("float32", "float16"):
-        target = np.dtype(dtype)
-    else:
-        raise ValueError(f"exact_in: argument 'dtype': expected one of float64, float32, "
-                         f"bfloat16, float16, got {dtype!r}")
-    with np.errstate(over="ignore", invalid="ignore"):
-        return x.astype(target).astype(np.float64)
 
 
 def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0, *,
@@ -107,8 +88,14 @@ def _sizes(spec: OpSpec, shapes: dict[str, Any] | None = None
             raise ValueError(f"op_cases: argument 'shapes': op {spec.name!r} has no dimension "
                              f"{k!r}; expected some of {', '.join(ranges)}")
         ranges[k] = (v, v) if isinstance(v, int) else tuple(v)
-    strategies = {k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()}
-    sizes = st.fixed_dictionaries(strategies)
+    return size_strategy(spec, ranges)
+
+
+def size_strategy(spec: OpSpec, ranges: dict[str, tuple[int, int]]
+                  ) -> st.SearchStrategy[dict[str, int]]:
+    """Strategy: a size per named dimension of ``spec``, each in its range ``(lo, hi)``,
+    then made consistent by the op's ``fix_sizes`` (e.g. heads dividing the width)."""
+    sizes = st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in ranges.items()})
     return sizes.map(spec.fix_sizes) if spec.fix_sizes else sizes
 
 

@@ -5,9 +5,11 @@ kernels").
 all-masked rows), :func:`hostile_activations` (:math:`x \lesssim -17` down to :math:`-100`,
 :math:`+100`, tiny, subnormal, 0), :func:`hostile_norm_rows` (huge, tiny, subnormal,
 constant and zero rows) and :func:`hostile_op_cases`, an
-:class:`~nlaverify.strategies_ops.OpCase` of any op of :data:`HOSTILE_OPS` built from them,
+:class:`~nlaverify.cases.drawn.OpCase` of any op of :data:`HOSTILE_OPS` built from them,
 with a condition estimate derived for such inputs (:func:`make_hostile_case` for one seed).
-:mod:`nlaverify.strategies` re-exports everything here.
+:func:`realistic_norm_rows`: the norm rows a model meets (what ``check_op`` uses unless
+asked for ``hostile="extreme"``). :mod:`nlaverify.strategies` and :mod:`nlaverify.cases`
+re-export everything here.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from nlaverify.cases.drawn import OpCase, seeds
+from nlaverify.cases.rounding import exact_in
 from nlaverify.ops.registry import OPS, OpSpec, fixed_routing_mask
-from nlaverify.strategies_ops import OpCase, exact_in, seeds
 
 __all__ = [
     "HOSTILE_OPS",
@@ -27,10 +30,12 @@ __all__ = [
     "LOGIT_ROWS",
     "NORM_ROWS",
     "hostile_activations",
+    "hostile_logit_array",
     "hostile_logits",
     "hostile_norm_rows",
     "hostile_op_cases",
     "make_hostile_case",
+    "realistic_norm_rows",
 ]
 
 #: the magnitude of the hostile logits: :math:`e^{10^4}` overflows every float format
@@ -76,7 +81,7 @@ def _logit_row(rng: np.random.Generator, kind: str, m: int) -> np.ndarray:
                      f"{', '.join(LOGIT_ROWS)}")
 
 
-def _hostile_logit_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
+def hostile_logit_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str,
                          kinds: tuple[str, ...]) -> np.ndarray:
     *lead, m = shape
     n = int(np.prod(lead)) if lead else 1
@@ -105,7 +110,7 @@ def hostile_logits(draw: st.DrawFn, shape: tuple[int, ...] = (5, 4), dtype: str 
     kinds = tuple(k for k in LOGIT_ROWS if (masked or k not in ("masked", "all_masked"))
                   and (all_masked or k != "all_masked"))
     rng = np.random.default_rng(draw(seeds))
-    return _hostile_logit_array(rng, tuple(shape), dtype, kinds)
+    return hostile_logit_array(rng, tuple(shape), dtype, kinds)
 
 
 def _special_activations(dtype: str) -> list[float]:
@@ -316,11 +321,11 @@ def _hostile_args(spec: OpSpec, sizes: dict[str, int], rng: np.random.Generator,
         elif a.kind == "mask":
             args.append(fixed_routing_mask(*shape))
         elif op == "softmax":
-            args.append(_hostile_logit_array(rng, shape, dtype, LOGIT_ROWS))
+            args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS))
         elif op == "log_softmax":
-            args.append(_hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:-1]))
+            args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:-1]))
         elif op == "cross_entropy" or (op.startswith("moe") and a.name == "scores"):
-            args.append(_hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:3]))
+            args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:3]))
         elif op in ("attention", "causal_attention") and a.name in ("Q", "K"):
             # scores q.k/sqrt(d_k) of order 1e4; a zero query row gives equal scores; keys
             # that share a huge component give scores of order 1e4 a few units apart
@@ -412,3 +417,37 @@ def hostile_op_cases(draw: st.DrawFn, op: str | OpSpec, dtype: str = "float64") 
     :func:`nlaverify.tolerance.tolerance` with :func:`nlaverify.crosscheck.case_condition`.
     """
     return make_hostile_case(op, dtype, draw(seeds))
+
+
+#: decimal exponent ranges of the "realistic" hostile norm rows per dtype: large
+#: activations a model meets (x^2 stays in range), and tiny rows whose mean square is
+#: below eps (where the position of eps shows)
+_REALISTIC_NORM = {"float64": (2.0, 4.0), "float32": (2.0, 4.0), "bfloat16": (2.0, 4.0),
+                   "float16": (1.0, 2.0)}
+
+
+def realistic_norm_rows(rng: np.random.Generator, n: int, d: int, dtype: str) -> np.ndarray:
+    r"""Rows for LayerNorm/RMSNorm that a model meets: large
+    (:math:`10^{2}..10^{4}`, :math:`10^{1}..10^{2}` in float16, so :math:`x^2` stays in
+    range), large with a common offset, tiny (:math:`10^{-3.5}..10^{-2.5}`: the mean
+    square is comparable to :math:`\epsilon`, where a misplaced :math:`\epsilon` shows),
+    constant, zero and standard normal rows, cycling in a drawn order."""
+    lo, hi = _REALISTIC_NORM[dtype]
+    kinds = ["large", "offset", "tiny", "constant", "zero", "moderate"]
+    rng.shuffle(kinds)
+    rows = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        if kind == "large":
+            rows.append(10.0 ** rng.uniform(lo, hi) * rng.uniform(-1.0, 1.0, d))
+        elif kind == "offset":
+            rows.append(10.0 ** rng.uniform(lo, hi) * (1.0 + 0.1 * rng.standard_normal(d)))
+        elif kind == "tiny":
+            rows.append(10.0 ** rng.uniform(-3.5, -2.5) * rng.standard_normal(d))
+        elif kind == "constant":
+            rows.append(np.full(d, rng.choice([7.0, -2.5])))
+        elif kind == "zero":
+            rows.append(np.zeros(d))
+        else:
+            rows.append(rng.standard_normal(d))
+    return exact_in(np.stack(rows), dtype, strict=True)

@@ -1,0 +1,150 @@
+"""The first stage of :func:`nlaverify.check.check_op`: its arguments checked and turned into
+an :class:`OpPlan` (the op's spec with the static values, the size ranges and batch axes to
+draw, the settings of the user's side, the report's notes and the reproducer's options).
+Every bad argument is a :class:`~nlaverify.check.report.CheckError` naming it, raised
+before any case runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from nlaverify.cases.inputs import real_indices, registered
+from nlaverify.check.adapters import DTYPES, detect_framework, framework_dtype, require_framework
+from nlaverify.check.op_reference import REFERENCE_DIGITS, REFERENCES
+from nlaverify.check.op_subject import _Settings
+from nlaverify.check.report import CheckError
+from nlaverify.ops.registry import OpSpec, get_op, op_signature
+
+__all__ = ["DEFAULT_MAX_SIZE", "WIDENED", "OpPlan", "plan_op_check"]
+
+
+def _spec_of(op: str | OpSpec) -> OpSpec:
+    if isinstance(op, OpSpec):
+        return op
+    if not isinstance(op, str):
+        raise CheckError(f"argument 'op': expected an op name or an OpSpec, got "
+                         f"{type(op).__name__}")
+    try:
+        return get_op(op)
+    except KeyError as exc:
+        raise CheckError(f"argument 'op': {exc}") from None
+
+
+#: dimensions whose default range check_op widens to realistic sizes (up to
+#: :data:`DEFAULT_MAX_SIZE`): well-conditioned normalizations, and bugs that scale with
+#: the size (a missing 1/d, 1/sqrt(d_k)) show clearly even in bfloat16
+WIDENED = ("n", "d", "d_k", "d_v", "d_in", "d_out", "hd", "d_h", "V", "m")
+DEFAULT_MAX_SIZE = 16
+
+
+def _size_ranges(spec: OpSpec, shapes: Mapping[str, Any] | None) -> dict[str, tuple[int, int]]:
+    ranges = {k: (lo, max(hi, DEFAULT_MAX_SIZE) if k in WIDENED and registered(spec)
+                  else hi) for k, (lo, hi) in spec.size_ranges.items()}
+    for k, v in (shapes or {}).items():
+        if k not in ranges:
+            raise CheckError(f"argument 'shapes': {op_signature(spec)} has no dimension "
+                             f"{k!r}; expected some of {', '.join(ranges)}")
+        if isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= 1:
+            ranges[k] = (int(v), int(v))
+        elif (isinstance(v, tuple | list) and len(v) == 2
+              and all(isinstance(t, int | np.integer) for t in v) and 1 <= v[0] <= v[1]):
+            ranges[k] = (int(v[0]), int(v[1]))
+        else:
+            raise CheckError(f"argument 'shapes': dimension {k!r}: expected a size >= 1 or "
+                             f"a range (lo, hi) with 1 <= lo <= hi, got {v!r}")
+    return ranges
+
+
+def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
+    if batch is True:
+        return None
+    if batch is False:
+        return [()]
+    try:
+        b = tuple(int(v) for v in batch)
+    except TypeError:
+        raise CheckError(f"argument 'batch': expected True, False or a tuple of leading "
+                         f"sizes, got {batch!r}") from None
+    if any(v < 1 for v in b):
+        raise CheckError(f"argument 'batch': expected sizes >= 1, got {b}")
+    return [b]
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    """What :func:`~nlaverify.check.check_op` runs: ``spec`` (with the static values),
+    ``settings`` (the user's side), the sizes and batch axes to draw, the notes of the
+    report, and ``op_text``/``options``, the reproducer's spelling of the call."""
+
+    spec: OpSpec
+    settings: _Settings
+    ranges: dict[str, tuple[int, int]]
+    choices: list[tuple[int, ...]] | None
+    notes: list[str]
+    op_text: str
+    options: str
+
+
+def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[..., Any] | None,
+                  jvp: Callable[..., Any] | None, dtype: str, framework: str | None,
+                  static: Mapping[str, Any] | None,
+                  shapes: Mapping[str, int | tuple[int, int]] | None,
+                  batch: bool | Sequence[int], examples: int, check_jvp: bool,
+                  accumulation: str | None, products: str | None, reference: str,
+                  name: str | None) -> OpPlan:
+    """Check the arguments of ``check_op`` (same names, same meaning) and plan the run."""
+    if not callable(fn):
+        raise CheckError(f"argument 'fn': expected a callable, got {type(fn).__name__}")
+    for what, f in (("vjp", vjp), ("jvp", jvp)):
+        if f is not None and not callable(f):
+            raise CheckError(f"argument {what!r}: expected a callable, got {type(f).__name__}")
+    spec = _spec_of(op)
+    if dtype not in DTYPES:
+        raise CheckError(f"argument 'dtype': expected one of {', '.join(DTYPES)}, got "
+                         f"{dtype!r}")
+    fw = framework or detect_framework(fn)
+    require_framework(fw)
+    framework_dtype(fw, dtype)  # e.g. CuPy has no bfloat16
+    if static:
+        unknown = set(static) - set(spec.static)
+        if unknown:
+            raise CheckError(f"argument 'static': {op_signature(spec)} has no static "
+                             f"{', '.join(sorted(unknown))}")
+    st = {**spec.static, **(static or {})}
+    if st != dict(spec.static):
+        spec = replace(spec, static=st)
+    if not isinstance(examples, int) or examples < 0:
+        raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
+    ranges = _size_ranges(spec, shapes)
+    choices = _batch_choices(batch)
+    acc = accumulation if accumulation is not None else (
+        "float32" if dtype in ("bfloat16", "float16") else None)
+    subject = name or getattr(fn, "__name__", None) or type(fn).__name__
+    if reference not in REFERENCES:
+        raise CheckError(f"argument 'reference': expected one of {', '.join(REFERENCES)}, "
+                         f"got {reference!r}")
+    if reference == "float64" and dtype == "float64":
+        raise CheckError("argument 'reference': a float64 reference cannot judge a float64 "
+                         "subject to float64's bound; use reference='mpmath'")
+    settings = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp,
+                         real_indices(spec), reference)
+    where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
+             else "float64 NumPy")
+    notes = [f"reference: {op_signature(spec)}, proved (nlaverify derive), run in {where} "
+             f"on your inputs rounded to {dtype}; framework {fw}"]
+    if fw in ("torch", "jax", "cupy") and dtype == "float32" and products is None:
+        notes.append("on a GPU, float32 matmuls may run in TF32 (torch allow_tf32, JAX "
+                     "default precision): pass products='tfloat32' there")
+    options = f", dtype={dtype!r}" + (f", framework={fw!r}" if framework else "") + (
+        f", static={dict(static)!r}" if static else "") + (
+        f", accumulation={accumulation!r}" if accumulation else "") + (
+        f", products={products!r}" if products else "") + (
+        f", reference={reference!r}" if reference != "mpmath" else "") + (
+        "" if check_jvp else ", check_jvp=False")
+    op_text = repr(op) if isinstance(op, str) else "spec"
+    return OpPlan(spec, settings, ranges, choices, notes, op_text, options)

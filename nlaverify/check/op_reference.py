@@ -1,0 +1,113 @@
+"""The reference of :func:`nlaverify.check.check_op` at a case: the proved op, its VJP and
+JVP run on mpmath (or float64 NumPy), and the statistical condition estimate of the forward,
+VJP and JVP (see :mod:`nlaverify.check.op` for the math and the seed sections). The cases
+themselves come from :mod:`nlaverify.cases`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nlaverify.cases.inputs import OpCaseInput, real_indices
+
+#: digits of the mpmath reference (its error, 1e-30, is far below float64's 1.1e-16)
+REFERENCE_DIGITS = 30
+#: relative perturbation of the statistical condition estimate (in float64: the measured
+#: differences keep ~10 significant digits)
+SCE_EPS = 2.0**-26
+SCE_DRAWS = 3
+
+
+def _ns_args(xp: Any, case: OpCaseInput) -> list[Any]:
+    out = []
+    for a, x in zip(case.spec.args, case.args, strict=True):
+        if a.kind == "tokens":
+            out.append(x)
+        else:
+            out.append(xp.asarray(x) if xp.object_arrays else xp.asarray(x, dtype=xp.float64))
+    return out
+
+
+@dataclass
+class _Reference:
+    out: np.ndarray
+    cotangents: list[np.ndarray]
+    tangent: np.ndarray | None
+
+
+#: the references ``check_op`` can run the proved op on
+REFERENCES = ("mpmath", "float64")
+
+
+def _reference(case: OpCaseInput, want_jvp: bool, reference: str = "mpmath") -> _Reference:
+    r"""The proved op, its VJP and JVP at the case: in mpmath at :data:`REFERENCE_DIGITS`
+    digits, or (``"float64"``) on NumPy in float64, whose error (:math:`\approx 2^{-53}
+    \kappa`) is :math:`2^{-29}` below float32's unit roundoff: a reference for float32 and
+    narrower subjects that costs a NumPy call instead of an mpmath loop per entry."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_float64 as f64
+
+    xp = (get_namespace("mpmath", digits=REFERENCE_DIGITS) if reference == "mpmath"
+          else get_namespace("numpy"))
+    args = _ns_args(xp, case)
+    spec, st = case.spec, case.static
+    out = f64(spec.forward(xp, *args, **st))
+    cot = [f64(c) for c in spec.vjp(xp, xp.asarray(case.cotangent), *args, **st)] \
+        if spec.differentiable else []
+    tan = None
+    if want_jvp and spec.jvp is not None and spec.differentiable:
+        tan = f64(spec.jvp(xp, tuple(xp.asarray(t) for t in case.tangents), *args, **st))
+    return _Reference(out, cot, tan)
+
+
+def _sce(case: OpCaseInput, which: str) -> float:
+    """The statistical condition estimate of the forward, the VJP or the JVP at the case
+    (see the module docstring), on the float64 NumPy reference."""
+    from nlaverify.backends import get_namespace
+
+    xp = get_namespace("numpy")
+    spec, st = case.spec, case.static
+    real = real_indices(spec)
+    base_args = [np.asarray(a) for a in case.args]
+
+    def run(args: list[np.ndarray], G: np.ndarray, T: list[np.ndarray]) -> list[np.ndarray]:
+        with np.errstate(all="ignore"):
+            if which == "forward":
+                return [np.asarray(spec.forward(xp, *args, **st), dtype=np.float64)]
+            if which == "vjp":
+                return [np.asarray(c, dtype=np.float64) for c in spec.vjp(xp, G, *args, **st)]
+            return [np.asarray(spec.jvp(xp, tuple(T), *args, **st), dtype=np.float64)]
+
+    try:
+        f0 = run(base_args, case.cotangent, case.tangents)
+    except Exception:
+        return 1.0
+    scale = max([1.0] + [float(np.max(np.abs(y[np.isfinite(y)]))) if np.isfinite(y).any()
+                         else 0.0 for y in f0 if y.size])
+    rng = np.random.default_rng(len(case.args) * 104_729 + int(np.size(case.cotangent)))
+    kappa = 1.0
+    for _ in range(SCE_DRAWS):
+        def pert(x: np.ndarray) -> np.ndarray:
+            return x * (1 + SCE_EPS * rng.choice([-1.0, 1.0], np.shape(x)))
+
+        args = [pert(a) if k in real or spec.args[k].kind == "fixed" else a
+                for k, a in enumerate(base_args)]
+        G = pert(case.cotangent) if which == "vjp" else case.cotangent
+        T = [pert(t) for t in case.tangents] if which == "jvp" else case.tangents
+        try:
+            f1 = run(args, G, T)
+        except Exception:
+            continue
+        with np.errstate(invalid="ignore"):
+            diffs = [np.abs(a - b) for a, b in zip(f1, f0, strict=True) if a.size]
+        finite = [d[np.isfinite(d)] for d in diffs]
+        worst = max([float(np.max(d)) if d.size else 0.0 for d in finite], default=0.0)
+        kappa = max(kappa, worst / (SCE_EPS * scale))
+    return kappa
+
+
+def _size(case: OpCaseInput) -> int:
+    return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
