@@ -242,3 +242,30 @@ def test_missing_framework_is_named():
     else:  # pragma: no cover - a GPU machine
         pytest.skip("CuPy is installed here")
 
+
+
+def test_explicit_inputs_beyond_the_dtype_are_named():
+    """An explicit input (argument, cotangent or tangent) beyond float16's range is a
+    CheckError saying so (not the reference's complaint about infinite values), and a bad
+    ``hostile`` or ``batch`` is named before any case runs."""
+    import numpy as np
+
+    def rms(x, g):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g
+
+    x, g = np.ones((2, 3)), np.ones(3)
+    for item in ([x * 1e6, g], ([x, g], np.full((2, 3), 1e6)),
+                 ([x, g], np.ones((2, 3)), [x * 1e6, g])):
+        with pytest.raises(CheckError, match="exceeds the range of float16"):
+            check_op(rms, "rmsnorm", dtype="float16", framework="numpy", inputs=[item])
+    calls = []
+
+    def counted(x, g):
+        calls.append(1)
+        return rms(x, g)
+
+    with pytest.raises(CheckError, match="argument 'hostile'"):
+        check_op(counted, "rmsnorm", framework="numpy", hostile="bogus")
+    with pytest.raises(CheckError, match="argument 'batch'"):
+        check_op(counted, "rmsnorm", framework="numpy", batch="ab")
+    assert not calls

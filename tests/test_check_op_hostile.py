@@ -193,6 +193,11 @@ def test_layernorm_backward_of_a_narrow_row_in_bfloat16():
     args = [x, np.array([1.25, -0.75]), np.array([0.5, 0.0])]
     cases = [(args, rng.standard_normal((3, 2))) for _ in range(4)]
     r = check_op(layernorm_torch, "layernorm", dtype="bfloat16", inputs=cases)
+    # no false alarm; the VJP rows whose bound reaches 1 are inconclusive (not passes), so
+    # the report is ok only when inconclusive rows are allowed
+    assert r.ran and not r.failures, r
+    assert r.inconclusive and not r.ok, r
+    r.allow_inconclusive = True
     assert r.ok, r
 
 
@@ -255,3 +260,4 @@ def test_a_vacuous_bound_is_not_a_pass():
     case.origin = "hostile seed 0"
     rows = _run_case(s, case)
     assert rows and all(r.verdict == "skip" and "cannot resolve" in r.reason for r in rows)
+    assert all(r.inconclusive for r in rows)

@@ -124,11 +124,16 @@ def test_torch_adamw_is_adamw_over_seeds(dtype: str) -> None:
     for seed in range(20):
         report = check_optimizer(torch_adamw, ADAMW, dtype=dtype, seed=seed)
         assert report, report
-        assert len(report.ran) == len(DEFAULT_SHAPES) * 5
+        # one update row per step and leaf, every one resolved (none inconclusive)
+        updates = [r for r in report.ran if r.check.startswith("update")]
+        assert len(updates) == len(DEFAULT_SHAPES) * 5 and not report.inconclusive
     # the rows name the step and the leaf, and the bound says why it has its value
-    row = report.rows[-1]
-    assert row.check == "step 5" and row.where.startswith("params['b'][")
+    row = [r for r in report.rows if r.check == "step 5"][-1]
+    assert row.where.startswith("params['b'][")
     assert "after 5 steps" in row.reason and "D=40" in row.reason
+    row = report.rows[-1]
+    assert row.check == "update 5" and row.where.startswith("update['b'][")
+    assert "storage" in row.reason and "resolves relative update errors" in row.reason
 
 
 def test_torch_class_with_options() -> None:
@@ -149,7 +154,16 @@ def test_torch_class_with_options() -> None:
 def test_optax_peers_pass(name, tx, rule, dtype: str) -> None:
     for seed in range(1 if name == "muon" else 2):  # Muon: a jit compilation of 2 s each
         report = check_optimizer(tx(), rule, dtype=dtype, seed=seed)
-        assert report, report
+        assert report.ran and not report.failures, report
+        if dtype == "bfloat16" and name != "adamw":
+            # the error models of Muon (17 stages, kappa 9.25) and RMSprop with momentum
+            # (kappa = t) reach a bound of 1 in bfloat16: those rows are inconclusive, never
+            # passes, and the report is not ok unless they are allowed
+            assert report.inconclusive and not report.ok, report
+            assert all("cannot resolve this rule's update" in r.reason
+                       for r in report.inconclusive), report
+        else:
+            assert report, report
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -352,7 +366,8 @@ def test_given_params_and_grads() -> None:
     params = {"w": rng.standard_normal((3, 2))}
     grads = [{"w": rng.standard_normal((3, 2))} for _ in range(3)]
     report = check_optimizer(torch_adamw, ADAMW, params=params, grads=grads)
-    assert report and [r.check for r in report.rows] == ["step 1", "step 2", "step 3"]
+    assert report and [r.check for r in report.rows] == [
+        "step 1", "update 1", "step 2", "update 2", "step 3", "update 3"]
 
 
 def test_a_jax_step_is_detected_and_a_sign_error_killed() -> None:

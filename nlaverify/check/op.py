@@ -77,6 +77,7 @@ from nlaverify.check.report import (
     Row,
     compare_arrays,
     error_row,
+    inconclusive_row,
     skip_row,
     with_reproducer,
 )
@@ -124,9 +125,9 @@ def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
     instead (a normwise relative bound >= 1 accepts any error: the case is too
     ill-conditioned for the dtype, and nothing was checked)."""
     rows = _case_rows(s, case)
-    return [skip_row(r.subject, r.check, f"cannot resolve: bound {r.bound:.3g} >= 1 at this "
-                     f"case ({r.reason})") if r.verdict == "pass" and r.bound >= 1 else r
-            for r in rows]
+    return [inconclusive_row(r.subject, r.check, f"cannot resolve: bound {r.bound:.3g} >= 1 "
+                             f"at this case ({r.reason})", resolution=r.bound)
+            if r.verdict == "pass" and r.bound >= 1 else r for r in rows]
 
 
 def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
@@ -293,8 +294,8 @@ def check_op(
     """
     plan = plan_op_check(fn, op, vjp=vjp, jvp=jvp, dtype=dtype, framework=framework,
                          static=static, shapes=shapes, batch=batch, examples=examples,
-                         check_jvp=check_jvp, accumulation=accumulation, products=products,
-                         reference=reference, name=name)
+                         hostile=hostile, check_jvp=check_jvp, accumulation=accumulation,
+                         products=products, reference=reference, name=name)
     report = CheckReport(plan.settings.subject, "check_op")
     report.notes.extend(plan.notes)
     if inputs is not None:
@@ -324,18 +325,36 @@ def _explicit_stage(plan: OpPlan, inputs: Sequence[Any], report: CheckReport) ->
 
 
 class _Kept:
-    """The worst passing row per check (its origin dropped) and the first skip of each."""
+    """The worst passing row per check (its origin dropped), the first skip of each, and
+    the cases each check could not resolve (inconclusive: reported only for a check that no
+    case resolved)."""
 
     def __init__(self) -> None:
         self.worst: dict[str, Row] = {}
+        self.unresolved: dict[str, list[Row]] = {}
 
     def __call__(self, rows: list[Row]) -> None:
         for r in rows:
             key = _ORIGIN.sub("", r.check)
-            if r.verdict == "skip":
+            if r.inconclusive:
+                self.unresolved.setdefault(key, []).append(r)
+            elif r.verdict == "skip":
                 self.worst.setdefault("skip " + r.check, r)
             elif key not in self.worst or _rank(r) > _rank(self.worst[key]):
                 self.worst[key] = r
+
+    def rows(self) -> tuple[list[Row], list[str]]:
+        """The kept rows (a check that no case resolved as one inconclusive row) and notes
+        on the checks that some cases resolved and others could not."""
+        rows, notes = list(self.worst.values()), []
+        for key, unresolved in self.unresolved.items():
+            if key in self.worst:
+                notes.append(f"{key}: {len(unresolved)} case(s) could not be resolved (bound "
+                             ">= 1, e.g. " + unresolved[0].check + "); the row above is the "
+                             "worst of the cases that resolved it")
+            else:
+                rows.append(unresolved[0])
+        return rows, notes
 
 
 def _drawn_stage(plan: OpPlan, examples: int, seed: int, keep: _Kept) -> list[Row]:
@@ -367,12 +386,15 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
 
 
 def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:
-    """The failing cases' rows (failures first), or the worst passing row of each check."""
+    """The failing cases' rows (failures first), or the worst passing row of each check (one
+    inconclusive row for a check that no case could resolve)."""
     if failed:
         report.extend(r for r in failed if r.verdict != "pass")
         report.extend(r for r in failed if r.verdict == "pass")
     else:
-        report.extend(kept.worst.values())
+        rows, notes = kept.rows()
+        report.extend(rows)
+        report.notes.extend(notes)
     return report
 
 

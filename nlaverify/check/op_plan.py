@@ -67,7 +67,7 @@ def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
         return [()]
     try:
         b = tuple(int(v) for v in batch)
-    except TypeError:
+    except (TypeError, ValueError):
         raise CheckError(f"argument 'batch': expected True, False or a tuple of leading "
                          f"sizes, got {batch!r}") from None
     if any(v < 1 for v in b):
@@ -94,7 +94,8 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
                   jvp: Callable[..., Any] | None, dtype: str, framework: str | None,
                   static: Mapping[str, Any] | None,
                   shapes: Mapping[str, int | tuple[int, int]] | None,
-                  batch: bool | Sequence[int], examples: int, check_jvp: bool,
+                  batch: bool | Sequence[int], examples: int, hostile: bool | int | str,
+                  check_jvp: bool,
                   accumulation: str | None, products: str | None, reference: str,
                   name: str | None) -> OpPlan:
     """Check the arguments of ``check_op`` (same names, same meaning) and plan the run."""
@@ -120,6 +121,10 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
         spec = replace(spec, static=st)
     if not isinstance(examples, int) or examples < 0:
         raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
+    if not (hostile in (True, False, None, "extreme") or (
+            isinstance(hostile, int) and not isinstance(hostile, bool) and hostile >= 0)):
+        raise CheckError(f"argument 'hostile': expected True, False, 'extreme' or an int >= 0 "
+                         f"(the number of hostile seeds), got {hostile!r}")
     ranges = _size_ranges(spec, shapes)
     choices = _batch_choices(batch)
     acc = accumulation if accumulation is not None else (

@@ -73,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from nlaverify.backends import get_namespace
 from nlaverify.check.adapters import framework_dtype
 from nlaverify.check.optimizer_run import (
     DEFAULT_SHAPES,
@@ -97,11 +98,12 @@ from nlaverify.check.report import (
     Row,
     compare_arrays,
     error_row,
+    inconclusive_row,
     skip_row,
     with_reproducer,
 )
 from nlaverify.optim import rules as _r
-from nlaverify.tolerance import Tolerance, tolerance
+from nlaverify.tolerance import Tolerance, tolerance, unit_roundoff
 
 __all__ = ["DEFAULT_SHAPES", "ERROR_MODELS", "RULES", "ErrorModel", "check_optimizer", "draw_case",
            "reference_trajectory"]
@@ -118,6 +120,8 @@ class ErrorModel:
     size: Callable[[tuple[int, ...]], int]
     condition: Callable[[int, tuple[int, ...], Any], float]
     why: str
+    #: the update's error is componentwise (elementwise rules), not normwise (Muon, Shampoo)
+    elementwise: bool = True
 
 
 def _one(shape: tuple[int, ...]) -> int:
@@ -158,11 +162,12 @@ ERROR_MODELS: dict[str, ErrorModel] = {
     # the cancelling terms of Muon's quintic: kappa = sum |a_i|
     "muon": ErrorModel(17, lambda s: max(s[-2:]), lambda t, s, st: _MUON_KAPPA,
                        f"Muon: Newton-Schulz 3 x 5 products + normalisation + moment, S=17, "
-                       f"k=max(m, n), kappa=sum|a_i|={_MUON_KAPPA:g}"),
+                       f"k=max(m, n), kappa=sum|a_i|={_MUON_KAPPA:g}", elementwise=False),
     # two Gram products, two eigendecompositions and inverse roots, two products
     "shampoo": ErrorModel(8, lambda s: max(s), lambda t, s, st: _root_condition(st),
                           "Shampoo: statistics, eigh and inverse roots, products, S=8, "
-                          "kappa=max (lambda_max/lambda_min)^(1/p) of the statistics"),
+                          "kappa=max (lambda_max/lambda_min)^(1/p) of the statistics",
+                          elementwise=False),
 }
 ERROR_MODELS["nesterov"] = ERROR_MODELS["momentum"]
 ERROR_MODELS["nadam"] = ERROR_MODELS["adamw"] = ERROR_MODELS["nadamw"] = ERROR_MODELS["adam"]
@@ -203,6 +208,84 @@ def _leaf_state(state: Any, key: str) -> Any:
     return None
 
 
+#: roundings of the stored weight per step a user's optimizer may make, each at most
+#: :math:`u|w|`: the decay factor :math:`1-\eta\lambda` rounded to the dtype, the decay
+#: product :math:`w(1-\eta\lambda)` and the addition of the update (``torch.optim.AdamW``)
+STORE_ROUNDINGS = 3
+
+
+def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.ndarray,
+               u_ref: np.ndarray, dtype: str, model: ErrorModel, state: Any = None) -> Row:
+    r"""The user's update of leaf ``key`` at step ``t``, :math:`d = w_t - w_{t-1}` (exact in
+    float64 from the stored values), against the reference update :math:`u` at the user's
+    :math:`w_{t-1}`, entry by entry:
+
+    .. math:: |d_\iota - u_\iota| \le u_{	ext{dtype}}\,S_w\,\max(|w_{t-1,\iota}|,
+              |w_{t,\iota}|) + 	au(u, k, \kappa, D{=}tS)\,U_\iota,
+
+    the storage of :math:`w` (:data:`STORE_ROUNDINGS` roundings of at most :math:`u|w|`
+    each) plus the update's own error (the tolerance model with the rule's
+    :class:`ErrorModel`; :math:`U_\iota = |u_\iota|` for the elementwise rules, whose error
+    is componentwise, :math:`\max|u|` for Muon and Shampoo). The row names the entry of the
+    largest ratio; its ``error`` and ``bound`` are that entry's, relative to
+    :math:`\max|u|`. Its resolution is :math:`\min_\iota \mathrm{bound}_\iota/|u_\iota|`,
+    the smallest relative error of the update it could see (at the best-resolved entry): at
+    1 or more (an update below half an ulp of every stored weight, as a bfloat16 weight of
+    size 1 under a learning rate of :math:`10^{-3}`) the row is inconclusive."""
+    d = np.asarray(w_now, np.float64) - np.asarray(w_prev, np.float64)
+    u = np.asarray(u_ref, np.float64)
+    shape = tuple(u.shape)
+    umax = float(np.max(np.abs(u))) if u.size else 0.0
+    label = f"update[{key!r}]"
+    if d.shape != u.shape:
+        return Row(subject, f"update {t}", math.inf, math.nan, "fail", label,
+                   reason=f"{label}: expected shape {u.shape}, got {d.shape}")
+    tau = tolerance(dtype, size=max(1, model.size(shape)), depth=t * model.stages,
+                    condition=model.condition(t, shape, state),
+                    composition=_composition(dtype))  # type: ignore[arg-type]
+    store = STORE_ROUNDINGS * unit_roundoff(dtype) * np.maximum(np.abs(w_prev), np.abs(w_now))
+    store = np.maximum(store, STORE_ROUNDINGS * _smallest_subnormal(dtype))
+    scale_u = np.full(u.shape, umax) if (not model.elementwise) else np.abs(u)
+    bound = store + tau.rtol * scale_u
+    moved = np.abs(u) > 0
+    resolution = float(np.min(bound[moved] / np.abs(u[moved]))) if moved.any() else math.inf
+    why = (f"|dw - u| <= {STORE_ROUNDINGS} x u({dtype}) x |w| (storage) + tau x "
+           f"{'max|u|' if (not model.elementwise) else '|u|'} (tau = {tau.rtol:.3g}: {tau.reason})")
+    if resolution >= 1:
+        why_not = (f"the rule's own rounding bound in {dtype} is {tau.rtol:.3g} >= 1 of the "
+                   f"update ({tau.reason}): the tolerance model cannot resolve this rule's "
+                   f"update in {dtype}" if tau.rtol * np.min(scale_u[moved] / np.abs(u[moved]))
+                   >= 1 else
+                   f"the update of {key!r} (max|u| = {umax:.3g}) is below the resolution of "
+                   f"{dtype} weights at every entry (half an ulp of |w|): nothing "
+                   f"distinguishes it from no update; a larger learning rate, smaller weights "
+                   f"or float32 master weights resolve it") if moved.any() else (
+                   f"the reference update of {key!r} is 0: nothing to check")
+        return inconclusive_row(subject, f"update {t}", why_not, resolution=resolution,
+                                where=label)
+    err = np.abs(d - u)
+    err = np.where(np.isnan(err), np.inf, err)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+    idx = np.unravel_index(int(np.argmax(ratio)), u.shape) if u.ndim else ()
+    unit = umax if umax > 0 else 1.0
+    error, b = float(err[idx]) / unit, float(bound[idx]) / unit
+    where = f"{label}[{', '.join(str(int(i)) for i in idx)}]" if u.ndim else label
+    ok = bool(ratio[idx] <= 1)
+    reason = (f"{why}; resolves relative update errors >= {resolution:.3g} (best entry)")
+    return Row(subject, f"update {t}", error, b, "pass" if ok else "fail", where,
+               float(d[idx]), float(u[idx]), reason)
+
+
+def _smallest_subnormal(dtype: str) -> float:
+    """Half the smallest positive subnormal of ``dtype``: the storage error of a weight at 0."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal) / 2
+    return float(np.finfo(np.dtype(dtype)).smallest_subnormal) / 2
+
+
 # ------------------------------------------------------------------------------ cases
 
 
@@ -211,7 +294,8 @@ def draw_case(shapes: Mapping[str, tuple[int, ...]] | None = None, *, steps: int
               ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """The parameters and the ``steps`` gradients :func:`check_optimizer` draws (float64
     arrays holding values of ``dtype``; the first ``t`` gradients do not depend on
-    ``steps``): standard normal, each gradient matrix scaled to a top singular value of at
+    ``steps``): parameters standard normal, half of them scaled down by up to three decades,
+    gradients standard normal, each gradient matrix scaled to a top singular value of at
     least :data:`MIN_TOP_SINGULAR_VALUE`."""
     return _draw(DEFAULT_SHAPES if shapes is None else shapes, steps, _check_dtype(dtype), seed)
 
@@ -267,7 +351,9 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             :mod:`nlaverify.optim.rules`' constructors), or a
             :class:`~nlaverify.optim.rules.Rule`.
         params: the initial parameters, a flat dict name -> array; default
-            :data:`DEFAULT_SHAPES`, standard normal. Values are rounded to ``dtype``.
+            :data:`DEFAULT_SHAPES`, standard normal, half of the entries times 10^-U, U
+            uniform on [0, 3] (magnitudes over three decades). Values are rounded to
+            ``dtype``.
         grads: one dict of gradients per step (with ``params``); default drawn with ``seed``
             (standard normal, matrices scaled to a top singular value >= 2).
         steps: the number of steps (default 5, or ``len(grads)``).
@@ -324,6 +410,9 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
         return report
     report.subject = runner.subject
     mass = dict.fromkeys(p0, 0.0)
+    xp = get_namespace("numpy")
+    prev, state_prev = dict(p0), ref_rule.init(xp, dict(p0))
+    vacuous: list[str] = []
     for t, g in enumerate(gs, start=1):
         try:
             got = runner.step({k: v.copy() for k, v in g.items()}, t)
@@ -338,20 +427,33 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             report.rows.extend(skip_row(report.subject, f"step {s}", f"step {t} failed")
                                for s in range(t + 1, len(gs) + 1))
             break
+        u_ref, _ = ref_rule.update(xp, g, state_prev, prev)
         for k, w_ref in traj[t - 1].items():
             mass[k] += mags[t - 1][k]
             scale = max(1.0, float(np.max(np.abs(w_ref))) if w_ref.size else 0.0)
             model = _leaf_model(ref_rule.name, w_ref.shape, is_matrix, k)
-            tol = step_bound(dtype, t, model, w_ref.shape, mass[k], scale,
-                             _leaf_state(states[t - 1], k))
+            leaf_state = _leaf_state(states[t - 1], k)
+            tol = step_bound(dtype, t, model, w_ref.shape, mass[k], scale, leaf_state)
             row = compare_arrays(report.subject, f"step {t}", got[k], w_ref, tol,
                                  label=f"params[{k!r}]")
             if (row.verdict == "fail" and report.first_failure is None and params is None
                     and grads is None and not isinstance(rule, _r.Rule)
                     and row.where.startswith("params[")):
                 row = with_reproducer(row, _reproducer(rule, row, t, dtype, seed))
-            report.rows.append(row)
-    last = [r for r in report.rows if r.verdict != "skip" and math.isfinite(r.bound)]
+            if row.verdict == "pass" and tol.rtol * scale >= mass[k]:
+                vacuous.append(f"{k!r} at step {t}")  # the update rows carry the check
+            else:
+                report.rows.append(row)
+            report.rows.append(update_row(report.subject, t, k, prev[k], got[k], u_ref[k],
+                                          dtype, model, leaf_state))
+        prev, state_prev = got, states[t - 1]
+    if vacuous:
+        report.notes.append(f"trajectory rows dropped where their bound covers the whole "
+                            f"movement of the weights ({', '.join(vacuous[:4])}"
+                            f"{', ...' if len(vacuous) > 4 else ''}): in {dtype} they could not "
+                            f"tell the update from no update; the update rows check it")
+    last = [r for r in report.rows if r.verdict != "skip" and math.isfinite(r.bound)
+            and r.check.startswith("step")]
     if last:
         report.notes.append(f"resolution: the largest bound is {max(r.bound for r in last):.3g}"
                             f" (relative to max(1, |w|)); a direction error d shows where "

@@ -160,10 +160,19 @@ def _round(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def _draw(shapes: Mapping[str, tuple[int, ...]], steps: int, dtype: str, seed: int
           ) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
-    """Parameters and gradients, standard normal, rounded to ``dtype``; each gradient matrix
-    scaled so that its top singular value is at least :data:`MIN_TOP_SINGULAR_VALUE`."""
+    """Parameters and gradients rounded to ``dtype``. Parameters: standard normal entries, half
+    of them (drawn at random) scaled by :math:`10^{-U}`, :math:`U` uniform on :math:`[0, 3]`:
+    magnitudes spread over three decades, as trained weights are; the small ones are where a
+    narrow dtype resolves a small update (:func:`~nlaverify.check.optimizer.update_row`), the
+    large ones where a bug proportional to :math:`w` (weight decay) shows. Gradients:
+    standard normal, each matrix scaled so that its top singular value is at least
+    :data:`MIN_TOP_SINGULAR_VALUE`."""
     rng = np.random.default_rng(seed)
-    params = {k: _round(rng.standard_normal(s), dtype) for k, s in shapes.items()}
+    params = {}
+    for k, s in shapes.items():
+        small = rng.random(s) < 0.5
+        scale = np.where(small, 10.0 ** -rng.uniform(0.0, 3.0, s), 1.0)
+        params[k] = _round(rng.standard_normal(s) * scale, dtype)
     grads = []
     for _ in range(steps):
         g = {}

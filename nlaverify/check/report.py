@@ -2,7 +2,10 @@ r"""The one report type of :mod:`nlaverify.check`: rows of (subject, check, erro
 ratio, verdict), each failure naming the argument or node and the entry where it is worst.
 
 Every ``check_*`` call returns a :class:`CheckReport`. ``report.ok`` is true when every row
-that ran passed and at least one ran (an empty check proves nothing); ``bool(report)`` is
+that ran passed, at least one ran (an empty check proves nothing) and no row was
+*inconclusive* (:func:`inconclusive_row`: a bound too wide to resolve what the row checks,
+so that a wrong result would have passed too; ``CheckReport.allow_inconclusive = True``
+accepts them explicitly); ``bool(report)`` is
 ``report.ok``, so ``assert report`` works in pytest and shows the one-line summary (the first
 failure: where, yours, the reference, the ratio);
 ``report.raise_if_failed()`` raises :class:`CheckFailed` (an :class:`AssertionError`) with
@@ -38,14 +41,20 @@ from nlaverify.tolerance import Tolerance
 Verdict = Literal["pass", "fail", "skip"]
 
 __all__ = [
+    "INCONCLUSIVE",
     "CheckError",
     "CheckFailed",
     "CheckReport",
     "Row",
     "compare_arrays",
     "error_row",
+    "inconclusive_row",
     "skip_row",
 ]
+
+#: the prefix of the reason of an inconclusive row (a skipped row whose check ran but could
+#: not resolve what it checks)
+INCONCLUSIVE = "inconclusive: "
 
 
 class CheckFailed(AssertionError):
@@ -93,6 +102,12 @@ class Row:
     def ok(self) -> bool:
         return self.verdict != "fail"
 
+    @property
+    def inconclusive(self) -> bool:
+        """The check ran, but its bound could not resolve what it checks
+        (:func:`inconclusive_row`): neither a pass nor a failure."""
+        return self.verdict == "skip" and self.reason.startswith(INCONCLUSIVE)
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ratio"] = self.ratio
@@ -114,6 +129,8 @@ class CheckReport:
     rows: list[Row] = field(default_factory=list)
     #: free-form notes (the reference used, what was not checked and why)
     notes: list[str] = field(default_factory=list)
+    #: accept inconclusive rows in :attr:`ok` (they are never passes; set it to say so)
+    allow_inconclusive: bool = False
 
     # -- verdict -------------------------------------------------------------------------
 
@@ -126,9 +143,16 @@ class CheckReport:
         return [r for r in self.rows if r.verdict == "fail"]
 
     @property
+    def inconclusive(self) -> list[Row]:
+        """The rows whose bound could not resolve what they check."""
+        return [r for r in self.rows if r.inconclusive]
+
+    @property
     def ok(self) -> bool:
-        """Every row that ran passed, and at least one ran."""
-        return bool(self.ran) and not self.failures
+        """Every row that ran passed, at least one ran, and none was inconclusive (unless
+        :attr:`allow_inconclusive`)."""
+        return bool(self.ran) and not self.failures and (
+            self.allow_inconclusive or not self.inconclusive)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -171,7 +195,7 @@ class CheckReport:
         for r in rows:
             if r.verdict == "skip":
                 lines.append(f"{r.check:<42} {r.where:<22} {'':>9} {'':>9} {'':>8}  "
-                             f"skip: {r.reason}")
+                             + (r.reason if r.inconclusive else f"skip: {r.reason}"))
                 continue
             lines.append(f"{r.check:<42} {r.where:<22} {_num(r.error):>9} {_num(r.bound):>9} "
                          f"{_num(r.ratio, '.2f'):>8}  {r.verdict}")
@@ -181,12 +205,17 @@ class CheckReport:
                                  f"{_val(r.expected)}")
                 if r.reason:
                     lines.append(f"    {r.reason}")
+        lines.append(self.counts())
+        return "\n".join(lines)
+
+    def counts(self) -> str:
+        """One line: what was and was not tested (passed, failed, inconclusive, skipped)."""
         n_pass = sum(r.verdict == "pass" for r in self.rows)
         n_fail = sum(r.verdict == "fail" for r in self.rows)
-        n_skip = sum(r.verdict == "skip" for r in self.rows)
-        lines.append(f"{self.kind} {self.subject}: {n_pass} passed, {n_fail} failed, "
-                     f"{n_skip} skipped")
-        return "\n".join(lines)
+        n_inc = len(self.inconclusive)
+        n_skip = sum(r.verdict == "skip" for r in self.rows) - n_inc
+        return (f"{self.kind} {self.subject}: {n_pass} passed, {n_fail} failed, "
+                f"{n_inc} inconclusive, {n_skip} skipped")
 
     def failure_text(self) -> str:
         """The failing rows (or why nothing ran), then the first failure's reproducer."""
@@ -195,7 +224,7 @@ class CheckReport:
                     + self.table([r for r in self.rows])
                     + "".join(f"\nnote: {n}" for n in self.notes))
         else:
-            text = self.table(self.failures)
+            text = self.table(self.failures or self.inconclusive)
         first = self.first_failure
         if first is not None and first.reproducer:
             how = ("define your function where marked, then it runs as it is"
@@ -215,8 +244,16 @@ class CheckReport:
         n_fail = len(self.failures)
         head = f"{self.kind} {self.subject}: "
         if self.ok:
-            return head + f"ok, {len(self.ran)} rows, worst ratio {_num(self.worst_ratio, '.3g')}"
+            inc = (f", {len(self.inconclusive)} inconclusive (allowed)" if self.inconclusive
+                   else "")
+            return head + (f"ok, {len(self.ran)} rows, worst ratio "
+                           f"{_num(self.worst_ratio, '.3g')}{inc}")
         first = self.first_failure
+        if first is None and self.inconclusive:
+            row = self.inconclusive[0]
+            return head + (f"NOT OK: {len(self.inconclusive)} inconclusive rows (nothing "
+                           f"failed, but they tested nothing); first: {row.check}: "
+                           f"{row.reason}"[:200])
         if first is None:
             return head + "FAILED: nothing ran"
         where = f" at {first.where}" if first.where else ""
@@ -295,6 +332,19 @@ def error_row(subject: str, check: str, exc: BaseException, *, where: str = "") 
 def skip_row(subject: str, check: str, why: str) -> Row:
     """A check that could not run here (no autodiff in NumPy, no GPU): skipped, with why."""
     return Row(subject, check, math.nan, math.nan, "skip", "", reason=why)
+
+
+def inconclusive_row(subject: str, check: str, why: str, *, resolution: float | None = None,
+                     where: str = "") -> Row:
+    """A check that ran but whose bound cannot resolve what it checks (a normwise bound of 1
+    or more accepts any error; an optimizer's update below the resolution of the stored
+    weights): neither a pass nor a failure. ``resolution``, when known, is the smallest
+    (relative) error the row could have seen; :attr:`CheckReport.ok` is false while such a
+    row stands, unless the report allows it."""
+    seen = (f"; the smallest error it could have seen: {resolution:.3g}"
+            if resolution is not None and math.isfinite(resolution) else "")
+    return Row(subject, check, math.nan, math.nan, "skip", where,
+               reason=f"{INCONCLUSIVE}{why}{seen}")
 
 
 def with_reproducer(row: Row, code: str) -> Row:

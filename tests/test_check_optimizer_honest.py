@@ -1,0 +1,129 @@
+"""check_optimizer tells the whole truth in a narrow dtype (issue 34, item 1).
+
+A bfloat16 weight of size ~1 does not move under an update of 3e-4: a trajectory check in
+bfloat16 saw the same numbers for a correct AdamW and for one whose second-moment bias
+correction uses beta1 (the update 1.41x too large at betas (0.9, 0.95)), and passed both.
+The update rows compare the user's update d = w_t - w_{t-1} with the reference's entry by
+entry, the storage rounding u|w| counted per entry: where the weights are small the update
+is resolved and the typo is killed (ratio ~3.5); where no entry resolves it the row is
+inconclusive, never a pass, and ``report.ok`` is false unless inconclusive rows are allowed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nlaverify.check import check_optimizer  # noqa: E402
+from nlaverify.check.optimizer import (  # noqa: E402
+    ERROR_MODELS,
+    STORE_ROUNDINGS,
+    update_row,
+)
+
+BETAS = (0.9, 0.95)
+WD = 0.01
+
+
+def adamw(lr: float, *, beta1_in_second_correction: bool = False):
+    """AdamW written as people write it in PyTorch, with the typo as a switch."""
+
+    class AdamW(torch.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, dict(lr=lr))
+            self.t = 0
+
+        @torch.no_grad()
+        def step(self):
+            b1, b2 = BETAS
+            self.t += 1
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state[p]
+                    if not state:
+                        state["m"], state["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                    m, v = state["m"], state["v"]
+                    p.mul_(1 - lr * WD)
+                    m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                    c1 = 1 - b1 ** self.t
+                    c2 = 1 - (b1 if beta1_in_second_correction else b2) ** self.t
+                    p.addcdiv_(m / c1, (v / c2).sqrt() + 1e-8, value=-lr)
+
+    return AdamW
+
+
+def rule(lr: float):
+    return ("adamw", dict(lr=lr, b1=BETAS[0], b2=BETAS[1], eps=1e-8, weight_decay=WD))
+
+
+@pytest.mark.parametrize("lr", [3e-4, 3e-2])
+def test_the_bfloat16_adamw_typo_is_never_passed(lr: float) -> None:
+    """Killed at every seed, by an update row (the trajectory rows cannot see it)."""
+    for seed in range(4):
+        report = check_optimizer(adamw(lr, beta1_in_second_correction=True), rule(lr),
+                                 dtype="bfloat16", seed=seed)
+        assert report.failures, report
+        first = report.first_failure
+        assert first.check.startswith("update") and first.where.startswith("update['")
+        assert 1.2 < abs(first.actual / first.expected) < 1.6, first  # sqrt(2) = 1.41
+
+
+@pytest.mark.parametrize("lr", [3e-4, 3e-2])
+def test_the_correct_bfloat16_adamw_raises_no_false_alarm(lr: float) -> None:
+    for seed in range(4):
+        report = check_optimizer(adamw(lr), rule(lr), dtype="bfloat16", seed=seed)
+        assert report.ran and not report.failures, report
+        # every row is a resolved pass or an honest inconclusive one
+        assert all(r.verdict == "pass" or r.inconclusive for r in report.rows), report
+
+
+def test_an_unresolvable_update_is_inconclusive_not_passed() -> None:
+    """Weights of size ~1 only (given params): in bfloat16 an update of 3e-4 is below half
+    an ulp at every entry; the row says so and gives the smallest error it could have seen.
+    The report is not ok, and allowing inconclusive rows does not make it ok when no row
+    at all resolved anything."""
+    rng = np.random.default_rng(0)
+    params = {"w": np.sign(rng.standard_normal((4, 3))) * rng.uniform(1.0, 2.0, (4, 3))}
+    grads = [{"w": rng.standard_normal((4, 3))} for _ in range(2)]
+    for bug in (False, True):
+        report = check_optimizer(adamw(3e-4, beta1_in_second_correction=bug), rule(3e-4),
+                                 params=params, grads=grads, dtype="bfloat16")
+        assert not report.failures and not report.ok, report
+        rows = [r for r in report.rows if r.check.startswith("update")]
+        assert rows and all(r.inconclusive for r in rows), report
+        assert "below the resolution of bfloat16 weights" in rows[0].reason
+        assert "smallest error it could have seen" in rows[0].reason
+        assert "inconclusive" in report.summary() and "inconclusive" in str(report)
+        report.allow_inconclusive = True
+        assert not report.ok  # allowed, but nothing at all was resolved: proves nothing
+    # the same weights in float32 resolve the update: the typo is killed there
+    report = check_optimizer(adamw(3e-4, beta1_in_second_correction=True), rule(3e-4),
+                             params=params, grads=grads, dtype="float32")
+    assert report.failures, report
+
+
+def test_update_row_bound_terms() -> None:
+    """The bound of one entry is STORE_ROUNDINGS x u x |w| plus the rule's tau x |u_i| (an
+    elementwise rule's error is componentwise: the small update of entry 1 is judged
+    against its own size, not the largest): an error just inside passes, just outside
+    fails at that entry."""
+    from nlaverify.tolerance import tolerance
+
+    model = ERROR_MODELS["sgd"]
+    w0 = np.array([1.0, 2.0**-10, 0.0])
+    u = np.array([-1e-3, -1e-6, -1e-3])
+    exact = update_row("s", 1, "w", w0, w0 + u, u, "float32", model)
+    assert exact.verdict == "pass" and exact.error < 1e-9
+    tau = tolerance("float32", depth=model.stages).rtol
+    for i in (0, 1):
+        bound = STORE_ROUNDINGS * 2.0**-24 * max(abs(w0[i]), abs(w0[i] + u[i])) + tau * abs(u[i])
+        bump = np.zeros(3)
+        bump[i] = 0.9 * bound
+        assert update_row("s", 1, "w", w0, w0 + u + bump, u, "float32", model).verdict == "pass"
+        bump[i] = 1.1 * bound
+        bad = update_row("s", 1, "w", w0, w0 + u + bump, u, "float32", model)
+        assert bad.verdict == "fail" and bad.where == f"update['w'][{i}]", bad
+        assert bad.ratio == pytest.approx(1.1, rel=1e-3)
