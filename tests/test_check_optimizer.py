@@ -160,7 +160,7 @@ def test_optax_peers_pass(name, tx, rule, dtype: str) -> None:
             # (kappa = t) reach a bound of 1 in bfloat16: those rows are inconclusive, never
             # passes, and the report is not ok unless they are allowed
             assert report.inconclusive and not report.ok, report
-            assert all("cannot resolve this rule's update" in r.reason
+            assert any("cannot resolve this rule's update" in r.reason
                        for r in report.inconclusive), report
         else:
             assert report, report

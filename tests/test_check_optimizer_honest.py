@@ -71,9 +71,12 @@ def test_the_bfloat16_adamw_typo_is_never_passed(lr: float) -> None:
         assert 1.2 < abs(first.actual / first.expected) < 1.6, first  # sqrt(2) = 1.41
 
 
-@pytest.mark.parametrize("lr", [3e-4, 3e-2])
+@pytest.mark.parametrize("lr", [3e-4, 3e-2, 0.1])
 def test_the_correct_bfloat16_adamw_raises_no_false_alarm(lr: float) -> None:
-    for seed in range(4):
+    """Seeds 3, 4, 7 and 15 at lr 0.1 have entries whose first moment cancels (gradients of
+    opposite signs): its bfloat16 rounding is relative to the magnitudes added, not to the
+    moment, and a bound relative to |u| alone false-alarmed there (ratio up to 1.8)."""
+    for seed in (0, 1, 2, 3, 4, 7, 15):
         report = check_optimizer(adamw(lr), rule(lr), dtype="bfloat16", seed=seed)
         assert report.ran and not report.failures, report
         # every row is a resolved pass or an honest inconclusive one

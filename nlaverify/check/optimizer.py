@@ -215,18 +215,23 @@ STORE_ROUNDINGS = 3
 
 
 def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.ndarray,
-               u_ref: np.ndarray, dtype: str, model: ErrorModel, state: Any = None) -> Row:
+               u_ref: np.ndarray, dtype: str, model: ErrorModel, state: Any = None,
+               magnitude: np.ndarray | None = None) -> Row:
     r"""The user's update of leaf ``key`` at step ``t``, :math:`d = w_t - w_{t-1}` (exact in
     float64 from the stored values), against the reference update :math:`u` at the user's
     :math:`w_{t-1}`, entry by entry:
 
-    .. math:: |d_\iota - u_\iota| \le u_{	ext{dtype}}\,S_w\,\max(|w_{t-1,\iota}|,
-              |w_{t,\iota}|) + 	au(u, k, \kappa, D{=}tS)\,U_\iota,
+    .. math:: |d_\iota - u_\iota| \le u_{\text{dtype}}\,S_w\,\max(|w_{t-1,\iota}|,
+              |w_{t,\iota}|) + \tau(u, k, \kappa, D{=}tS)\,U_\iota,
 
     the storage of :math:`w` (:data:`STORE_ROUNDINGS` roundings of at most :math:`u|w|`
     each) plus the update's own error (the tolerance model with the rule's
-    :class:`ErrorModel`; :math:`U_\iota = |u_\iota|` for the elementwise rules, whose error
-    is componentwise, :math:`\max|u|` for Muon and Shampoo). The row names the entry of the
+    :class:`ErrorModel`). For the elementwise rules the error is componentwise and
+    :math:`U_\iota` is ``magnitude``: the rule run on :math:`|g|` and :math:`|w|`, whose
+    sums have no cancellation (a running-error bound: a rounding of a moment is at most
+    :math:`u` times the sum of the magnitudes it adds, which may exceed the moment where the
+    gradients cancel), :math:`|u_\iota|` when not given; for Muon and Shampoo, which mix
+    the entries, :math:`U_\iota = \max|u|` (normwise). The row names the entry of the
     largest ratio; its ``error`` and ``bound`` are that entry's, relative to
     :math:`\max|u|`. Its resolution is :math:`\min_\iota \mathrm{bound}_\iota/|u_\iota|`,
     the smallest relative error of the update it could see (at the best-resolved entry): at
@@ -245,22 +250,34 @@ def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.nda
                     composition=_composition(dtype))  # type: ignore[arg-type]
     store = STORE_ROUNDINGS * unit_roundoff(dtype) * np.maximum(np.abs(w_prev), np.abs(w_now))
     store = np.maximum(store, STORE_ROUNDINGS * _smallest_subnormal(dtype))
-    scale_u = np.full(u.shape, umax) if (not model.elementwise) else np.abs(u)
+    if not model.elementwise:
+        scale_u = np.full(u.shape, umax)
+    else:
+        scale_u = np.abs(u) if magnitude is None else np.maximum(
+            np.abs(u), np.abs(np.asarray(magnitude, np.float64)))
     bound = store + tau.rtol * scale_u
     moved = np.abs(u) > 0
     resolution = float(np.min(bound[moved] / np.abs(u[moved]))) if moved.any() else math.inf
     why = (f"|dw - u| <= {STORE_ROUNDINGS} x u({dtype}) x |w| (storage) + tau x "
            f"{'max|u|' if (not model.elementwise) else '|u|'} (tau = {tau.rtol:.3g}: {tau.reason})")
     if resolution >= 1:
-        why_not = (f"the rule's own rounding bound in {dtype} is {tau.rtol:.3g} >= 1 of the "
-                   f"update ({tau.reason}): the tolerance model cannot resolve this rule's "
-                   f"update in {dtype}" if tau.rtol * np.min(scale_u[moved] / np.abs(u[moved]))
-                   >= 1 else
-                   f"the update of {key!r} (max|u| = {umax:.3g}) is below the resolution of "
-                   f"{dtype} weights at every entry (half an ulp of |w|): nothing "
-                   f"distinguishes it from no update; a larger learning rate, smaller weights "
-                   f"or float32 master weights resolve it") if moved.any() else (
-                   f"the reference update of {key!r} is 0: nothing to check")
+        if not moved.any():
+            why_not = f"the reference update of {key!r} is 0: nothing to check"
+        elif np.all(store[moved] >= np.abs(u[moved])):
+            why_not = (f"the update of {key!r} (max|u| = {umax:.3g}) is below the resolution "
+                       f"of {dtype} weights at every entry (half an ulp of |w|): nothing "
+                       f"distinguishes it from no update; a larger learning rate, smaller "
+                       f"weights or float32 master weights resolve it")
+        elif np.all(tau.rtol * scale_u[moved] >= np.abs(u[moved])):
+            why_not = (f"the rule's own rounding bound in {dtype} ({tau.rtol:.3g} x the "
+                       f"magnitudes it adds; {tau.reason}) reaches |u| at every entry of "
+                       f"{key!r}: the tolerance model cannot resolve this rule's update in "
+                       f"{dtype}")
+        else:
+            why_not = (f"no entry of {key!r} resolves its update (max|u| = {umax:.3g}) in "
+                       f"{dtype}: at each, the storage of the weight (half an ulp of |w|) or "
+                       f"the rule's own rounding ({tau.rtol:.3g} x the magnitudes it adds) "
+                       f"reaches |u|")
         return inconclusive_row(subject, f"update {t}", why_not, resolution=resolution,
                                 where=label)
     err = np.abs(d - u)
@@ -412,6 +429,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
     mass = dict.fromkeys(p0, 0.0)
     xp = get_namespace("numpy")
     prev, state_prev = dict(p0), ref_rule.init(xp, dict(p0))
+    state_abs = ref_rule.init(xp, {k: np.abs(v) for k, v in p0.items()})
     vacuous: list[str] = []
     for t, g in enumerate(gs, start=1):
         try:
@@ -428,6 +446,9 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
                                for s in range(t + 1, len(gs) + 1))
             break
         u_ref, _ = ref_rule.update(xp, g, state_prev, prev)
+        # the rule on |g| and |w|: the componentwise magnitudes of the elementwise rules
+        u_abs, state_abs = ref_rule.update(xp, {k: np.abs(v) for k, v in g.items()}, state_abs,
+                                           {k: np.abs(v) for k, v in prev.items()})
         for k, w_ref in traj[t - 1].items():
             mass[k] += mags[t - 1][k]
             scale = max(1.0, float(np.max(np.abs(w_ref))) if w_ref.size else 0.0)
@@ -445,7 +466,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             else:
                 report.rows.append(row)
             report.rows.append(update_row(report.subject, t, k, prev[k], got[k], u_ref[k],
-                                          dtype, model, leaf_state))
+                                          dtype, model, leaf_state, magnitude=u_abs[k]))
         prev, state_prev = got, states[t - 1]
     if vacuous:
         report.notes.append(f"trajectory rows dropped where their bound covers the whole "
