@@ -7,6 +7,8 @@ call                        subject
                             against the proved op at high precision
 :func:`prove`               your op written against ``xp``: the exact SymPy proof of its
                             VJP/JVP, with a counterexample when it is wrong
+:func:`user_op`             your op (not in the catalogue) as the reference of
+                            ``check_op`` and the subject of ``prove``
 :func:`check_function`      any function against an nlaverify reference (closed forms,
                             curvature products, Newton–Schulz maps, estimators' moments)
 :func:`check_optimizer`     your optimizer step against the reference update rules
@@ -36,6 +38,7 @@ _LAZY = {
     "op_signature": "nlaverify.check.op",
     "prove": "nlaverify.check.proof",
     "UserOp": "nlaverify.check.proof",
+    "user_op": "nlaverify.check.proof",
     "check_function": "nlaverify.check.function",
     "check_optimizer": "nlaverify.check.optimizer",
     "check_model": "nlaverify.check.model",

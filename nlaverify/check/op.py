@@ -57,11 +57,12 @@ from nlaverify.cases.inputs import (
     explicit_inputs,
     hostile_inputs,
     real_indices,
+    registered,
 )
 from nlaverify.cases.rounding import exact_in as _exact_in
 from nlaverify.check.adapters import array_framework, to_float64, to_framework
 from nlaverify.check.op_plan import OpPlan, plan_op_check
-from nlaverify.check.op_reference import _reference, _sce, _size
+from nlaverify.check.op_reference import _reference, _sce, _size, reference_sources
 from nlaverify.check.op_subject import (
     _as_list,
     _integer_output,
@@ -135,7 +136,7 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     spec = case.spec
     rows: list[Row] = []
     tag = "" if case.origin == "drawn" else f" ({case.origin})"
-    want_jvp = s.check_jvp and spec.jvp is not None
+    want_jvp = s.check_jvp and reference_sources(spec)["jvp"] is not None
     ref = _reference(case, want_jvp, s.reference)
     args = _user_args(case, s.framework, s.dtype)
     before = _snapshot(args)
@@ -178,8 +179,12 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     kappa_b = max(kappa_d, _case_condition(case, "vjp"))
     tol_b = _tol(s, case, kappa_b, 2)
     G = to_framework(case.cotangent, s.framework, s.dtype)
+    if ref.cotangents is None:
+        rows.append(skip_row(s.subject, "vjp", ref.missing))
     try:
-        if s.vjp is not None:
+        if ref.cotangents is None:
+            cots = None
+        elif s.vjp is not None:
             cots = _as_list(s.vjp(G, *args), "output of vjp", len(real))
             how = "vjp"
         else:
@@ -198,6 +203,8 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
             rows.append(compare_arrays(s.subject, f"{how} {name}{tag}",
                                        to_float64(c, what=f"cotangent of {name}"), e, tol_b,
                                        label=name))
+    if want_jvp and ref.tangent is None and ref.missing:
+        rows.append(skip_row(s.subject, "jvp", ref.missing))
     if want_jvp and ref.tangent is not None:
         kappa_t = max(kappa_d, _case_condition(case, "jvp"))
         T = [to_framework(t, s.framework, s.dtype) for t in case.tangents]
@@ -377,6 +384,11 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
     count = 4 if hostile in (True, "extreme") else int(hostile or 0)
     cases = hostile_inputs(plan.spec, s.dtype, count, plan.spec.static,
                            extreme=hostile == "extreme")
+    if count and not cases and not registered(plan.spec):
+        keep([skip_row(s.subject, "hostile", f"no hostile cases for {plan.spec.name}: "
+                       "nlaverify draws them for the ops of its catalogue; pass the extreme "
+                       "inputs your kernel must survive (huge scores, masked rows, tiny or "
+                       "constant rows) with inputs=")])
     for case in cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):

@@ -75,6 +75,33 @@ def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
     return [b]
 
 
+def _reference_note(spec: OpSpec, where: str, dtype: str, framework: str) -> str:
+    """What the reference is and how far it is proved: the catalogue's ops by ``nlaverify
+    derive``; a user op's derivatives only if :func:`~nlaverify.check.prove` ran on this
+    spec (or from JAX autodiff of its forward, not proved)."""
+    from nlaverify.check.op_reference import reference_sources
+    from nlaverify.check.proof import proved_parts
+
+    tail = f"run in {where} on your inputs rounded to {dtype}; framework {framework}"
+    if registered(spec):
+        return f"reference: {op_signature(spec)}, proved (nlaverify derive), {tail}"
+    sources, proved = reference_sources(spec), proved_parts(spec)
+    parts = []
+    for kind in ("vjp", "jvp"):
+        source = sources[kind]
+        if source == "given":
+            parts.append(f"its {kind.upper()} yours, " + (
+                "proved exactly (prove)" if kind in proved else
+                "NOT proved (run nlaverify.check.prove on this spec)"))
+        elif source == "autodiff":
+            parts.append(f"its {kind.upper()} by JAX autodiff of your forward in float64 "
+                         "(not proved)")
+        elif source == "proved":
+            parts.append(f"its {kind.upper()} proved (nlaverify derive)")
+    return (f"reference: your op {op_signature(spec)} (the forward is its definition; "
+            + "; ".join(parts or ["not differentiable"]) + f"), {tail}")
+
+
 @dataclass(frozen=True)
 class OpPlan:
     """What :func:`~nlaverify.check.check_op` runs: ``spec`` (with the static values),
@@ -140,8 +167,7 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
                          real_indices(spec), reference)
     where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
              else "float64 NumPy")
-    notes = [f"reference: {op_signature(spec)}, proved (nlaverify derive), run in {where} "
-             f"on your inputs rounded to {dtype}; framework {fw}"]
+    notes = [_reference_note(spec, where, dtype, fw)]
     if fw in ("torch", "jax", "cupy") and dtype == "float32" and products is None:
         notes.append("on a GPU, float32 matmuls may run in TF32 (torch allow_tf32, JAX "
                      "default precision): pass products='tfloat32' there")

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.cases.inputs import OpCaseInput, real_indices
+from nlaverify.ops.registry import OpSpec
 
 #: digits of the mpmath reference (its error, 1e-30, is far below float64's 1.1e-16)
 REFERENCE_DIGITS = 30
@@ -34,19 +35,60 @@ def _ns_args(xp: Any, case: OpCaseInput) -> list[Any]:
 @dataclass
 class _Reference:
     out: np.ndarray
-    cotangents: list[np.ndarray]
+    #: ``None``: no reference VJP (``missing`` says why)
+    cotangents: list[np.ndarray] | None
     tangent: np.ndarray | None
+    missing: str = ""
 
 
 #: the references ``check_op`` can run the proved op on
 REFERENCES = ("mpmath", "float64")
 
 
+def reference_sources(spec: OpSpec) -> dict[str, str | None]:
+    """Where the reference's VJP and JVP come from: ``"proved"`` (an op of the catalogue,
+    proved by ``nlaverify derive``), ``"given"`` (a :func:`~nlaverify.check.user_op`'s own,
+    proved only if :func:`~nlaverify.check.prove` ran on it), ``"autodiff"`` (a user op
+    without one: JAX autodiff of its forward in float64, not proved) or ``None`` (no
+    reference: the row is skipped, saying why)."""
+    if not spec.differentiable:
+        return {"vjp": None, "jvp": None}
+    user = hasattr(spec, "vjp_given")
+    vjp = ("given" if spec.vjp_given else "autodiff") if user else "proved"  # type: ignore[attr-defined]
+    jvp = ("given" if user else "proved") if spec.jvp is not None else (
+        "autodiff" if user else None)
+    return {"vjp": vjp, "jvp": jvp}
+
+
+def _autodiff(case: OpCaseInput, want_jvp: bool, sources: dict[str, str | None]
+              ) -> tuple[list[np.ndarray] | None, np.ndarray | None]:
+    """The cotangents and the tangent by JAX autodiff of the op's forward in float64, for
+    the derivatives whose source is ``"autodiff"`` (``None`` for the others)."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_float64 as f64
+
+    xp = get_namespace("jax")  # float64 enabled
+    spec = case.spec
+    args = [xp.asarray(x) if a.kind == "tokens" else xp.asarray(x, dtype=xp.float64)
+            for a, x in zip(spec.args, case.args, strict=True)]
+    cot = tan = None
+    if sources["vjp"] == "autodiff":
+        _, cots = spec.autodiff_vjp(args, xp.asarray(case.cotangent, dtype=xp.float64),
+                                    **case.static)
+        cot = [f64(c) for c in cots]
+    if want_jvp and sources["jvp"] == "autodiff":
+        tan = f64(spec.autodiff_jvp(args, [xp.asarray(t, dtype=xp.float64)
+                                           for t in case.tangents], **case.static))
+    return cot, tan
+
+
 def _reference(case: OpCaseInput, want_jvp: bool, reference: str = "mpmath") -> _Reference:
     r"""The proved op, its VJP and JVP at the case: in mpmath at :data:`REFERENCE_DIGITS`
     digits, or (``"float64"``) on NumPy in float64, whose error (:math:`\approx 2^{-53}
     \kappa`) is :math:`2^{-29}` below float32's unit roundoff: a reference for float32 and
-    narrower subjects that costs a NumPy call instead of an mpmath loop per entry."""
+    narrower subjects that costs a NumPy call instead of an mpmath loop per entry. A user
+    op's derivatives that were not given come from JAX autodiff in float64
+    (:func:`reference_sources`)."""
     from nlaverify.backends import get_namespace
     from nlaverify.backends.host import to_float64 as f64
 
@@ -54,13 +96,29 @@ def _reference(case: OpCaseInput, want_jvp: bool, reference: str = "mpmath") -> 
           else get_namespace("numpy"))
     args = _ns_args(xp, case)
     spec, st = case.spec, case.static
+    sources = reference_sources(spec)
     out = f64(spec.forward(xp, *args, **st))
-    cot = [f64(c) for c in spec.vjp(xp, xp.asarray(case.cotangent), *args, **st)] \
-        if spec.differentiable else []
+    auto_cot = auto_tan = None
+    missing = ""
+    if "autodiff" in (sources["vjp"], sources["jvp"]):
+        try:
+            auto_cot, auto_tan = _autodiff(case, want_jvp, sources)
+        except Exception as exc:  # the forward is not traceable by JAX
+            missing = (f"no reference derivative: JAX autodiff of your forward raised "
+                       f"{type(exc).__name__}: {exc} (give vjp=/jvp= to user_op)")
+    cot: list[np.ndarray] | None
+    if sources["vjp"] is None:
+        cot = []
+    elif sources["vjp"] == "autodiff":
+        cot = auto_cot
+    else:
+        cot = [f64(c) for c in spec.vjp(xp, xp.asarray(case.cotangent), *args, **st)]
     tan = None
-    if want_jvp and spec.jvp is not None and spec.differentiable:
+    if want_jvp and sources["jvp"] == "autodiff":
+        tan = auto_tan
+    elif want_jvp and sources["jvp"] is not None:
         tan = f64(spec.jvp(xp, tuple(xp.asarray(t) for t in case.tangents), *args, **st))
-    return _Reference(out, cot, tan)
+    return _Reference(out, cot, tan, missing)
 
 
 def _sce(case: OpCaseInput, which: str) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from nlaverify.check.report import CheckError, CheckReport, Row
 from nlaverify.identities.core import Identity, Proof
 from nlaverify.ops.registry import Arg, OpSpec
 
-__all__ = ["UserOp", "prove", "user_op"]
+__all__ = ["UserOp", "prove", "proved_parts", "user_op"]
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,28 @@ class UserOp(OpSpec):
     (not looked up as ``<forward>_jvp`` in the forward's module)."""
 
     user_jvp: Callable[..., Any] | None = None
+    #: a VJP was given (``user_op(vjp=...)``); without one, ``check_op`` takes the reference
+    #: VJP from JAX autodiff of the forward in float64 (not proved), and ``prove`` has no VJP
+    #: to prove
+    vjp_given: bool = True
 
     @property
     def jvp(self) -> Callable[..., Any] | None:
         return self.user_jvp
+
+
+#: the derivatives :func:`prove` proved, by UserOp (a weak reference: a spec that is gone
+#: takes its record with it)
+_PROVED: dict[int, tuple[weakref.ref[UserOp], frozenset[str]]] = {}
+
+
+def proved_parts(spec: OpSpec) -> frozenset[str]:
+    """The derivatives of ``spec`` that :func:`prove` proved exactly in this process
+    (``{"vjp", "jvp"}`` or a part; empty for a spec never proved)."""
+    entry = _PROVED.get(id(spec))
+    if entry is None or entry[0]() is not spec:
+        return frozenset()
+    return entry[1]
 
 
 def _no_vjp(xp: Any, G: Any, *args: Any, **static: Any) -> tuple[Any, ...]:
@@ -99,7 +118,7 @@ def user_op(fn: Callable[..., Any], *, args: Mapping[str, Any], sizes: Mapping[s
     label = name or getattr(fn, "__name__", "op")
     return UserOp(label, fn, vjp or _no_vjp, arg_list, seed, "", dict(sizes),
                   {k: (v, v) for k, v in sizes.items()}, dict(static or {}),
-                  dict(symbols or {}), user_jvp=jvp)
+                  dict(symbols or {}), user_jvp=jvp, vjp_given=vjp is not None)
 
 
 _ENTRY = re.compile(r"^(?:output )?entry ([^:]+): (.*)$", re.S)
@@ -189,6 +208,9 @@ def prove(
         proofs.append(("JVP", proof))
     if document is not None:
         write_document(spec, proofs, Path(document))
+    done = frozenset(kind.lower() for kind, proof in proofs if proof.verdict == "proved")
+    if done:
+        _PROVED[id(spec)] = (weakref.ref(spec), done | proved_parts(spec))
     return report
 
 
