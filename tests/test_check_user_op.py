@@ -70,7 +70,8 @@ def test_user_op_is_exported_and_its_derivatives_come_from_autodiff() -> None:
     checks = {r.check for r in report.rows}
     # every derivative row is there: the VJP of each argument and the JVP
     assert {"vjp (torch autodiff) Q", "vjp (torch autodiff) K", "vjp (torch autodiff) V",
-            "jvp (torch autodiff)"} <= checks, "\n".join(f"{r.check}: {r.reason}" for r in report.rows)
+            "jvp (torch autodiff)"} <= checks, "\n".join(f"{r.check}: {r.reason}"
+                                                          for r in report.rows)
     note = report.notes[0]
     assert "your op" in note and "JAX autodiff of your forward in float64 (not proved)" in note
     assert "proved (nlaverify derive)" not in note
