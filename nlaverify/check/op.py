@@ -61,8 +61,15 @@ from nlaverify.cases.inputs import (
 )
 from nlaverify.cases.rounding import exact_in as _exact_in
 from nlaverify.check.adapters import array_framework, to_float64, to_framework
+from nlaverify.check.op_hints import convention_notes
 from nlaverify.check.op_plan import OpPlan, plan_op_check
-from nlaverify.check.op_reference import _reference, _sce, _size, reference_sources
+from nlaverify.check.op_reference import (
+    _case_condition,
+    _derived_condition,
+    _reference,
+    _tol,
+    reference_sources,
+)
 from nlaverify.check.op_subject import (
     _as_list,
     _integer_output,
@@ -83,7 +90,6 @@ from nlaverify.check.report import (
     with_reproducer,
 )
 from nlaverify.ops.registry import OpSpec, op_signature
-from nlaverify.tolerance import Tolerance, tolerance
 
 __all__ = ["OpCaseInput", "check_op", "exact_in", "op_signature"]
 
@@ -95,30 +101,6 @@ def exact_in(values: Any, dtype: str) -> np.ndarray:
     :class:`~nlaverify.check.report.CheckError` (:func:`nlaverify.cases.exact_in` with
     ``strict=True``)."""
     return _exact_in(values, dtype, strict=True)
-
-
-def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
-    return tolerance(s.dtype, size=_size(case), condition=max(1.0, kappa), depth=depth,
-                     accumulation=s.accumulation, products=s.products)
-
-
-def _derived_condition(case: OpCaseInput) -> float:
-    r"""The op's own amplification at the case (``OpSpec.amplification``, e.g. LayerNorm's
-    cancellation :math:`\max|x|/\sigma` of the mean subtraction; 1 without one): the
-    statistical estimate measures the input magnitudes' part. Hostile cases keep their
-    derived condition estimates whole."""
-    real = [case.args[k] for k in real_indices(case.spec)]
-    if case.origin.startswith("hostile"):
-        return max(1.0, float(case.condition(real))) if case.condition is not None else 1.0
-    amplification = case.spec.amplification
-    return 1.0 if amplification is None else max(1.0, float(amplification(real)))
-
-
-def _case_condition(case: OpCaseInput, which: str) -> float:
-    if case.condition is not None and case.origin.startswith("hostile"):
-        real = [case.args[k] for k in real_indices(case.spec)]
-        return max(1.0, float(case.condition(real)))
-    return _sce(case, which)
 
 
 def _run_case(s: _Settings, case: OpCaseInput) -> list[Row]:
@@ -327,6 +309,8 @@ def _explicit_stage(plan: OpPlan, inputs: Sequence[Any], report: CheckReport) ->
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
             rows = _attach(rows, reproducer(s, case, plan.op_text, plan.options))
+            report.notes.extend(n for n in convention_notes(plan, case)
+                                if n not in report.notes)
         report.extend(rows)
     return report
 
@@ -339,6 +323,8 @@ class _Kept:
     def __init__(self) -> None:
         self.worst: dict[str, Row] = {}
         self.unresolved: dict[str, list[Row]] = {}
+        #: notes on a failing case (the conventions a kernel follows)
+        self.hints: list[str] = []
 
     def __call__(self, rows: list[Row]) -> None:
         for r in rows:
@@ -373,6 +359,7 @@ def _drawn_stage(plan: OpPlan, examples: int, seed: int, keep: _Kept) -> list[Ro
     minimal = _search(s, plan.spec, plan.ranges, plan.choices, examples, seed, s.dtype, keep)
     if minimal is None:
         return []
+    keep.hints.extend(convention_notes(plan, minimal))
     return _attach(_run_case(s, minimal), reproducer(s, minimal, plan.op_text, plan.options))
 
 
@@ -392,6 +379,7 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
     for case in cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
+            keep.hints.extend(convention_notes(plan, case))
             return _attach(rows, reproducer(s, case, plan.op_text, plan.options)), len(cases)
         keep(rows)
     return [], len(cases)
@@ -400,6 +388,7 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
 def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:
     """The failing cases' rows (failures first), or the worst passing row of each check (one
     inconclusive row for a check that no case could resolve)."""
+    report.notes.extend(kept.hints)
     if failed:
         report.extend(r for r in failed if r.verdict != "pass")
         report.extend(r for r in failed if r.verdict == "pass")

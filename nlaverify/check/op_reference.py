@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from nlaverify.cases.inputs import OpCaseInput, real_indices
+from nlaverify.check.op_subject import _Settings
 from nlaverify.ops.registry import OpSpec
+from nlaverify.tolerance import Tolerance, tolerance
 
 #: digits of the mpmath reference (its error, 1e-30, is far below float64's 1.1e-16)
 REFERENCE_DIGITS = 30
@@ -169,3 +171,30 @@ def _sce(case: OpCaseInput, which: str) -> float:
 
 def _size(case: OpCaseInput) -> int:
     return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
+
+
+# -- the bound of a row ------------------------------------------------------------------
+
+
+def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
+    return tolerance(s.dtype, size=_size(case), condition=max(1.0, kappa), depth=depth,
+                     accumulation=s.accumulation, products=s.products)
+
+
+def _derived_condition(case: OpCaseInput) -> float:
+    r"""The op's own amplification at the case (``OpSpec.amplification``, e.g. LayerNorm's
+    cancellation :math:`\max|x|/\sigma` of the mean subtraction; 1 without one): the
+    statistical estimate measures the input magnitudes' part. Hostile cases keep their
+    derived condition estimates whole."""
+    real = [case.args[k] for k in real_indices(case.spec)]
+    if case.origin.startswith("hostile"):
+        return max(1.0, float(case.condition(real))) if case.condition is not None else 1.0
+    amplification = case.spec.amplification
+    return 1.0 if amplification is None else max(1.0, float(amplification(real)))
+
+
+def _case_condition(case: OpCaseInput, which: str) -> float:
+    if case.condition is not None and case.origin.startswith("hostile"):
+        real = [case.args[k] for k in real_indices(case.spec)]
+        return max(1.0, float(case.condition(real)))
+    return _sce(case, which)

@@ -33,8 +33,8 @@ from nlaverify.ops import (
 )
 from nlaverify.ops.opspec import Arg, ArgKind, OpSpec, fixed_routing_mask, with_ignored
 
-__all__ = ["OPS", "Arg", "ArgKind", "OpSpec", "R", "fixed_routing_mask", "get_op",
-           "op_signature", "with_ignored"]
+__all__ = ["CONVENTIONS", "OPS", "Arg", "ArgKind", "OpSpec", "R", "conventions",
+           "fixed_routing_mask", "get_op", "op_signature", "with_ignored"]
 
 
 def _even(key: str) -> Callable[[dict[str, int]], dict[str, int]]:
@@ -321,7 +321,13 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.6.2",
           r"\bar X = G\odot C + R^\top(G\odot S) = G\odot C - R(G\odot S)",
           {"h": 1, "n": 3, "d_h": 4}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
-          fix_sizes=_even("d_h")),
+          static={"base": 10000, "layout": "interleaved"}, fix_sizes=_even("d_h")),
+    # the other pairing (GPT-NeoX, Hugging Face Llama's rotate_half) at Llama-3's base
+    _spec("rope_half", rotary.rope, rotary.rope_vjp, [R("X", ("h", "n", "d_h"))],
+          "Baggag & Saad §3.6.2; Black et al. 2022 (GPT-NeoX), Dubey et al. 2024 (Llama-3 base)",
+          r"\bar X = G\odot C - R(G\odot S),\ R[x_1, x_2] = [-x_2, x_1]",
+          {"h": 1, "n": 3, "d_h": 4}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
+          static={"base": 500000, "layout": "half"}, fix_sizes=_even("d_h")),
     # Llama-3.1's scaling with d_h = 6 and L = 512: one frequency kept, one blended, one
     # divided by the factor (all three branches of rope_frequencies)
     _spec("rope_scaled", rotary.rope, rotary.rope_vjp, [R("X", ("h", "n", "d_h"))],
@@ -382,6 +388,29 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)}),
     *_linear_attention_specs(),
 ]}
+
+
+#: the conventions of an op that are options (static values): per static, the values in
+#: use and who uses them. ``check_op`` states them and, when a kernel fails, names the one
+#: it follows (:func:`conventions`)
+_ROPE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
+    "layout": (("interleaved", "pairs (2i, 2i+1): RoFormer, the graph's convention"),
+               ("half", "pairs (i, i + d_h/2): GPT-NeoX, Hugging Face Llama's rotate_half")),
+    "base": ((10000, "RoFormer, GPT-NeoX, Llama-2"), (500000, "Llama-3")),
+}
+CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
+    "rope": _ROPE_CONVENTIONS,
+    "rope_half": _ROPE_CONVENTIONS,
+}
+
+
+def conventions(spec: OpSpec) -> dict[str, tuple[tuple[Any, str], ...]]:
+    """The conventions of ``spec`` that are options (:data:`CONVENTIONS`; empty for an op
+    without, or for a spec not of the catalogue)."""
+    known = OPS.get(spec.name)
+    if known is None or known.forward is not spec.forward:
+        return {}
+    return CONVENTIONS.get(spec.name, {})
 
 
 def get_op(name: str) -> OpSpec:

@@ -1,10 +1,12 @@
 """Rotary position embedding, RoPE (Baggag & Saad §3.6.2; Su et al., RoFormer).
 
-Pairs of coordinates :math:`(x_{2i}, x_{2i+1})` of the query/key of the token at
-position :math:`t` are rotated by the angle :math:`t\\,\\theta_i`,
-:math:`\\theta_i = b^{-2i/d_h}` (the interleaved convention of RoFormer; Hugging Face
-pairs :math:`i` with :math:`i + d_h/2`, a permutation of the head's coordinates that
-:mod:`nlaverify.interop.weights` applies to the query and key projections), optionally
+Pairs of coordinates of the query/key of the token at position :math:`t` are rotated by
+the angle :math:`t\\,\\theta_i`, :math:`\\theta_i = b^{-2i/d_h}` (the base :math:`b`: 10000
+in RoFormer, 500000 in Llama-3). Two pairings are in use, a permutation of the head's
+coordinates apart, and both are options (``layout``): ``"interleaved"`` pairs
+:math:`(x_{2i}, x_{2i+1})` (RoFormer, the graph's convention); ``"half"`` pairs
+:math:`(x_i, x_{i+d_h/2})` (GPT-NeoX, Hugging Face Llama's ``rotate_half``; for the graph,
+:mod:`nlaverify.interop.weights` permutes the query and key projections instead). Optionally
 rescaled for long contexts (:class:`~nlaverify.config.RopeScaling`, Llama-3.1). Since
 rotations compose, :math:`\\langle R_s q, R_t k\\rangle = \\langle q, R_{t-s} k\\rangle`:
 scores depend on relative positions only (identity ``rope_relative_position``).
@@ -72,21 +74,45 @@ def rope_frequencies(xp: Namespace, d: int, base: int = 10000,
     return theta * (xp.asarray(a) + xp.asarray(b) * mu)
 
 
+#: the pairings of RoPE's coordinates (module docstring)
+LAYOUTS = ("interleaved", "half")
+
+
+def _check_layout(op: str, layout: str) -> None:
+    if layout not in LAYOUTS:
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"{op}: argument 'layout': expected one of {', '.join(LAYOUTS)} "
+                            f"('interleaved': pairs (2i, 2i+1), RoFormer; 'half': pairs "
+                            f"(i, i + d_h/2), GPT-NeoX and Hugging Face Llama), got {layout!r}")
+
+
 def rope_tables(xp: Namespace, n: int, d: int, base: int = 10000,
-                scaling: RopeScaling | None = None) -> tuple[Any, Any]:
-    r"""``(C, S)``, each ``(n, d)``: :math:`C_{t,2i} = C_{t,2i+1} = \cos(t\theta_i)` and
-    likewise :math:`S` with :math:`\sin`, :math:`\theta_i` from :func:`rope_frequencies`.
-    Exact on SymPy."""
+                scaling: RopeScaling | None = None, layout: str = "interleaved"
+                ) -> tuple[Any, Any]:
+    r"""``(C, S)``, each ``(n, d)``: :math:`C_{t,k} = \cos(t\theta_{i(k)})` and likewise
+    :math:`S` with :math:`\sin`, :math:`\theta_i` from :func:`rope_frequencies`, where
+    coordinate :math:`k` belongs to pair :math:`i(k) = \lfloor k/2 \rfloor`
+    (``"interleaved"``) or :math:`k \bmod d/2` (``"half"``). Exact on SymPy."""
+    _check_layout("rope_tables", layout)
     theta = rope_frequencies(xp, d, base, scaling)
-    theta = xp.reshape(xp.stack([theta, theta], axis=-1), (d,))  # theta_{k // 2}
+    if layout == "interleaved":
+        theta = xp.reshape(xp.stack([theta, theta], axis=-1), (d,))  # theta_{k // 2}
+    else:
+        theta = xp.concat([theta, theta], axis=0)  # theta_{k mod d/2}
     angle = xp.asarray([[xp.rational(t)] for t in range(n)]) * theta
     return xp.cos(angle), xp.sin(angle)
 
 
-def rotate_half(xp: Namespace, x: Any) -> Any:
-    r"""The skew map :math:`R`: :math:`(x_{2i}, x_{2i+1}) \mapsto (-x_{2i+1}, x_{2i})`;
-    :math:`R^\top = -R`."""
+def rotate_half(xp: Namespace, x: Any, layout: str = "interleaved") -> Any:
+    r"""The skew map :math:`R` of the pairing: ``"interleaved"`` :math:`(x_{2i}, x_{2i+1})
+    \mapsto (-x_{2i+1}, x_{2i})`; ``"half"`` :math:`(x_i, x_{i+d/2}) \mapsto (-x_{i+d/2},
+    x_i)`, i.e. :math:`[x_1, x_2] \mapsto [-x_2, x_1]` on the two halves (Hugging Face's
+    ``rotate_half``). Either way :math:`R^\top = -R`."""
     shape = tuple(x.shape)
+    if layout == "half":
+        h = shape[-1] // 2
+        return xp.concat([-x[..., h:], x[..., :h]], axis=-1)
     pairs = xp.reshape(x, (*shape[:-1], shape[-1] // 2, 2))
     return xp.reshape(xp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1), shape)
 
@@ -100,38 +126,44 @@ def _check(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
     return dims
 
 
-def rope(xp: Namespace, X: Any, base: int = 10000, scaling: RopeScaling | None = None) -> Any:
-    r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S` (frequencies
-    rescaled by ``scaling``, :func:`rope_frequencies`)."""
+def rope(xp: Namespace, X: Any, base: int = 10000, scaling: RopeScaling | None = None,
+         layout: str = "interleaved") -> Any:
+    r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S` (frequencies of base
+    ``base``, rescaled by ``scaling``, :func:`rope_frequencies`; coordinates paired by
+    ``layout``, :func:`rotate_half`)."""
     dims = _check("rope", xp, {"X": (X, ("*", "n", "d_h"))})
-    return _rotate(xp, X, dims, base, scaling)
+    _check_layout("rope", layout)
+    return _rotate(xp, X, dims, base, scaling, layout)
 
 
 def _rotate(xp: Namespace, X: Any, dims: dict[str, int], base: int,
-            scaling: RopeScaling | None) -> Any:
+            scaling: RopeScaling | None, layout: str = "interleaved") -> Any:
     r""":math:`X \odot C + R(X) \odot S`, the tables in ``X``'s dtype."""
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout)
     if not xp.object_arrays:
         C, S = xp.astype(C, X.dtype), xp.astype(S, X.dtype)
-    return X * C + rotate_half(xp, X) * S
+    return X * C + rotate_half(xp, X, layout) * S
 
 
 def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000,
-             scaling: RopeScaling | None = None) -> tuple[Any]:
+             scaling: RopeScaling | None = None, layout: str = "interleaved") -> tuple[Any]:
     r"""VJP of :func:`rope`: the transpose rotation,
-    :math:`\bar X = G \odot C + R^\top(G \odot S) = G\odot C - R(G \odot S)`."""
+    :math:`\bar X = G \odot C + R^\top(G \odot S) = G\odot C - R(G \odot S)` (either
+    layout: :math:`R^\top = -R`)."""
     dims = _check("rope_vjp", xp, {"X": (X, ("*", "n", "d_h")), "G": (G, ("*", "n", "d_h"))})
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling)
+    _check_layout("rope_vjp", layout)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout)
     if not xp.object_arrays:
         C, S = xp.astype(C, G.dtype), xp.astype(S, G.dtype)
-    return (G * C - rotate_half(xp, G * S),)
+    return (G * C - rotate_half(xp, G * S, layout),)
 
 
 @jvp_rule("dX",)
 def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000,
-             scaling: RopeScaling | None = None) -> Any:
+             scaling: RopeScaling | None = None, layout: str = "interleaved") -> Any:
     r"""JVP of :func:`rope` (Baggag & Saad §3.6.2): RoPE is linear in :math:`X`, so the
     tangent is rotated alike, :math:`\dot Y = \dot X \odot C + R(\dot X) \odot S`."""
     dims = _check("rope_jvp", xp, {"X": (X, ("*", "n", "d_h")),
                                    "dX": (T[0], ("*", "n", "d_h"))})
-    return _rotate(xp, T[0], dims, base, scaling)
+    _check_layout("rope_jvp", layout)
+    return _rotate(xp, T[0], dims, base, scaling, layout)

@@ -133,6 +133,13 @@ OP_TEXT: dict[str, T] = {
                         r"for the feature pair $(2i, 2i+1)$, $\theta_i = 10000^{-2i/d_h}$"),
                ("R", r"the pair rotation $(x_{2i}, x_{2i+1}) \mapsto (-x_{2i+1}, x_{2i})$, "
                      r"$R^\top = -R$"))),
+    "rope_half": T("Y", r"Y = X\odot C + R(X)\odot S\quad (\text{half layout})",
+                   r"\dot Y = \dot X\odot C + R(\dot X)\odot S",
+                   (("C, S", r"the tables $\cos(t\theta_i)$, $\sin(t\theta_i)$ at position $t$ "
+                             r"for the feature pair $(i, i+d_h/2)$, $\theta_i = "
+                             r"500000^{-2i/d_h}$ (Llama-3's base)"),
+                    ("R", r"the half rotation $[x_1, x_2] \mapsto [-x_2, x_1]$ on the two "
+                          r"halves (Hugging Face's rotate_half, GPT-NeoX), $R^\top = -R$"))),
     "rope_scaled": T("Y", r"Y = X\odot C + R(X)\odot S\quad (C, S \text{ at the scaled } "
                           r"\theta_i')",
                      r"\dot Y = \dot X\odot C + R(\dot X)\odot S",

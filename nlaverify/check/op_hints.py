@@ -1,0 +1,62 @@
+"""What a failing ``check_op`` case says beyond its rows: the conventions of the op that are
+options (:data:`nlaverify.ops.registry.CONVENTIONS`), the ones in force, and the ones the
+user's kernel follows when they are not the ones in force (RoPE's pairing and base: a
+half-split kernel checked against the interleaved op fails by a factor of 1e5, which reads
+as a wrong base unless the report says which pairing the kernel follows).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from nlaverify.cases.inputs import OpCaseInput
+from nlaverify.check.adapters import to_float64
+from nlaverify.check.op_plan import OpPlan
+from nlaverify.check.op_reference import _case_condition, _tol
+from nlaverify.check.op_subject import _user_args
+from nlaverify.check.report import compare_arrays
+from nlaverify.ops.registry import conventions
+
+__all__ = ["convention_notes"]
+
+
+def convention_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
+    """For an op whose conventions are options (:data:`~nlaverify.ops.registry.CONVENTIONS`),
+    at a failing case: the conventions in force and, when the kernel's forward agrees with
+    the reference under other values (within the same bound), the values it follows."""
+    table = conventions(plan.spec)
+    if not table:
+        return []
+    s, static = plan.settings, dict(plan.spec.static)
+    def described(key: str, value: Any) -> str:
+        return f"{key}={value!r} ({dict(table[key]).get(value, 'yours')})"
+
+    notes = [f"{plan.spec.name}: conventions in force: "
+             + ", ".join(described(k, static.get(k)) for k in table)]
+    try:
+        out = to_float64(s.forward(_user_args(case, s.framework, s.dtype)), what="output of fn")
+    except Exception:
+        return notes
+    tol = _tol(s, case, _case_condition(case, "forward"), 1)
+    from nlaverify.backends import get_namespace
+
+    numpy = get_namespace("numpy")
+    for values in itertools.product(*(tuple(v for v, _ in table[k]) for k in table)):
+        alt = dict(zip(table, values, strict=True))
+        if all(static.get(k) == v for k, v in alt.items()):
+            continue
+        try:
+            ref = np.asarray(plan.spec.forward(numpy, *case.args, **{**static, **alt}),
+                             dtype=np.float64)
+        except Exception:
+            continue
+        if compare_arrays(s.subject, "forward", out, ref, tol).verdict == "pass":
+            change = {k: v for k, v in alt.items() if static.get(k) != v}
+            notes.append(f"{plan.spec.name}: your forward follows "
+                         + ", ".join(described(k, v) for k, v in change.items())
+                         + f": pass static={change!r} if that is your convention")
+            break
+    return notes

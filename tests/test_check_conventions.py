@@ -1,0 +1,67 @@
+"""Conventions are options, each proved (issue 34, item 3): RoPE's pairing (``layout``:
+interleaved, RoFormer; half, GPT-NeoX and Hugging Face Llama's ``rotate_half``) and base
+(10000; Llama-3's 500000). A half-split kernel passes with its layout and fails without it,
+the report naming the layout (and base) it follows; ``op_signature`` states the
+conventions in force.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nlaverify.check import check_op, op_signature  # noqa: E402
+from nlaverify.ops.registry import OPS, conventions  # noqa: E402
+
+
+def hf_rope(base: float):
+    """RoPE as Hugging Face Llama writes it: frequencies duplicated over the two halves,
+    ``rotate_half`` pairing coordinate i with i + d_h/2."""
+
+    def rope(X):
+        n, d = X.shape[-2], X.shape[-1]
+        inv = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = emb.cos().to(X.dtype), emb.sin().to(X.dtype)
+        x1, x2 = X[..., : d // 2], X[..., d // 2:]
+        return X * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+    return rope
+
+
+def test_op_signature_states_the_conventions() -> None:
+    assert op_signature("rope") == ("rope(X[..., h, n, d_h]); static: base=10000, "
+                                    "layout='interleaved'")
+    assert "layout='half'" in op_signature("rope_half")
+    assert set(conventions(OPS["rope"])) == {"layout", "base"}
+
+
+def test_half_split_rope_passes_with_its_layout() -> None:
+    report = check_op(hf_rope(10000.0), "rope", static={"layout": "half"}, dtype="float32")
+    assert report.ok, report
+    report = check_op(hf_rope(500000.0), "rope_half", dtype="float32")
+    assert report.ok, report
+
+
+def test_half_split_rope_fails_without_it_and_the_report_names_the_layout() -> None:
+    report = check_op(hf_rope(10000.0), "rope", dtype="float32")
+    assert report.failures, report
+    notes = "\n".join(report.notes)
+    assert "conventions in force: layout='interleaved'" in notes, notes
+    assert "your forward follows layout='half' (pairs (i, i + d_h/2)" in notes, notes
+    assert "static={'layout': 'half'}" in notes, notes
+    # Llama-3's base as well: both conventions named
+    report = check_op(hf_rope(500000.0), "rope", dtype="float32")
+    notes = "\n".join(report.notes)
+    assert report.failures and "layout='half'" in notes and "base=500000" in notes, notes
+
+
+def test_a_wrong_base_is_not_explained_away() -> None:
+    """A base no convention uses fails with the conventions in force stated and no
+    'follows' line (nothing to blame on a convention)."""
+    report = check_op(hf_rope(12345.0), "rope", static={"layout": "half"}, dtype="float32")
+    notes = "\n".join(report.notes)
+    assert report.failures and "conventions in force" in notes
+    assert "your forward follows" not in notes, notes
