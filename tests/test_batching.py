@@ -69,11 +69,11 @@ def test_all_ignored_targets_are_an_error() -> None:
 def _sum_not_mean(spec):
     """The planted bug: the sum over non-ignored tokens instead of their mean (forward and
     VJP consistent, so the single-sequence VJP proof still holds)."""
-    def fwd(xp, Z, targets, ignore_index=IGNORE_INDEX):
+    def fwd(xp, Z, targets, ignore_index=IGNORE_INDEX, reduction="mean"):
         Y, _, _ = loss._targets("cross_entropy", xp, Z, targets, ignore_index)
         return -xp.sum(Y * loss.log_softmax(xp, Z))
 
-    def vjp(xp, G, Z, targets, ignore_index=IGNORE_INDEX):
+    def vjp(xp, G, Z, targets, ignore_index=IGNORE_INDEX, reduction="mean"):
         Y, w, _ = loss._targets("cross_entropy_vjp", xp, Z, targets, ignore_index, G)
         return ((loss.softmax(xp, Z) - Y) * w * G,)
 

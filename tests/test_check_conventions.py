@@ -65,3 +65,31 @@ def test_a_wrong_base_is_not_explained_away() -> None:
     notes = "\n".join(report.notes)
     assert report.failures and "conventions in force" in notes
     assert "your forward follows" not in notes, notes
+
+
+def torch_ce(reduction: str = "mean", ignore_index: int = -100):
+    def ce(Z, targets):
+        return torch.nn.functional.cross_entropy(Z.reshape(-1, Z.shape[-1]),
+                                                 targets.reshape(-1), reduction=reduction,
+                                                 ignore_index=ignore_index)
+
+    return ce
+
+
+def test_cross_entropy_reduction_and_ignore_index_are_options() -> None:
+    assert check_op(torch_ce(), "cross_entropy", dtype="float32").ok
+    assert check_op(torch_ce("sum"), "cross_entropy", static={"reduction": "sum"},
+                    dtype="float32").ok
+    assert check_op(torch_ce("sum"), "cross_entropy_sum", dtype="float32").ok
+    # the drawn padding uses the ignore index in force
+    report = check_op(torch_ce(ignore_index=-1), "cross_entropy", static={"ignore_index": -1},
+                      dtype="float32")
+    assert report.ok, report
+    assert not check_op(torch_ce(ignore_index=-1), "cross_entropy", dtype="float32").ok
+
+
+def test_a_summed_loss_is_named_as_such() -> None:
+    report = check_op(torch_ce("sum"), "cross_entropy", dtype="float32")
+    notes = "\n".join(report.notes)
+    assert report.failures and "conventions in force: reduction='mean'" in notes, notes
+    assert "your forward follows reduction='sum'" in notes, notes

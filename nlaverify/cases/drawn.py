@@ -68,7 +68,7 @@ def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0
             if a.ignore is not None and shape[-1] > 1:  # pad some targets (never position 0)
                 pad = rng.random(shape) < 1 / 3
                 pad[..., 0] = False
-                toks[pad] = a.ignore
+                toks[pad] = spec.static.get("ignore_index", a.ignore)  # the op's in force
             args.append(toks)
         elif a.kind == "mask":
             args.append(np.broadcast_to(fixed_routing_mask(*shape[-2:]), shape).copy())

@@ -38,7 +38,8 @@ from nlaverify.symbolic.vjp_proof import proof_tokens
 #: or any two, would still be refuted)
 B = 3
 #: ops whose output is a scalar reduction over tokens, and how it combines over a batch
-LOSSES = ("cross_entropy", "half_squared_error")
+#: (the mean cross-entropy by each sequence's share of the targets; the sums by 1)
+LOSSES = ("cross_entropy", "cross_entropy_sum", "half_squared_error")
 
 
 def _batched_args(spec: OpSpec) -> tuple[list[Any], dict[str, Any]]:

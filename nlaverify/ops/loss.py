@@ -50,9 +50,24 @@ def _targets(op: str, xp: Namespace, Z: Any, targets: Any, ignore_index: int,
     return Y, w[..., None], count
 
 
-def cross_entropy(xp: Namespace, Z: Any, targets: Any, ignore_index: int = IGNORE_INDEX) -> Any:
-    r"""Mean cross-entropy of logits ``Z`` ``(*, n, V)`` against ``targets`` ``(*, n)`` over
-    the positions that have a target (Baggag & Saad §3.1, §3.13.1):
+#: the reductions of :func:`cross_entropy` over the positions
+REDUCTIONS = ("mean", "sum")
+
+
+def _divisor(op: str, xp: Namespace, count: Any, reduction: str) -> Any:
+    r""":math:`N` (``"mean"``, over the targets that are not ignored) or 1 (``"sum"``)."""
+    if reduction not in REDUCTIONS:
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"{op}: argument 'reduction': expected one of "
+                            f"{', '.join(REDUCTIONS)}, got {reduction!r}")
+    return count if reduction == "mean" else xp.rational(1)
+
+
+def cross_entropy(xp: Namespace, Z: Any, targets: Any, ignore_index: int = IGNORE_INDEX,
+                  reduction: str = "mean") -> Any:
+    r"""Cross-entropy of logits ``Z`` ``(*, n, V)`` against ``targets`` ``(*, n)``, the mean
+    over the positions that have a target (Baggag & Saad §3.1, §3.13.1):
 
     .. math:: L = -\frac1N\sum_{i:\,t_i\ne\varnothing}\log\operatorname{softmax}(z_i)_{t_i}
               = -\frac1N \sum_{i} \langle y_i, \log\operatorname{softmax}(z_i)\rangle,
@@ -61,15 +76,16 @@ def cross_entropy(xp: Namespace, Z: Any, targets: Any, ignore_index: int = IGNOR
     the sum running over every position of every sequence of the batch; a target equal
     to ``ignore_index`` (:math:`\varnothing`, padding) contributes nothing to the sum nor
     to :math:`N`, and its one-hot row :math:`y_i` is 0. Without ignored targets this is the
-    plain mean over the :math:`B n` positions. Log-softmax is the stable log-sum-exp form.
-    Returns a 0-d array.
+    plain mean over the :math:`B n` positions. ``reduction="sum"``: the sum, :math:`N`
+    replaced by 1 (PyTorch's ``reduction="sum"``). Log-softmax is the stable log-sum-exp
+    form. Returns a 0-d array.
     """
     Y, _, count = _targets("cross_entropy", xp, Z, targets, ignore_index)
-    return -xp.sum(Y * log_softmax(xp, Z)) / count
+    return -xp.sum(Y * log_softmax(xp, Z)) / _divisor("cross_entropy", xp, count, reduction)
 
 
 def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any,
-                      ignore_index: int = IGNORE_INDEX) -> tuple[Any]:
+                      ignore_index: int = IGNORE_INDEX, reduction: str = "mean") -> tuple[Any]:
     r"""VJP of :func:`cross_entropy` (softmax and cross-entropy fused):
 
     .. math:: \bar Z_i = \frac{g}{N}\,w_i\,(p_i - y_i),\qquad
@@ -78,19 +94,21 @@ def cross_entropy_vjp(xp: Namespace, G: Any, Z: Any, targets: Any,
     ignored rows receive no cotangent.
     """
     Y, w, count = _targets("cross_entropy_vjp", xp, Z, targets, ignore_index, G)
-    return ((softmax(xp, Z) - Y) * w * (G / count),)
+    return ((softmax(xp, Z) - Y) * w * (G / _divisor("cross_entropy_vjp", xp, count,
+                                                        reduction)),)
 
 
 @jvp_rule("dZ",)
 def cross_entropy_jvp(xp: Namespace, T: tuple[Any], Z: Any, targets: Any,
-                      ignore_index: int = IGNORE_INDEX) -> Any:
+                      ignore_index: int = IGNORE_INDEX, reduction: str = "mean") -> Any:
     r"""JVP of :func:`cross_entropy`, a scalar:
 
     .. math:: \dot L = \frac1N \sum_i w_i\,\langle p_i - y_i, \dot z_i\rangle.
     """
     Y, w, count = _targets("cross_entropy_jvp", xp, Z, targets, ignore_index)
     _tangent_like("cross_entropy_jvp", "dZ", T[0], "Z", Z)
-    return xp.sum((softmax(xp, Z) - Y) * w * T[0]) / count
+    return xp.sum((softmax(xp, Z) - Y) * w * T[0]) / _divisor("cross_entropy_jvp", xp, count,
+                                                              reduction)
 
 
 def _tangent_like(op: str, name: str, t: Any, of: str, x: Any) -> None:

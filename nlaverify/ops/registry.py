@@ -385,7 +385,15 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"L = -\tfrac1N\textstyle\sum_{i:\,t_i\neq\varnothing}\log p_{i,t_i},\ "
           r"\bar Z_i = \tfrac{g}{N}\,\mathbb 1[t_i\neq\varnothing]\,(p_i - y_i),\ "
           r"N = \#\{i: t_i \neq \varnothing\}",
-          {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)}),
+          {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)},
+          static={"ignore_index": loss.IGNORE_INDEX, "reduction": "mean"}),
+    _spec("cross_entropy_sum", loss.cross_entropy, loss.cross_entropy_vjp,
+          [R("Z", ("n", "V")), R("targets", ("n",), "tokens", ignore=loss.IGNORE_INDEX)],
+          "Baggag & Saad §3.1, §3.13.1 (PyTorch reduction='sum')",
+          r"L = -\textstyle\sum_{i:\,t_i\neq\varnothing}\log p_{i,t_i},\ "
+          r"\bar Z_i = g\,\mathbb 1[t_i\neq\varnothing]\,(p_i - y_i)",
+          {"n": 3, "V": 3}, {"n": _NUM, "V": (2, 6)},
+          static={"ignore_index": loss.IGNORE_INDEX, "reduction": "sum"}),
     *_linear_attention_specs(),
 ]}
 
@@ -398,9 +406,16 @@ _ROPE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
                ("half", "pairs (i, i + d_h/2): GPT-NeoX, Hugging Face Llama's rotate_half")),
     "base": ((10000, "RoFormer, GPT-NeoX, Llama-2"), (500000, "Llama-3")),
 }
+_CE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
+    "reduction": (("mean", "the mean over the targets that are not ignored: PyTorch's and "
+                           "Hugging Face's default"),
+                  ("sum", "the sum over the targets (PyTorch reduction='sum')")),
+}
 CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
     "rope": _ROPE_CONVENTIONS,
     "rope_half": _ROPE_CONVENTIONS,
+    "cross_entropy": _CE_CONVENTIONS,
+    "cross_entropy_sum": _CE_CONVENTIONS,
 }
 
 

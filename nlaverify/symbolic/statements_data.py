@@ -191,4 +191,13 @@ OP_TEXT: dict[str, T] = {
          ("y_i", "the one-hot row of $t_i$ (zero where $t_i = \\varnothing$)"),
          ("N", "the number of rows with a target"), ("g", "the scalar cotangent of $L$"),
          (r"\bar Z_i", r"row $i$ of $\bar Z$")), {"V": "classes"}),
+    "cross_entropy_sum": T(
+        "L", r"L = -\textstyle\sum_{i:\,t_i\neq\varnothing}\log p_{i,t_i},\quad "
+             r"p_i = \operatorname{softmax}(z_i)",
+        r"\dot L = \textstyle\sum_i\mathbb 1[t_i\neq\varnothing]\,\langle p_i - y_i, "
+        r"\dot z_i\rangle",
+        (("z_i", "row $i$ of the logits $Z$"), ("t_i", "the target id of row $i$"),
+         ("y_i", "the one-hot row of $t_i$ (zero where $t_i = \\varnothing$)"),
+         ("g", "the scalar cotangent of $L$"),
+         (r"\bar Z_i", r"row $i$ of $\bar Z$")), {"V": "classes"}),
 }
