@@ -51,6 +51,9 @@ class OpCaseInput:
     condition: Callable[[list[Any]], float] | None = None
     sizes: dict[str, int] = field(default_factory=dict)
     batch: tuple[int, ...] = ()
+    #: the arrays an explicit case was given as (handed to the kernel as they are: their
+    #: layout, device and strides kept), or ``None``
+    given: list[Any] | None = None
 
 
 def registered(spec: OpSpec) -> bool:
@@ -170,5 +173,6 @@ def explicit_inputs(spec: OpSpec, inputs: Sequence[Any], dtype: str, static: Map
                     raise CheckError(f"argument 'inputs'[{i}]: tangent of "
                                      f"{spec.args[k].name!r}: expected shape "
                                      f"{np.shape(args[k])}, got {t.shape}")
-        cases.append(OpCaseInput(spec, args, G, T, dict(static), f"input {i}", spec.condition))
+        cases.append(OpCaseInput(spec, args, G, T, dict(static), f"input {i}", spec.condition,
+                                 given=list(arrs)))
     return cases

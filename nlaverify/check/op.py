@@ -62,6 +62,7 @@ from nlaverify.cases.inputs import (
 from nlaverify.cases.rounding import exact_in as _exact_in
 from nlaverify.check.adapters import array_framework, to_float64, to_framework
 from nlaverify.check.op_hints import convention_notes
+from nlaverify.check.op_layouts import layout_rows
 from nlaverify.check.op_plan import OpPlan, plan_op_check
 from nlaverify.check.op_reference import (
     _case_condition,
@@ -149,6 +150,8 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     rows.append(row)
     if changed is not None:  # every later call would see the modified values
         return rows
+    if case.origin == "drawn" and row.verdict == "pass":
+        rows += layout_rows(s, case, args, ref.out, _tol(s, case, kappa_f, 1))
     if not spec.differentiable:
         return rows
     real = real_indices(spec)
@@ -235,6 +238,7 @@ def check_op(
     reference: str = "mpmath",
     seed: int = 0,
     name: str | None = None,
+    layouts: bool = True,
 ) -> CheckReport:
     r"""Check your forward ``fn`` (and its VJP/JVP) against the proved op ``op``.
 
@@ -275,6 +279,11 @@ def check_op(
             for float32 and narrower kernels at large shapes, where the mpmath loop over
             entries costs seconds per case; its error is far below the bound).
         seed: the seed of the drawn values (the run is deterministic).
+        name: the subject's name in the report (default: ``fn``'s).
+        layouts: PyTorch and CuPy kernels also run every drawn case on non-contiguous
+            views of the same values (transposed, strided), and a kernel that assumes a
+            contiguous row-major layout is named (:mod:`~nlaverify.check.op_layouts`);
+            ``inputs=`` are handed to ``fn`` as given.
 
     Returns:
         A :class:`~nlaverify.check.report.CheckReport`: one row per case and check, the
@@ -284,7 +293,7 @@ def check_op(
     plan = plan_op_check(fn, op, vjp=vjp, jvp=jvp, dtype=dtype, framework=framework,
                          static=static, shapes=shapes, batch=batch, examples=examples,
                          hostile=hostile, check_jvp=check_jvp, accumulation=accumulation,
-                         products=products, reference=reference, name=name)
+                         products=products, reference=reference, name=name, layouts=layouts)
     report = CheckReport(plan.settings.subject, "check_op")
     report.notes.extend(plan.notes)
     if inputs is not None:

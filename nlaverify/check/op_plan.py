@@ -124,7 +124,7 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
                   batch: bool | Sequence[int], examples: int, hostile: bool | int | str,
                   check_jvp: bool,
                   accumulation: str | None, products: str | None, reference: str,
-                  name: str | None) -> OpPlan:
+                  name: str | None, layouts: bool = True) -> OpPlan:
     """Check the arguments of ``check_op`` (same names, same meaning) and plan the run."""
     if not callable(fn):
         raise CheckError(f"argument 'fn': expected a callable, got {type(fn).__name__}")
@@ -164,7 +164,7 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
         raise CheckError("argument 'reference': a float64 reference cannot judge a float64 "
                          "subject to float64's bound; use reference='mpmath'")
     settings = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp,
-                         real_indices(spec), reference)
+                         real_indices(spec), reference, bool(layouts))
     where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
              else "float64 NumPy")
     notes = [_reference_note(spec, where, dtype, fw)]

@@ -22,8 +22,28 @@ from nlaverify.check.report import CheckError
 
 
 def _user_args(case: OpCaseInput, framework: str, dtype: str) -> list[Any]:
-    return [to_framework(x, framework, None if np.issubdtype(np.asarray(x).dtype, np.integer)
-                         else dtype) for x in case.args]
+    """The case's arguments as arrays of ``framework`` in ``dtype``; an explicit case's
+    arrays that already are (the framework's, the dtype's) are handed over as given, so a
+    non-contiguous view stays one."""
+    out = []
+    for k, x in enumerate(case.args):
+        integer = np.issubdtype(np.asarray(x).dtype, np.integer)
+        mine = case.given[k] if case.given is not None else None
+        if mine is not None and array_framework(mine) == framework and (
+                integer or _same_dtype(mine, framework, dtype)):
+            out.append(mine)
+        else:
+            out.append(to_framework(x, framework, None if integer else dtype))
+    return out
+
+
+def _same_dtype(x: Any, framework: str, dtype: str) -> bool:
+    from nlaverify.check.adapters import framework_dtype
+
+    try:
+        return bool(x.dtype == framework_dtype(framework, dtype))
+    except Exception:
+        return False
 
 
 def _snapshot(args: list[Any]) -> list[np.ndarray | None]:
@@ -95,6 +115,8 @@ class _Settings:
     check_jvp: bool
     real: list[int] = field(default_factory=list)
     reference: str = "mpmath"
+    #: also run the forward on non-contiguous views (:mod:`nlaverify.check.op_layouts`)
+    layouts: bool = True
 
     def _jitted(self, key: str, f: Callable[..., Any], *args: Any) -> Any:
         """JAX: run ``f`` under ``jax.jit`` (one compilation per shape instead of one per
