@@ -138,6 +138,11 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
         return [error_row(s.subject, "forward" + tag, exc, where="fn")]
     row = compare_arrays(s.subject, "forward" + tag, out64, ref.out,
                          _tol(s, case, kappa_f, 1), label="out")
+    wider = _wider_output(out, s.framework, s.dtype)
+    if wider:
+        s.note(f"fn returned {wider} for a {s.dtype} check: its output was not rounded to "
+               f"{s.dtype} (the rows judge it by {s.dtype}'s bound; fine if your kernel "
+               "means to return the wider type)")
     integer = _integer_output(out)
     if integer is not None:
         row = replace(row, verdict="fail", error=math.inf, reason=f"out: fn returned "
@@ -170,7 +175,7 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
         if ref.cotangents is None:
             cots = None
         elif s.vjp is not None:
-            cots = _as_list(s.vjp(G, *args), "output of vjp", len(real))
+            cots = _as_list(s.call_vjp(G, *args), "output of vjp", len(real))
             how = "vjp"
         else:
             cots = s.autodiff_vjp(G, args)
@@ -195,7 +200,7 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
         T = [to_framework(t, s.framework, s.dtype) for t in case.tangents]
         try:
             if s.jvp is not None:
-                tan = s.jvp(tuple(T), *args)
+                tan = s.call_jvp(tuple(T), *args)
                 how = "jvp"
             else:
                 tan = s.autodiff_jvp(T, args)
@@ -297,13 +302,16 @@ def check_op(
     report = CheckReport(plan.settings.subject, "check_op")
     report.notes.extend(plan.notes)
     if inputs is not None:
-        return _explicit_stage(plan, inputs, report)
+        report = _explicit_stage(plan, inputs, report)
+        report.notes.extend(plan.settings.notes)
+        return report
     kept = _Kept()
     failed = _drawn_stage(plan, examples, seed, kept)
     hostile_failed, n_hostile = _hostile_stage(plan, hostile, kept)
     if not examples and not n_hostile:
         report.notes.append(f"nothing ran: examples=0 and {plan.spec.name} has no hostile "
                             "cases here (hostile=" + repr(hostile) + "): the report is not ok")
+    report.notes.extend(plan.settings.notes)
     return _summarize(report, failed + hostile_failed, kept)
 
 
@@ -392,6 +400,25 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
             return _attach(rows, reproducer(s, case, plan.op_text, plan.options)), len(cases)
         keep(rows)
     return [], len(cases)
+
+
+def _wider_output(out: Any, framework: str, dtype: str) -> str | None:
+    """The output's dtype when it is a floating type wider than ``dtype`` (a bfloat16 kernel
+    returning float32), else ``None``."""
+    from nlaverify.check.adapters import framework_dtype
+
+    got = getattr(out, "dtype", None)
+    if got is None or dtype == "float64":
+        return None
+    try:
+        want = framework_dtype(framework, dtype)
+        itemsize = getattr(got, "itemsize", None) or np.dtype(str(got).removeprefix(
+            "torch.")).itemsize
+        want_size = getattr(want, "itemsize", None) or np.dtype(str(want).removeprefix(
+            "torch.")).itemsize
+    except Exception:
+        return None
+    return str(got).removeprefix("torch.") if itemsize > want_size else None
 
 
 def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:

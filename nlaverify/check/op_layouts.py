@@ -70,7 +70,7 @@ def _viewable(case: OpCaseInput, args: list[Any]) -> list[int]:
 def _run(s: _Settings, case: OpCaseInput, args: list[Any], ref_out: np.ndarray,
          tol: Tolerance, check: str) -> Row:
     try:
-        out = s.fn(*args)  # eagerly: a layout exists only outside jit
+        out = s.call(*args)  # eagerly: a layout exists only outside jit
         out64 = to_float64(out, what="output of fn")
     except Exception as exc:
         return error_row(s.subject, check, exc, where="fn")

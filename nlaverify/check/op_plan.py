@@ -75,6 +75,32 @@ def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
     return [b]
 
 
+def _statics_by_keyword(what: str, f: Callable[..., Any], n_args: int,
+                        static: Mapping[str, Any], spec: OpSpec) -> dict[str, Any]:
+    """The static values ``f``'s signature names as keyword parameters (``eps``, ``base``):
+    ``check_op`` passes them by keyword. A signature that cannot take the call check_op
+    makes (``n_args`` positional arrays and those keywords) is a CheckError restating the
+    op's signature (was: a TypeError row for every case)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):  # a builtin or extension function: call it as it is
+        return {}
+    params = sig.parameters
+    kw = {k: v for k, v in static.items() if k in params and params[k].kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    try:
+        sig.bind(*range(n_args), **kw)
+    except TypeError as exc:
+        lead = {"fn": "fn(*args)", "vjp": "vjp(G, *args)", "jvp": "jvp(tangents, *args)"}[what]
+        name = getattr(f, "__name__", type(f).__name__)
+        raise CheckError(f"argument {what!r}: {name}{sig} cannot be called as check_op calls "
+                         f"it, {lead} with {op_signature(spec)} ({exc}); statics go in as "
+                         f"keyword parameters named like them (or baked in)") from None
+    return kw
+
+
 def _reference_note(spec: OpSpec, where: str, dtype: str, framework: str) -> str:
     """What the reference is and how far it is proved: the catalogue's ops by ``nlaverify
     derive``; a user op's derivatives only if :func:`~nlaverify.check.prove` ran on this
@@ -165,6 +191,12 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
                          "subject to float64's bound; use reference='mpmath'")
     settings = _Settings(fn, vjp, jvp, fw, dtype, acc, products, subject, check_jvp,
                          real_indices(spec), reference, bool(layouts))
+    n = len(spec.args)
+    for what, f, extra in (("fn", fn, 0), ("vjp", vjp, 1), ("jvp", jvp, 1)):
+        if f is not None:
+            kw = _statics_by_keyword(what, f, n + extra, st, spec)
+            if kw:
+                settings.static_kw[what] = kw
     where = (f"mpmath at {REFERENCE_DIGITS} digits" if reference == "mpmath"
              else "float64 NumPy")
     notes = [_reference_note(spec, where, dtype, fw)]

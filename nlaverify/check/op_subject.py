@@ -4,6 +4,7 @@ framework, what it did to them (an in-place write, an integer output), its calls
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,31 @@ class _Settings:
     reference: str = "mpmath"
     #: also run the forward on non-contiguous views (:mod:`nlaverify.check.op_layouts`)
     layouts: bool = True
+    #: static values passed by keyword to fn, vjp, jvp (those their signatures name)
+    static_kw: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: notes the run adds to the report (once each)
+    notes: list[str] = field(default_factory=list)
+
+    def _bound(self, what: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        kw = self.static_kw.get(what)
+        return functools.partial(f, **kw) if kw else f
+
+    @property
+    def call(self) -> Callable[..., Any]:
+        """``fn`` with the statics its signature names passed by keyword."""
+        return self._bound("fn", self.fn)
+
+    def call_vjp(self, G: Any, *args: Any) -> Any:
+        assert self.vjp is not None
+        return self._bound("vjp", self.vjp)(G, *args)
+
+    def call_jvp(self, T: Any, *args: Any) -> Any:
+        assert self.jvp is not None
+        return self._bound("jvp", self.jvp)(T, *args)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def _jitted(self, key: str, f: Callable[..., Any], *args: Any) -> Any:
         """JAX: run ``f`` under ``jax.jit`` (one compilation per shape instead of one per
@@ -127,7 +153,8 @@ class _Settings:
             return f(*args)
         import jax
 
-        slot = (self.fn, key, tuple(self.real))
+        slot = (self.fn, key, tuple(self.real),
+                tuple(sorted(self.static_kw.get("fn", {}).items())))
         try:
             cached = _JIT_CACHE.get(slot)
         except TypeError:  # an unhashable callable: no cache
@@ -149,22 +176,22 @@ class _Settings:
             return f(*args)
 
     def forward(self, args: list[Any]) -> Any:
-        return self._jitted("fn", self.fn, *args)
+        return self._jitted("fn", self.call, *args)
 
     def autodiff_vjp(self, G: Any, args: list[Any]) -> list[Any]:
-        fn, fw, real = self.fn, self.framework, self.real
+        fn, fw, real = self.call, self.framework, self.real
         return self._jitted("vjp", lambda G, *a: autodiff_vjp(fn, fw, a, real, G)[1],
                             G, *args)
 
     def autodiff_jvp(self, T: list[Any], args: list[Any]) -> Any:
-        fn, fw, real = self.fn, self.framework, self.real
+        fn, fw, real = self.call, self.framework, self.real
         return self._jitted("jvp", lambda T, *a: autodiff_jvp(fn, fw, a, real, T),
                             T, *args)
 
 
 #: jitted user functions and their autodiff, by (function, kind, real arguments): reused by
 #: later calls of check_op on the same kernel (``False``: the function cannot be traced)
-_JIT_CACHE: dict[tuple[Any, str, tuple[int, ...]], Any] = {}
+_JIT_CACHE: dict[tuple[Any, ...], Any] = {}
 _JIT_CACHE_SIZE = 64
 
 

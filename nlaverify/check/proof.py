@@ -2,12 +2,15 @@ r"""``prove``: the exact proof of *your* op's VJP and JVP, the same proof the ca
 
 Write the op once against an array namespace ``xp`` (the functions of the array API that
 :mod:`nlaverify.ops` uses: ``xp.sum``, ``xp.exp``, ``xp.sqrt``, ``xp.matmul`` / ``@``,
-``xp.swapaxes``, ``xp.max`` ...; no in-place updates, no Python ``if`` on array values):
+``xp.matrix_transpose``, ``xp.where`` ...; no in-place updates, no Python ``if`` on array
+values, no ``xp.mean`` (divide a sum by the size: exact on SymPy) and no ``xp.max`` in a
+formula (``xp.stability_shift`` for the shift before an exponential); docs/check.md lists
+the functions):
 
 .. code-block:: python
 
     def my_rmsnorm(xp, x, gamma, *, eps):
-        r = xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
+        r = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True) / x.shape[-1] + eps)
         return x / r * gamma
 
 Then the *same* function runs on NumPy, JAX or CuPy for your model, in mpmath for reference

@@ -308,7 +308,8 @@ def compare_arrays(subject: str, check: str, actual: Any, expected: Any, tol: To
     if a.size == 0:
         return Row(subject, check, 0.0, tol.rtol, "pass", label, reason=tol.reason)
     same = (a == e) | (np.isnan(a) & np.isnan(e))
-    diff = np.where(same, 0.0, np.abs(a - e))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan: judged below
+        diff = np.where(same, 0.0, np.abs(a - e))
     diff = np.where(np.isnan(diff), np.inf, diff)
     finite_e = e[np.isfinite(e)]
     scale = max(floor, float(np.max(np.abs(finite_e))) if finite_e.size else 0.0) or 1.0
@@ -324,9 +325,28 @@ def compare_arrays(subject: str, check: str, actual: Any, expected: Any, tol: To
 
 
 def error_row(subject: str, check: str, exc: BaseException, *, where: str = "") -> Row:
-    """A check whose subject raised: it fails on its own row with the exception."""
+    """A check whose subject raised: it fails on its own row with the exception and the line
+    of the user's code it came from (the innermost frame outside nlaverify and the
+    frameworks)."""
     return Row(subject, check, math.inf, math.nan, "fail", where,
-               reason=f"raised {type(exc).__name__}: {exc}")
+               reason=f"raised {type(exc).__name__}: {exc}{_origin(exc)}")
+
+
+#: path parts of code that is not the user's: a frame there is not where their bug is
+_NOT_USERS = ("/nlaverify/", "/site-packages/", "/dist-packages/", "/lib/python", "<frozen")
+
+
+def _origin(exc: BaseException) -> str:
+    """`` (at file:line: code)`` of the innermost frame of ``exc`` in the user's code, or
+    ``""``."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not any(part in f.filename.replace("\\", "/") for part in _NOT_USERS)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno}: {(f.line or '').strip()})"
 
 
 def skip_row(subject: str, check: str, why: str) -> Row:

@@ -1,0 +1,68 @@
+"""How check_op calls a user's kernel (issue 34, item 6): statics its signature names are
+passed by keyword; a signature that cannot take the op's arguments is one line restating
+the op's signature (was a TypeError row with a reproducer per case); a kernel that raises is
+named at its file and line; a NaN output leaks no RuntimeWarning; a bfloat16 kernel that
+returns float32 is noted."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from nlaverify.check import CheckError, check_op
+
+torch = pytest.importorskip("torch")
+
+
+def rmsnorm_eps(x, gamma, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * gamma
+
+
+def test_statics_named_in_the_signature_are_passed_by_keyword() -> None:
+    report = check_op(rmsnorm_eps, "rmsnorm", framework="numpy", dtype="float64",
+                      examples=3, static={"eps": 1e-3})
+    assert report.ok, report
+    # the value in force reaches the kernel: a wrong eps would fail (here the kernel's own
+    # default is absent, so without the keyword it could not even be called)
+
+
+def test_a_signature_that_cannot_take_the_op_is_one_line() -> None:
+    def three(x, gamma, beta):
+        return x
+
+    with pytest.raises(CheckError) as err:
+        check_op(three, "rmsnorm", framework="numpy", examples=1)
+    message = str(err.value)
+    assert message.startswith("argument 'fn': three(x, gamma, beta) cannot be called")
+    assert "rmsnorm(x[..., n, d], gamma[d]); static: eps=1e-05" in message
+
+
+def test_a_kernel_that_raises_is_named_at_its_line() -> None:
+    def broken(x, gamma):
+        return x.reshape(-1, 7) * gamma  # a reshape that fails
+
+    report = check_op(broken, "rmsnorm", framework="numpy", examples=1, batch=False)
+    reason = report.first_failure.reason
+    assert "raised ValueError" in reason and "test_check_op_calls.py:" in reason, reason
+    assert "x.reshape(-1, 7) * gamma" in reason, reason
+
+
+def test_a_nan_output_leaks_no_warning() -> None:
+    def nan_kernel(x, gamma):
+        return x * np.nan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = check_op(nan_kernel, "rmsnorm", framework="numpy", examples=1)
+    assert report.failures
+
+
+def test_a_bfloat16_kernel_returning_float32_is_noted() -> None:
+    def upcast(x, gamma):
+        x = x.float()
+        return (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-5) * gamma.float())
+
+    report = check_op(upcast, "rmsnorm", dtype="bfloat16", examples=3, hostile=False)
+    assert any("fn returned float32 for a bfloat16 check" in n for n in report.notes), report
