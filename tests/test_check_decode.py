@@ -281,3 +281,19 @@ def test_steps_that_break_the_protocol_are_named(params, returns, match) -> None
 
     with pytest.raises(CheckError, match=f"argument 'step_fn'.*{match}"):
         check_decode(fn, CFG, params, TOKENS, cache_factory=cache)
+
+
+def test_a_misshaped_later_step_fails_its_row_and_keeps_the_earlier_ones(params) -> None:
+    """Logits of the wrong shape at position 3 only: that step fails on its row (was a
+    CheckError that lost the rows of positions 0..2)."""
+    step, cache = make_decoder(CFG, params)
+
+    def late(tokens, start, c):
+        logits, c2, *rest = step(tokens, start, c)
+        return ((logits[:, :5] if start == 3 else logits), c2, *rest)
+
+    report = check_decode(late, CFG, params, TOKENS, cache_factory=cache)
+    bad = report.first_failure
+    assert bad.check == "step at position 3" and bad.where == "step_fn", report
+    assert "expected logits of shape (1, 13)" in bad.reason
+    assert any(r.check == "step at position 2" and r.verdict == "pass" for r in report.rows)

@@ -66,3 +66,16 @@ def test_a_bfloat16_kernel_returning_float32_is_noted() -> None:
 
     report = check_op(upcast, "rmsnorm", dtype="bfloat16", examples=3, hostile=False)
     assert any("fn returned float32 for a bfloat16 check" in n for n in report.notes), report
+
+
+def test_batch_axes_do_not_widen_the_bound_of_a_per_sequence_op() -> None:
+    """k of the tolerance model is the largest array of one sequence (issue 34, item 7): a
+    batch of 3 x 2 sequences of 3 x 4 SiLU inputs is judged with k = 12, not 72; a loss
+    that reduces the batch keeps the whole batch."""
+    def silu(x):
+        return x / (1 + np.exp(-x))
+
+    report = check_op(silu, "silu", framework="numpy", dtype="float32", examples=2,
+                      hostile=False, shapes={"n": 3, "d": 4}, batch=(3, 2))
+    forward = [r for r in report.rows if r.check == "forward"][0]
+    assert "sqrt(k=12)" in forward.reason, forward.reason

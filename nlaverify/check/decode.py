@@ -35,6 +35,7 @@ last position) is the reference for a fused decoding kernel itself (``check_op``
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -263,7 +264,8 @@ def check_decode(
 
     Returns:
         A :class:`~nlaverify.check.report.CheckReport` (kind ``"decode"``). A step that
-        raises fails on its own row (``where="step_fn"``) and ends the run.
+        raises, or after the first step returns logits or a tuple of the wrong form, fails
+        on its own row (``where="step_fn"``) and ends the run; the earlier rows stand.
 
     Raises:
         CheckError: bad input, naming the argument: a config that is not a causal
@@ -327,8 +329,17 @@ def check_decode(
         except Exception as exc:
             report.rows.append(error_row(name, step, exc, where="step_fn"))
             break
-        logits, cache, inter = _split(out, step)
-        z = _logits(logits, hi - lo, V, step)
+        try:
+            logits, cache, inter = _split(out, step)
+            z = _logits(logits, hi - lo, V, step)
+        except CheckError as exc:
+            if not report.rows:  # the first step: the protocol itself is misunderstood
+                raise
+            # a later step returned a malformed output: that step fails, the earlier rows
+            # stand (a mis-shaped step is the user's bug at that step, like an exception)
+            report.rows.append(Row(name, step, math.inf, math.nan, "fail", "step_fn",
+                                   reason=str(exc)))
+            break
         rows: list[tuple[int, list[Row]]] = []
         for node, value in inter.items():
             if node not in graph or graph.nodes[node]["kind"] != "op" or "n" not in (

@@ -170,7 +170,17 @@ def _sce(case: OpCaseInput, which: str) -> float:
 
 
 def _size(case: OpCaseInput) -> int:
-    return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
+    r"""The size :math:`k` of the tolerance model at the case: the largest array of one
+    sequence. The leading batch axes of the per-token arguments do not count (the batching
+    family proves every op acts on each sequence alone, so no entry's rounding involves
+    another sequence), except for an op that reduces the batch to a scalar (a loss), whose
+    sum runs over every position."""
+    nb = len(case.batch)
+    if not nb or np.ndim(case.cotangent) == 0:
+        return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
+    sizes = [int(np.prod(np.shape(x)[nb:] if "n" in a.dims else np.shape(x)))
+             for a, x in zip(case.spec.args, case.args, strict=True)]
+    return max([*sizes, int(np.prod(np.shape(case.cotangent)[nb:])), 1])
 
 
 # -- the bound of a row ------------------------------------------------------------------
