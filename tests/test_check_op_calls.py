@@ -77,5 +77,5 @@ def test_batch_axes_do_not_widen_the_bound_of_a_per_sequence_op() -> None:
 
     report = check_op(silu, "silu", framework="numpy", dtype="float32", examples=2,
                       hostile=False, shapes={"n": 3, "d": 4}, batch=(3, 2))
-    forward = [r for r in report.rows if r.check == "forward"][0]
+    forward = next(r for r in report.rows if r.check == "forward")
     assert "sqrt(k=12)" in forward.reason, forward.reason
