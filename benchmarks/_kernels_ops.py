@@ -63,6 +63,16 @@ def rmsnorm_torch(x: Any, gamma: Any) -> Any:
     return gamma * h.to(x.dtype)
 
 
+def rmsnorm_torch_stride_blind(x: Any, gamma: Any) -> Any:
+    # reads x's storage as contiguous row-major, as a raw Triton/CUDA kernel indexing
+    # x_ptr + i * d + j does: right on contiguous tensors, wrong on a transposed view
+    strides, acc = [], 1
+    for n in reversed(x.shape):
+        strides.append(acc)
+        acc *= n
+    return rmsnorm_torch(x.as_strided(x.shape, tuple(reversed(strides))), gamma)
+
+
 def rmsnorm_torch_no_mean(x: Any, gamma: Any) -> Any:
     h = x.to(_acc_dtype(x))
     h = h * (h.pow(2).sum(-1, keepdim=True) + EPS).rsqrt()  # bug: sum, not mean (no 1/d)

@@ -22,16 +22,23 @@ def adamw_init_torch(params: dict[str, Any]) -> dict[str, Any]:
             "v": {k: torch.zeros_like(v) for k, v in params.items()}}
 
 
+#: AdamW at a pretraining learning rate with betas (0.9, 0.95): there a second-moment bias
+#: correction by beta1 makes the update 1.41x too large, and a bfloat16 weight of size 1 does
+#: not move under a step of 3e-4
+ADAMW_95 = {"lr": 3e-4, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "weight_decay": 0.1}
+
+
 def _adam_step_torch(params: dict[str, Any], grads: dict[str, Any], state: dict[str, Any],
-                     coupled: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    h = ADAMW
+                     coupled: bool, h: dict[str, float] = ADAMW, beta1_in_v: bool = False
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     t = state["t"] + 1
     new, m_all, v_all = {}, {}, {}
     for k, p in params.items():
         g = grads[k] + h["weight_decay"] * p if coupled else grads[k]  # bug: L2, not AdamW
         m = h["b1"] * state["m"][k] + (1 - h["b1"]) * g
         v = h["b2"] * state["v"][k] + (1 - h["b2"]) * g * g
-        mhat, vhat = m / (1 - h["b1"] ** t), v / (1 - h["b2"] ** t)
+        c2 = 1 - (h["b1"] if beta1_in_v else h["b2"]) ** t  # bug: beta1 in v's correction
+        mhat, vhat = m / (1 - h["b1"] ** t), v / c2
         u = mhat / (vhat.sqrt() + h["eps"])
         if not coupled:
             u = u + h["weight_decay"] * p
@@ -47,6 +54,16 @@ def adamw_step_torch(params: dict[str, Any], grads: dict[str, Any],
 def adamw_step_torch_coupled(params: dict[str, Any], grads: dict[str, Any],
                              state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return _adam_step_torch(params, grads, state, coupled=True)
+
+
+def adamw95_step_torch(params: dict[str, Any], grads: dict[str, Any],
+                       state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    return _adam_step_torch(params, grads, state, coupled=False, h=ADAMW_95)
+
+
+def adamw95_step_torch_beta1_in_v(params: dict[str, Any], grads: dict[str, Any],
+                                  state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    return _adam_step_torch(params, grads, state, coupled=False, h=ADAMW_95, beta1_in_v=True)
 
 
 MUON = {"lr": 0.02, "beta": 0.95, "nesterov": True, "bias_correction": False,

@@ -66,7 +66,8 @@ def kfac_a_factor(xp: Any, A: Any, G: Any) -> Any:
 
 def _optimizer_setup(k: uk.Kernel, seed: int) -> dict[str, Any]:
     if k.target == "adamw":
-        return {"rule": ("adamw", dict(uk.ADAMW)), "init": uk.adamw_init_torch}
+        return {"rule": ("adamw", dict(k.options.get("hyper", uk.ADAMW))),
+                "init": uk.adamw_init_torch}
     rng = np.random.default_rng(seed)
     params = {n: rng.standard_normal(s) for n, s in uk.MUON_SHAPES.items()}
     hyper = dict(uk.MUON)
@@ -197,7 +198,12 @@ class Result:
     kernel: uk.Kernel
     kills: dict[str, str] = field(default_factory=dict)  # dtype -> where, "" if survived
     killed: dict[str, bool] = field(default_factory=dict)
+    #: dtype -> the buggy version's report was inconclusive (nothing failed, rows that
+    #: could not resolve the check): not a kill, not a pass
+    undecided: dict[str, bool] = field(default_factory=dict)
     alarms: dict[str, tuple[int, int, float, str]] = field(default_factory=dict)
+    #: dtype -> seed runs of the correct version with inconclusive rows (and no failure)
+    inconclusive: dict[str, int] = field(default_factory=dict)
     grad: tuple[str, str] | None = None  # (correct, buggy)
     seconds: float = 0.0
 
@@ -208,20 +214,26 @@ def measure(k: uk.Kernel, seeds: int, quick: bool) -> Result:
     for dtype in k.dtypes:
         t1 = time.perf_counter()
         rep = run_check(k, "buggy", dtype, 0, **KILL)
-        res.killed[dtype] = not rep.ok
-        res.kills[dtype] = (f"{where_of(rep)}, {time.perf_counter() - t1:.1f} s" if not rep.ok
-                            else f"max ratio {rep.worst_ratio:.2g}, "
-                                 f"{time.perf_counter() - t1:.1f} s")
+        res.killed[dtype] = bool(rep.failures)
+        res.undecided[dtype] = not rep.failures and bool(rep.inconclusive)
+        took = f"{time.perf_counter() - t1:.1f} s"
+        res.kills[dtype] = (f"{where_of(rep)}, {took}" if rep.failures else
+                            f"{len(rep.inconclusive)} inconclusive rows, {took}"
+                            if res.undecided[dtype] else
+                            f"max ratio {rep.worst_ratio:.2g}, {took}")
         n_seeds = min(seeds, FP16_SEEDS) if dtype == "float16" else seeds
-        fails, worst, first = 0, 0.0, ""
+        fails, worst, first, undecided = 0, 0.0, "", 0
         for s in range(n_seeds):
             hostile = SWEEP["hostile_at_seed_0"] if s == 0 else 0
             rep = run_check(k, "correct", dtype, s, SWEEP["examples"], hostile)
-            if not rep.ok:
+            if rep.failures:
                 fails += 1
                 first = first or f"seed {s}: {where_of(rep)}"
+            elif rep.inconclusive:
+                undecided += 1
             worst = max(worst, rep.worst_ratio)
         res.alarms[dtype] = (fails, n_seeds, worst, first)
+        res.inconclusive[dtype] = undecided
     if k.grad is not None and k.call == "check_op":
         res.grad = (gradcheck_verdict(k, "correct"), gradcheck_verdict(k, "buggy"))
     res.seconds = time.perf_counter() - t0
@@ -233,6 +245,8 @@ def _cell_kill(res: Result, dtype: str) -> str:
         return "–"
     if res.killed[dtype]:
         return f"killed: {res.kills[dtype]}"
+    if res.undecided.get(dtype):
+        return f"inconclusive ({res.kills[dtype]})"
     return f"**survived** ({res.kills[dtype]})"
 
 
@@ -241,6 +255,8 @@ def _cell_alarm(res: Result, dtype: str) -> str:
         return "–"
     fails, n, worst, first = res.alarms[dtype]
     text = f"{fails}/{n} (max ratio {worst:.2g})"
+    undecided = res.inconclusive.get(dtype, 0)
+    text += f"; inconclusive {undecided}/{n}" if undecided else ""
     return text + (f" first {first}" if first else "")
 
 
@@ -277,14 +293,18 @@ def summary(results: list[Result], wall: float) -> list[str]:
         if not kills:
             continue
         killed = sum(r.killed[d] for r, d in kills)
+        undecided = sum(r.undecided.get(d, False) for r, d in kills)
         fa = [r.alarms[d] for r in results for d in r.alarms if d in dtypes]
         seeds = sum(n for _, n, _, _ in fa)
         fails = sum(f for f, _, _, _ in fa)
+        unresolved = sum(r.inconclusive.get(d, 0) for r in results for d in r.alarms
+                         if d in dtypes)
         survivors = [f"{r.kernel.name} ({r.kernel.framework}, {d})" for r, d in kills
-                     if not r.killed[d]]
+                     if not r.killed[d] and not r.undecided.get(d)]
         out.append(f"- **{group}**: kill rate {killed}/{len(kills)} "
-                   f"({100 * killed / len(kills):.0f} %); false alarms {fails}/{seeds} "
-                   f"seed runs ({100 * fails / max(seeds, 1):.1f} %)"
+                   f"({100 * killed / len(kills):.0f} %), inconclusive {undecided}; "
+                   f"false alarms {fails}/{seeds} seed runs "
+                   f"({100 * fails / max(seeds, 1):.1f} %), inconclusive {unresolved}"
                    + (f"; survived: {', '.join(survivors)}" if survivors else ""))
     graded = [r for r in results if r.grad]
     caught = sum(r.grad[1] == "caught" for r in graded)

@@ -32,6 +32,8 @@ PAIRS = [
     ("softmax", "jax", "float32", "out["),  # overflow: only the hostile logits show it
     ("rmsnorm autograd.Function", "torch", "float32", "x["),  # backward only: names x̄
     ("K-FAC factors", "jax", "bfloat16", "output["),
+    ("rmsnorm, stride-blind", "torch", "float32", "out["),  # a transposed view of x
+    ("rope, half layout", "torch", "float32", "out["),  # interleaved where half is in force
 ]
 
 
@@ -63,3 +65,17 @@ def test_table_reports_kills_and_alarms() -> None:
     assert all(res.killed.values()) and all(a[0] == 0 for a in res.alarms.values())
     text = user_bugs.table([res], "smoke", 0.0)
     assert "killed: forward: out[" in text and "kill rate 2/2" in text
+
+
+def test_the_bfloat16_adamw_typo_is_killed_and_the_correct_step_never_fails() -> None:
+    """AdamW at lr 3e-4 with betas (0.9, 0.95), beta1 in the second moment's correction:
+    killed in bfloat16 by an update row; the correct step has no failure (rows the dtype
+    cannot resolve are inconclusive, never passes)."""
+    k = kernel("AdamW step, betas (0.9, 0.95), lr 3e-4", "torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        good = user_bugs.run_check(k, "correct", "bfloat16", 0, examples=2, hostile=1)
+        bad = user_bugs.run_check(k, "buggy", "bfloat16", 0, examples=2, hostile=1)
+    assert good.ran and not good.failures, good
+    assert bad.failures and bad.first_failure.check.startswith("update"), bad
+
