@@ -440,3 +440,24 @@ def test_jax_default_map_with_a_stray_key_names_the_output() -> None:
                                          r"an op node"):
         check_model(lambda p, t: (model(p, t)[0], {**model(p, t)[1], "debug": 3}), config,
                     None, np.arange(6), framework="jax")
+
+
+def test_a_call_that_switches_to_training_mode_is_named() -> None:
+    """A call that puts the model in training mode makes its dropout random: named as the
+    argument 'call' (was: a false alarm at some node), only when a random layer is active."""
+    import dataclasses
+
+    c = dataclasses.replace(nanogpt_torch.GPTConfig(), dropout=0.1)
+    model = nanogpt_torch.GPT(c).double()
+    data = sample_data(c.vocab_size, 8, 0)
+
+    def train_mode(m, x, y):
+        m.train()
+        return m(x, y)
+
+    with pytest.raises(CheckError, match=r"argument 'call': it put the model in training mode"):
+        check_model(model, nanogpt_torch.graph_config(c), None, data["tokens"],
+                    targets=data["targets"], load=nanogpt_torch.load, call=train_mode)
+    # without dropout, training mode changes nothing: no error
+    report = _nano(call=train_mode)
+    assert report.ok, report

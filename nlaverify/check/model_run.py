@@ -251,6 +251,15 @@ def _mutated(given: Sequence[Any], kept: Sequence[Any], equal: Callable[[Any, An
             if not equal(g, k)]
 
 
+def _training_randomness(model: Any) -> list[str]:
+    """The modules of ``model`` in training mode that draw random numbers there (dropout
+    with p > 0): a ``call`` that switched the model to training mode made them active."""
+    import torch
+
+    return [name or type(m).__name__ for name, m in model.named_modules()
+            if m.training and isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+
+
 def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | None,
                params: Mapping[str, np.ndarray], data: Mapping[str, np.ndarray],
                taps: Sequence[_Tap], dtype: str, batched: bool, gradients: bool,
@@ -288,8 +297,15 @@ def _run_torch(model: Any, load: Callable[..., Any], call: Callable[..., Any] | 
             out = _user_call(lambda: torch.func.functional_call(
                 _Wrapped(), {f"inner.{k}": v for k, v in state.items()}, given),
                 "model", f"on tokens of shape {tuple(ids.shape)}")
+        random_layers = _training_randomness(model)
     finally:
         model.train(training)
+    if random_layers:
+        raise CheckError(f"argument 'call': it put the model in training mode "
+                         f"(model.train()), where {', '.join(random_layers[:3])} draw random "
+                         "masks: the outputs are random, so any comparison would be a false "
+                         "alarm; the check runs the model in eval mode (do not call train() "
+                         "in call, or pass a model whose dropout is 0)")
     logits, returned, loss = _split_output(out, False)
     if not isinstance(logits, torch.Tensor):
         raise CheckError(f"output of model: expected logits, a torch.Tensor, got "

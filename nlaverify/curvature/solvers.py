@@ -58,7 +58,10 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
     ``size``) by Lanczos with full reorthogonalisation (``matfree``), from a seeded random
     start, with ``krylov`` Krylov vectors (default :math:`\min(n, \max(2k + 10, 20))`).
 
-    Returns :class:`RitzPairs`; the residuals are recomputed with ``k`` extra matvecs.
+    Returns :class:`RitzPairs`; the residuals are recomputed with ``k`` extra matvecs. A
+    low-rank operator (rank below the Krylov size: a GGN or Fisher of a small batch) makes
+    the Krylov space invariant early; the largest breakdown-free Krylov size is found by
+    bisection, and eigenvalues beyond its span are the null space's 0 (with their residuals).
     """
     import jax
     import jax.numpy as jnp
@@ -79,18 +82,48 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
                                             dtype=jnp.float64))[0].T
         res = jnp.stack([jnp.linalg.norm(matvec(x)) for x in Q])
         return RitzPairs(np.zeros(k), np.asarray(Q), np.asarray(res), 1 + k)
-    eigh = eig.eigh_partial(decomp.tridiag_sym(m, reortho="full"))
-    vals, vecs = eigh(matvec, v0)
+    def lanczos(steps: int) -> tuple[Any, Any]:
+        return eig.eigh_partial(decomp.tridiag_sym(steps, reortho="full"))(matvec, v0)
+
+    vals, vecs = lanczos(m)
+    used = m
     if not bool(jnp.all(jnp.isfinite(vals))):
-        raise NonFiniteError(f"top_eigenvalues: Lanczos broke down ({m} Krylov vectors "
-                             f"for a dimension-{size} operator gave non-finite Ritz values); "
-                             "the operator returned non-finite values or is not symmetric")
+        # a low-rank operator (a GGN or Fisher of rank r < m) makes the Krylov space
+        # invariant after r steps: Lanczos then normalises a zero vector. The largest
+        # number of steps that stays finite spans that invariant space, and its Ritz values
+        # are eigenvalues; found by bisection (log2 m more runs, only on this path)
+        found, lo, hi = None, 1, m - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            v, w = lanczos(mid)
+            used += mid
+            if bool(jnp.all(jnp.isfinite(v))):
+                found, lo = (mid, v, w), mid + 1
+            else:
+                hi = mid - 1
+        if found is None:
+            raise NonFiniteError(f"top_eigenvalues: Lanczos broke down ({m} Krylov vectors "
+                                 f"for a dimension-{size} operator gave non-finite Ritz "
+                                 "values); the operator returned non-finite values or is not "
+                                 "symmetric")
+        _, vals, vecs = found
     order = jnp.argsort(vals)[::-1][:k]
     vals, vecs = vals[order], vecs[order]
     vecs = vecs / jnp.linalg.norm(vecs, axis=1, keepdims=True)
+    if vals.shape[0] < k:
+        # the invariant Krylov space holds every eigencomponent of the random start: the
+        # eigenvalues it misses are repeats, for a low-rank PSD operator the zero eigenvalue
+        # of its null space; its vectors are a basis orthogonal to the Krylov vectors found
+        # (their residuals, recomputed below, show whether 0 is right there)
+        extra = k - vals.shape[0]
+        R = jax.random.normal(jax.random.key(seed + 1), (size, extra), dtype=jnp.float64)
+        R = R - vecs.T @ (vecs @ R)
+        Q = jnp.linalg.qr(R)[0].T
+        vals = jnp.concatenate([vals, jnp.zeros(extra)])
+        vecs = jnp.concatenate([vecs, Q])
     res = jnp.stack([jnp.linalg.norm(matvec(x) - t * x) for t, x in zip(vals, vecs,
                                                                         strict=True)])
-    return RitzPairs(np.asarray(vals), np.asarray(vecs), np.asarray(res), m + k)
+    return RitzPairs(np.asarray(vals), np.asarray(vecs), np.asarray(res), used + k)
 
 
 @dataclass(frozen=True)
