@@ -139,7 +139,9 @@ def test_attention_scale_bug_in_bfloat16():
     """Detects 1/d for 1/sqrt(d) even in bfloat16 (bound 2^-8 x 32 x kappa)."""
     r = check_op(causal_attention_scaled_by_d, "causal_attention", dtype="bfloat16",
                  examples=6, hostile=False, shapes={"d_k": (8, 16)})
-    assert not r.ok and r.first_failure.where.startswith("out[")
+    # the shrunk case may show it first in a cotangent: bfloat16 derivative rows are judged
+    # relative to each cotangent's own size
+    assert not r.ok and r.first_failure.where.split("[")[0] in ("out", "Q", "K", "V"), r
 
 
 def test_custom_autograd_backward():

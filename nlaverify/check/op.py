@@ -68,8 +68,10 @@ from nlaverify.check.op_reference import (
     _case_condition,
     _derived_condition,
     _reference,
+    _sce_per_array,
     _tol,
     reference_sources,
+    relative_floor,
 )
 from nlaverify.check.op_subject import (
     _as_list,
@@ -78,6 +80,7 @@ from nlaverify.check.op_subject import (
     _Settings,
     _snapshot,
     _user_args,
+    _wider_output,
     reproducer,
 )
 from nlaverify.check.report import (
@@ -188,11 +191,16 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     except Exception as exc:
         rows.append(error_row(s.subject, "vjp" + tag, exc, where="vjp"))
         cots = None
+    relative = relative_floor(s.dtype, case)
+    per_array = _sce_per_array(case, "vjp") if relative and cots is not None else None
     if cots is not None:
-        for name, c, e in zip(names, cots, ref.cotangents, strict=True):
+        for i, (name, c, e) in enumerate(zip(names, cots, ref.cotangents, strict=True)):
+            tol_i, floor = tol_b, 1.0
+            if per_array is not None:  # relative to this cotangent's own magnitude
+                tol_i, floor = _tol(s, case, max(kappa_d, per_array[i]), 2), 0.0
             rows.append(compare_arrays(s.subject, f"{how} {name}{tag}",
-                                       to_float64(c, what=f"cotangent of {name}"), e, tol_b,
-                                       label=name))
+                                       to_float64(c, what=f"cotangent of {name}"), e, tol_i,
+                                       label=name, floor=floor))
     if want_jvp and ref.tangent is None and ref.missing:
         rows.append(skip_row(s.subject, "jvp", ref.missing))
     if want_jvp and ref.tangent is not None:
@@ -205,8 +213,14 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
             else:
                 tan = s.autodiff_jvp(T, args)
                 how = f"jvp ({s.framework} autodiff)"
+            floor, kappa_rel = 1.0, None
+            if relative:
+                got_rel = _sce_per_array(case, "jvp")
+                if got_rel is not None:
+                    floor, kappa_rel = 0.0, max(kappa_d, got_rel[0])
             rows.append(compare_arrays(s.subject, how + tag, to_float64(tan, what="tangent"),
-                                       ref.tangent, _tol(s, case, kappa_t, 2), label="tangent"))
+                                       ref.tangent, _tol(s, case, kappa_rel or kappa_t, 2),
+                                       label="tangent", floor=floor))
         except NotImplementedError as exc:
             rows.append(skip_row(s.subject, "jvp", str(exc)))
         except CheckError:
@@ -400,25 +414,6 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
             return _attach(rows, reproducer(s, case, plan.op_text, plan.options)), len(cases)
         keep(rows)
     return [], len(cases)
-
-
-def _wider_output(out: Any, framework: str, dtype: str) -> str | None:
-    """The output's dtype when it is a floating type wider than ``dtype`` (a bfloat16 kernel
-    returning float32), else ``None``."""
-    from nlaverify.check.adapters import framework_dtype
-
-    got = getattr(out, "dtype", None)
-    if got is None or dtype == "float64":
-        return None
-    try:
-        want = framework_dtype(framework, dtype)
-        itemsize = getattr(got, "itemsize", None) or np.dtype(str(got).removeprefix(
-            "torch.")).itemsize
-        want_size = getattr(want, "itemsize", None) or np.dtype(str(want).removeprefix(
-            "torch.")).itemsize
-    except Exception:
-        return None
-    return str(got).removeprefix("torch.") if itemsize > want_size else None
 
 
 def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:

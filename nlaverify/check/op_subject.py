@@ -238,3 +238,22 @@ def reproducer(s: _Settings, case: OpCaseInput, op_text: str, options: str) -> s
 
 
 # -- the call ------------------------------------------------------------------------------
+
+
+def _wider_output(out: Any, framework: str, dtype: str) -> str | None:
+    """The output's dtype when it is a floating type wider than ``dtype`` (a bfloat16 kernel
+    returning float32), else ``None``."""
+    from nlaverify.check.adapters import framework_dtype
+
+    got = getattr(out, "dtype", None)
+    if got is None or dtype == "float64":
+        return None
+    try:
+        want = framework_dtype(framework, dtype)
+        itemsize = getattr(got, "itemsize", None) or np.dtype(str(got).removeprefix(
+            "torch.")).itemsize
+        want_size = getattr(want, "itemsize", None) or np.dtype(str(want).removeprefix(
+            "torch.")).itemsize
+    except Exception:
+        return None
+    return str(got).removeprefix("torch.") if itemsize > want_size else None
