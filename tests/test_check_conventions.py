@@ -93,3 +93,23 @@ def test_a_summed_loss_is_named_as_such() -> None:
     notes = "\n".join(report.notes)
     assert report.failures and "conventions in force: reduction='mean'" in notes, notes
     assert "your forward follows reduction='sum'" in notes, notes
+
+
+def attention_scaled(factor):
+    def attn(Q, K, V):
+        d = Q.shape[-1]
+        return torch.softmax(Q @ K.transpose(-2, -1) * factor(d), dim=-1) @ V
+
+    return attn
+
+
+def test_the_attention_scale_is_an_option() -> None:
+    mup = attention_scaled(lambda d: 1.0 / d)
+    assert check_op(mup, "attention", static={"scale": "linear"}, dtype="float32").ok
+    assert check_op(mup, "attention_mup", dtype="float32").ok
+    assert check_op(attention_scaled(lambda d: 1.0), "attention", static={"scale": 1.0},
+                    dtype="float32").ok
+    report = check_op(mup, "attention", dtype="float32", shapes={"d_k": (4, 8)})
+    notes = "\n".join(report.notes)
+    assert report.failures and "your forward follows scale='linear' (1/d_k: muP)" in notes, \
+        notes

@@ -298,7 +298,7 @@ def test_mlp_forward_mode_is_jax_jvp() -> None:
 # -- a wrong JVP is caught ----------------------------------------------------------------
 
 
-def _attention_no_rowsum(xp, T, Q, K, V, causal=False):
+def _attention_no_rowsum(xp, T, Q, K, V, causal=False, scale=None):
     """Planted error: :math:`\\dot P = P \\odot \\dot S` (the row-sum term dropped)."""
     dQ, dK, dV = T
     P = sdpa.softmax(xp, sdpa.attention_scores(xp, Q, K, causal))

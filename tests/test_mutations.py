@@ -49,8 +49,8 @@ def _rmsnorm_no_projection(xp, G, x, gamma, eps):
     return G * gamma / r, dg
 
 
-def _attention_no_scale(xp, G, Q, K, V, causal=False):
-    dQ, dK, dV = sdpa.attention_vjp(xp, G, Q, K, V, causal)
+def _attention_no_scale(xp, G, Q, K, V, causal=False, scale=None):
+    dQ, dK, dV = sdpa.attention_vjp(xp, G, Q, K, V, causal, scale=scale)
     root = xp.const_sqrt(Q.shape[-1])
     return dQ * root, dK, dV
 
@@ -59,8 +59,8 @@ def _gelu_no_density(xp, G, x):
     return (G * (1 + xp.erf(x / xp.const_sqrt(2))) * xp.rational(1, 2),)
 
 
-def _cross_entropy_no_mean(xp, G, Z, t):
-    (dZ,) = loss.cross_entropy_vjp(xp, G, Z, t)
+def _cross_entropy_no_mean(xp, G, Z, t, ignore_index=loss.IGNORE_INDEX, reduction="mean"):
+    (dZ,) = loss.cross_entropy_vjp(xp, G, Z, t, ignore_index, reduction)
     return (dZ * Z.shape[0],)
 
 

@@ -190,19 +190,20 @@ def plant_norm_eps_ignored(mp) -> None:
 def plant_rope_frequencies(mp) -> None:
     """theta_i = b^(-i/d) instead of b^(-2i/d), in the tables both forward and VJP use."""
     tables = rotary.rope_tables
-    mp.setattr(rotary, "rope_tables", lambda xp, n, d, base=10000, scaling=None: tuple(
-        T[:, :d] for T in tables(xp, n, 2 * d, base, scaling)))
+    mp.setattr(rotary, "rope_tables", lambda xp, n, d, base=10000, scaling=None,
+               layout="interleaved": tuple(T[:, :d] for T in tables(xp, n, 2 * d, base,
+                                                                      scaling, layout)))
 
 
 def plant_rope_pairing(mp) -> None:
     """Rotate pairs (i, i + d/2) (the rotate-half convention) instead of (2i, 2i+1)."""
     tables = rotary.rope_tables
 
-    def half_tables(xp, n, d, base=10000, scaling=None):
+    def half_tables(xp, n, d, base=10000, scaling=None, layout="interleaved"):
         return tuple(xp.concat([T[:, 0::2], T[:, 0::2]], axis=-1) for T in
                      tables(xp, n, d, base, scaling))
 
-    def rotate_half(xp, x):
+    def rotate_half(xp, x, layout="interleaved"):
         h = x.shape[-1] // 2
         return xp.concat([-x[..., h:], x[..., :h]], axis=-1)
 

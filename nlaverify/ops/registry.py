@@ -223,13 +223,21 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.4.2",
           r"\bar V = P^\top G,\ dS = P\odot(dP - \operatorname{rowsum}(dP\odot P)),\ "
           r"\bar Q = dS\,K/\sqrt{d_k},\ \bar K = dS^\top Q/\sqrt{d_k}",
-          {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM}),
+          {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
+          static={"scale": None}),
+    # muP's 1/d_k score scale (Yang et al. 2021), a convention of attention (static scale)
+    _spec("attention_mup", sdpa.attention, sdpa.attention_vjp,
+          [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
+          "Baggag & Saad §3.4.2; Yang et al. 2021 (muP)",
+          r"\bar Q = dS\,K/d_k,\ \bar K = dS^\top Q/d_k,\ \bar V = P^\top G",
+          {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
+          static={"scale": "linear"}),
     _spec("causal_attention", sdpa.attention, sdpa.attention_vjp,
           [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
           "Baggag & Saad §3.4.4",
           r"\text{as attention, with } P_{ij} = 0 = dS_{ij} \text{ for } j > i",
           {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
-          static={"causal": True}),
+          static={"causal": True, "scale": None}),
     _spec("sliding_window_attention", sdpa.attention, sdpa.attention_vjp,
           [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
           "Baggag & Saad §3.4.4; Jiang et al. 2023 (Mistral, sliding window)",
@@ -411,7 +419,14 @@ _CE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
                            "Hugging Face's default"),
                   ("sum", "the sum over the targets (PyTorch reduction='sum')")),
 }
+_SCALE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
+    "scale": ((None, "1/sqrt(d_k): Vaswani et al. 2017"), ("linear", "1/d_k: muP"),
+              (1.0, "no scale (folded into the query projection)")),
+}
 CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
+    "attention": _SCALE_CONVENTIONS,
+    "attention_mup": _SCALE_CONVENTIONS,
+    "causal_attention": _SCALE_CONVENTIONS,
     "rope": _ROPE_CONVENTIONS,
     "rope_half": _ROPE_CONVENTIONS,
     "cross_entropy": _CE_CONVENTIONS,

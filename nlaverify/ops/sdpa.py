@@ -47,36 +47,61 @@ def _check_window(op: str, causal: bool, window: int | None) -> None:
                             "expected causal=True")
 
 
+#: the score scales :func:`attention` takes besides a positive number: ``None`` (or
+#: ``"sqrt"``) :math:`1/\sqrt{d_k}` (Vaswani et al. 2017), ``"linear"`` :math:`1/d_k`
+#: (muP, Yang et al. 2021)
+SCALES = (None, "sqrt", "linear")
+
+
+def scaled(xp: Namespace, X: Any, d_k: int, scale: Any = None) -> Any:
+    r""":math:`X` times the score scale: :math:`1/\sqrt{d_k}` (``None``, ``"sqrt"``),
+    :math:`1/d_k` (``"linear"``) or a positive number (exact on SymPy: the float's binary
+    value as a rational)."""
+    if scale is None or scale == "sqrt":
+        return X / xp.const_sqrt(d_k)
+    if scale == "linear":
+        return X / xp.rational(d_k)
+    if isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0:
+        from fractions import Fraction
+
+        f = Fraction(scale)
+        return X * xp.rational(f.numerator, f.denominator)
+    raise ArgumentError(f"attention: argument 'scale': expected None or 'sqrt' (1/sqrt(d_k)), "
+                        f"'linear' (1/d_k, muP) or a positive number, got {scale!r}")
+
+
 def attention_scores(xp: Namespace, Q: Any, K: Any, causal: bool = False,
-                     window: int | None = None) -> Any:
-    r"""Scores :math:`S = Q K^\top/\sqrt{d_k} + M` with :math:`M` the causal mask (banded
-    by a sliding ``window``, :func:`causal_mask`)."""
+                     window: int | None = None, scale: Any = None) -> Any:
+    r"""Scores :math:`S = s\,Q K^\top + M` with :math:`s = 1/\sqrt{d_k}` (or ``scale``,
+    :func:`scaled`) and :math:`M` the causal mask (banded by a sliding ``window``,
+    :func:`causal_mask`)."""
     _check_window("attention_scores", causal, window)
     dims = check_args("attention_scores", xp, {"Q": (Q, ("*", "n", "d_k")),
                                                "K": (K, ("*", "n", "d_k"))})
-    S = xp.matmul(Q, xp.matrix_transpose(K)) / xp.const_sqrt(dims["d_k"])
+    S = scaled(xp, xp.matmul(Q, xp.matrix_transpose(K)), dims["d_k"], scale)
     if causal:
         S = xp.where(causal_mask(xp, dims["n"], window), S, -xp.inf)
     return S
 
 
 def attention(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = False,
-              window: int | None = None) -> Any:
+              window: int | None = None, scale: Any = None) -> Any:
     r"""Scaled dot-product attention (Baggag & Saad §3.4.2):
 
     .. math:: A = \operatorname{softmax}\!\Bigl(\frac{Q K^\top}{\sqrt{d_k}} + M\Bigr) V,
 
     :math:`M_{ij} = -\infty` where :func:`causal_mask` hides :math:`j` from :math:`i`
-    (``causal``; ``window``: sliding-window attention).
+    (``causal``; ``window``: sliding-window attention); ``scale`` replaces
+    :math:`1/\sqrt{d_k}` (:func:`scaled`: ``"linear"`` for muP's :math:`1/d_k`).
     """
     check_args("attention", xp, {"Q": (Q, ("*", "n", "d_k")), "K": (K, ("*", "n", "d_k")),
                                  "V": (V, ("*", "n", "d_v"))})
-    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal, window)), V)
+    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal, window, scale)), V)
 
 
 def attention_vjp(
     xp: Namespace, G: Any, Q: Any, K: Any, V: Any, causal: bool = False,
-    window: int | None = None,
+    window: int | None = None, scale: Any = None,
 ) -> tuple[Any, Any, Any]:
     r"""VJP of :func:`attention`. With :math:`P = \operatorname{softmax}(S)`:
 
@@ -91,12 +116,11 @@ def attention_vjp(
                                             "K": (K, ("*", "n", "d_k")),
                                             "V": (V, ("*", "n", "d_v")),
                                             "G": (G, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal, window))
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale))
     dV = xp.matmul(xp.matrix_transpose(P), G)
     dS = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(V)), P)
-    root = xp.const_sqrt(dims["d_k"])
-    dQ = xp.matmul(dS, K) / root
-    dK = xp.matmul(xp.matrix_transpose(dS), Q) / root
+    dQ = scaled(xp, xp.matmul(dS, K), dims["d_k"], scale)
+    dK = scaled(xp, xp.matmul(xp.matrix_transpose(dS), Q), dims["d_k"], scale)
     return dQ, dK, dV
 
 
@@ -107,7 +131,7 @@ def _tsum_or_none(*terms: Any) -> Any:
 
 def attention_jvp(
     xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False,
-    window: int | None = None,
+    window: int | None = None, scale: Any = None,
 ) -> Any:
     r"""JVP of :func:`attention` (Baggag & Saad §3.4.2, §3.4.4), the forward-mode dual of
     :func:`attention_vjp`. With :math:`P = \operatorname{softmax}(S)`:
@@ -132,11 +156,10 @@ def attention_jvp(
                                             "dQ": (dQ, ("*", "n", "d_k")),
                                             "dK": (dK, ("*", "n", "d_k")),
                                             "dV": (dV, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal, window))
-    root = xp.const_sqrt(dims["d_k"])
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale))
     dS = _tsum_or_none(lin(dQ, lambda t: xp.matmul(t, xp.matrix_transpose(K))),
                        lin(dK, lambda t: xp.matmul(Q, xp.matrix_transpose(t))))
-    dP = lin(dS, lambda t: softmax_jvp_from_output(xp, t / root, P))
+    dP = lin(dS, lambda t: softmax_jvp_from_output(xp, scaled(xp, t, dims["d_k"], scale), P))
     return tsum(lin(dP, lambda t: xp.matmul(t, V)), lin(dV, lambda t: xp.matmul(P, t)))
 
 

@@ -71,6 +71,10 @@ _BLOCK_FWD = (r"A = \frac{\sum_b e^{m_b - m}\,e^{S_b - m_b}V_b}{\sum_b e^{m_b - 
 ATTENTION_TEXT: dict[str, T] = {
     "attention": T("A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{\sqrt{d_k}}\Bigr)V",
                    _SDPA_JVP, _SDPA),
+    "attention_mup": T("A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{d_k}\Bigr)V",
+                       _SDPA_JVP.replace(r"\sqrt{d_k}", "d_k"),
+                       tuple((k, v.replace("sqrt(d_k)", "d_k").replace(r"\sqrt{d_k}", "d_k"))
+                             for k, v in _SDPA)),
     "causal_attention": T("A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{\sqrt{d_k}} "
                                r"+ M\Bigr)V", _SDPA_JVP + r",\quad P_{ij} = 0 \text{ for } j > i",
                           (*_SDPA, *_MASK)),
