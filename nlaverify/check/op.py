@@ -61,7 +61,7 @@ from nlaverify.cases.inputs import (
 )
 from nlaverify.cases.rounding import exact_in as _exact_in
 from nlaverify.check.adapters import array_framework, to_float64, to_framework
-from nlaverify.check.op_hints import convention_notes
+from nlaverify.check.op_hints import diagnosis_notes
 from nlaverify.check.op_layouts import layout_rows
 from nlaverify.check.op_plan import OpPlan, plan_op_check
 from nlaverify.check.op_reference import (
@@ -340,7 +340,7 @@ def _explicit_stage(plan: OpPlan, inputs: Sequence[Any], report: CheckReport) ->
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
             rows = _attach(rows, reproducer(s, case, plan.op_text, plan.options))
-            report.notes.extend(n for n in convention_notes(plan, case)
+            report.notes.extend(n for n in diagnosis_notes(plan, case)
                                 if n not in report.notes)
         report.extend(rows)
     return report
@@ -390,7 +390,7 @@ def _drawn_stage(plan: OpPlan, examples: int, seed: int, keep: _Kept) -> list[Ro
     minimal = _search(s, plan.spec, plan.ranges, plan.choices, examples, seed, s.dtype, keep)
     if minimal is None:
         return []
-    keep.hints.extend(convention_notes(plan, minimal))
+    keep.hints.extend(diagnosis_notes(plan, minimal))
     return _attach(_run_case(s, minimal), reproducer(s, minimal, plan.op_text, plan.options))
 
 
@@ -410,7 +410,8 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
     for case in cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):
-            keep.hints.extend(convention_notes(plan, case))
+            if not keep.hints:  # the drawn failure's diagnosis stands
+                keep.hints.extend(diagnosis_notes(plan, case))
             return _attach(rows, reproducer(s, case, plan.op_text, plan.options)), len(cases)
         keep(rows)
     return [], len(cases)

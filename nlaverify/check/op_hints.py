@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.cases.inputs import OpCaseInput
+from nlaverify.cases.inputs import OpCaseInput, registered
 from nlaverify.check.adapters import to_float64
 from nlaverify.check.op_plan import OpPlan
 from nlaverify.check.op_reference import _case_condition, _tol
@@ -20,7 +20,56 @@ from nlaverify.check.op_subject import _user_args
 from nlaverify.check.report import compare_arrays
 from nlaverify.ops.registry import conventions
 
-__all__ = ["convention_notes"]
+__all__ = ["convention_notes", "diagnosis_notes"]
+
+
+def _user_forward(plan: OpPlan, case: OpCaseInput) -> np.ndarray | None:
+    s = plan.settings
+    try:
+        return to_float64(s.forward(_user_args(case, s.framework, s.dtype)),
+                          what="output of fn")
+    except Exception:
+        return None
+
+
+def _agrees(plan: OpPlan, case: OpCaseInput, out: np.ndarray, forward: Any,
+            static: dict[str, Any]) -> tuple[bool, float, float]:
+    """``forward`` (against ``xp``) on the case in float64 NumPy against the user's output,
+    under the bound of the forward row: ``(agrees, error, bound)``."""
+    from nlaverify.backends import get_namespace
+
+    s = plan.settings
+    tol = _tol(s, case, _case_condition(case, "forward"), 1)
+    try:
+        with np.errstate(all="ignore"):
+            ref = np.asarray(forward(get_namespace("numpy"), *case.args, **static),
+                             dtype=np.float64)
+    except Exception:
+        return False, float("nan"), tol.rtol
+    row = compare_arrays(s.subject, "forward", out, ref, tol)
+    return row.verdict == "pass", row.error, row.bound
+
+
+def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
+    """What a failing case says about the bug, one line each: the conventions in force
+    and the ones the kernel follows (:func:`convention_notes`), and the classic mistake its
+    forward equals within the same bound (:data:`nlaverify.ops.variants.VARIANTS`), if any.
+    Nothing is claimed for a kernel whose forward agrees with the op (its bug is in a
+    derivative) or where no variant agrees."""
+    from nlaverify.ops.variants import variants_of
+
+    notes = convention_notes(plan, case)
+    if registered(plan.spec) and variants_of(plan.spec.name):
+        out = _user_forward(plan, case)
+        static = dict(plan.spec.static)
+        if out is not None and not _agrees(plan, case, out, plan.spec.forward, static)[0]:
+            for v in variants_of(plan.spec.name):
+                ok, error, bound = _agrees(plan, case, out, v.forward, static)
+                if ok:
+                    notes.append(f"diagnosis: your forward equals {v.op} with {v.what} "
+                                 f"(error {error:.2g}, bound {bound:.2g})")
+                    break
+    return notes
 
 
 def convention_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:

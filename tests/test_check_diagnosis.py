@@ -1,0 +1,86 @@
+"""The diagnosis line (issue 35, item 1): on a failing check, the classic mistakes of the
+op (nlaverify.ops.variants) are evaluated on the same case, and the one the kernel's output
+equals within the same bound is named; an unrelated bug gets no diagnosis (never a claim
+outside the bound)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nlaverify.check import check_op  # noqa: E402
+
+
+def rms(x, g, *, mean=True, eps_inside=True):
+    ms = (x * x).mean(-1, keepdim=True) if mean else (x * x).sum(-1, keepdim=True)
+    return g * x / ((ms + 1e-5).sqrt() if eps_inside else ms.sqrt() + 1e-5)
+
+
+def ln(x, g, b, *, unbiased=False):
+    c = x - x.mean(-1, keepdim=True)
+    return g * c / (c.var(-1, unbiased=unbiased, keepdim=True) + 1e-5).sqrt() + b
+
+
+def causal(offset):
+    def attn(Q, K, V):
+        n = Q.shape[-2]
+        S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+        i = torch.arange(n)
+        return torch.softmax(S.masked_fill(i[None, :] > i[:, None] + offset, -math.inf),
+                             -1) @ V
+
+    return attn
+
+
+CASES = [
+    # (kernel, op, the words of its diagnosis)
+    (lambda x, g: rms(x, g, mean=False), "rmsnorm", "the sum of squares for their mean"),
+    (lambda x, g: rms(x, g, eps_inside=False), "rmsnorm", "eps outside the square root"),
+    (lambda x, g, b: ln(x, g, b, unbiased=True), "layernorm", "the unbiased variance"),
+    (causal(1), "causal_attention", "a mask that sees the next token"),
+    (lambda Z: torch.exp(Z) / torch.exp(Z).sum(-1, keepdim=True), "softmax", "no max shift"),
+    (lambda x: torch.nn.functional.gelu(x, approximate="tanh"), "gelu_erf",
+     "GELU's tanh approximation"),
+    (lambda X: X.repeat(*([1] * (X.ndim - 3)), 2, 1, 1), "repeat_kv", "tile for repeat"),
+    (lambda a, b: torch.nn.functional.silu(b) * a, "swiglu", "SiLU on the wrong branch"),
+]
+
+
+@pytest.mark.parametrize("kernel, op, words", CASES, ids=[c[1] + ": " + c[2] for c in CASES])
+def test_the_planted_bug_is_named(kernel, op, words) -> None:
+    report = check_op(kernel, op, dtype="float32", framework="torch")
+    assert report.failures, report
+    diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
+    assert len(diagnosis) == 1 and words in diagnosis[0], report.notes
+    assert "(error " in diagnosis[0] and ", bound " in diagnosis[0]
+
+
+@pytest.mark.parametrize("kernel, op", [
+    (lambda x, g: 1.5 * rms(x, g), "rmsnorm"),  # a wrong gain: no classic mistake
+    (lambda x, g, b: ln(x, g, b) + 0.1, "layernorm"),
+    (lambda x: torch.nn.functional.gelu(x) * 1.01, "gelu_erf"),
+], ids=["rmsnorm x 1.5", "layernorm + 0.1", "gelu x 1.01"])
+def test_an_unrelated_bug_gets_no_diagnosis(kernel, op) -> None:
+    report = check_op(kernel, op, dtype="float32", framework="torch")
+    assert report.failures, report
+    assert not [n for n in report.notes if n.startswith("diagnosis:")], report.notes
+
+
+def test_a_backward_bug_gets_no_forward_diagnosis() -> None:
+    """The forward is right (only the VJP is wrong): no forward variant is claimed."""
+    class Bad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.nn.functional.silu(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * torch.sigmoid(x)  # the x s (1 - s) term dropped
+
+    report = check_op(Bad.apply, "silu", dtype="float32")
+    assert report.failures and not [n for n in report.notes if n.startswith("diagnosis:")]
