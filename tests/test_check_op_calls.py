@@ -79,3 +79,21 @@ def test_batch_axes_do_not_widen_the_bound_of_a_per_sequence_op() -> None:
                       hostile=False, shapes={"n": 3, "d": 4}, batch=(3, 2))
     forward = next(r for r in report.rows if r.check == "forward")
     assert "sqrt(k=12)" in forward.reason, forward.reason
+
+
+def test_a_misspelt_op_gets_a_did_you_mean() -> None:
+    with pytest.raises(CheckError, match=r"unknown op 'rmsnrom': did you mean 'rmsnorm'\?"):
+        check_op(lambda x, g: x, "rmsnrom", framework="numpy")
+
+
+def test_the_table_columns_stay_aligned_with_long_names() -> None:
+    """The columns are as wide as their longest entry: the numbers of every row start at
+    the same column."""
+    from nlaverify.check import CheckReport, Row
+
+    report = CheckReport("s", "check_op", rows=[
+        Row("s", "forward", 1e-3, 1e-2, "pass", "out[0]"),
+        Row("s", "vjp (torch autodiff) a_very_long_argument_name (hostile seed 3)", 1e-3,
+            1e-2, "pass", "a_very_long_argument_name[12, 345, 6789]")])
+    lines = str(report).splitlines()[1:3]
+    assert lines[0].index("1.00e-03") == lines[1].index("1.00e-03"), "\n".join(lines)

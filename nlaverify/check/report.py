@@ -190,15 +190,20 @@ class CheckReport:
     def table(self, rows: Sequence[Row] | None = None) -> str:
         """A fixed-width table of ``rows`` (default: all) and a closing count line."""
         rows = self.rows if rows is None else rows
-        head = (f"{'check':<42} {'where':<22} {'error':>9} {'bound':>9} {'ratio':>8}  verdict")
+        # columns as wide as their longest entry (at least the header's), so that a long
+        # check name or entry does not shift the numbers
+        wc = max([42, *(len(r.check) for r in rows)])
+        ww = max([22, *(len(r.where) for r in rows)])
+        head = (f"{'check':<{wc}} {'where':<{ww}} {'error':>9} {'bound':>9} {'ratio':>8}  "
+                "verdict")
         lines = [head]
         for r in rows:
             if r.verdict == "skip":
-                lines.append(f"{r.check:<42} {r.where:<22} {'':>9} {'':>9} {'':>8}  "
+                lines.append(f"{r.check:<{wc}} {r.where:<{ww}} {'':>9} {'':>9} {'':>8}  "
                              + (r.reason if r.inconclusive else f"skip: {r.reason}"))
                 continue
-            lines.append(f"{r.check:<42} {r.where:<22} {_num(r.error):>9} {_num(r.bound):>9} "
-                         f"{_num(r.ratio, '.2f'):>8}  {r.verdict}")
+            lines.append(f"{r.check:<{wc}} {r.where:<{ww}} {_num(r.error):>9} "
+                         f"{_num(r.bound):>9} {_num(r.ratio, '.2f'):>8}  {r.verdict}")
             if r.verdict == "fail":
                 if r.actual is not None or r.expected is not None:
                     lines.append(f"    {r.where or 'value'}: yours {_val(r.actual)}, reference "

@@ -448,8 +448,12 @@ def get_op(name: str) -> OpSpec:
     try:
         return OPS[name]
     except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(OPS), n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise UnknownNameError(
-            f"unknown op {name!r}: expected one of {', '.join(sorted(OPS))}") from None
+            f"unknown op {name!r}: {hint}expected one of {', '.join(sorted(OPS))}") from None
 
 
 def op_signature(op: str | OpSpec) -> str:
