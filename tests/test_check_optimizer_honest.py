@@ -130,3 +130,25 @@ def test_update_row_bound_terms() -> None:
         bad = update_row("s", 1, "w", w0, w0 + u + bump, u, "float32", model)
         assert bad.verdict == "fail" and bad.where == f"update['w'][{i}]", bad
         assert bad.ratio == pytest.approx(1.1, rel=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_optimizer_bug_is_named(dtype: str) -> None:
+    """The diagnosis runs Adam's classic mistakes on the user's trajectory (issue 35): the
+    beta1 typo and Adam's L2 decay are named; a wrong learning rate is not a classic
+    mistake and gets no diagnosis."""
+    report = check_optimizer(adamw(3e-2, beta1_in_second_correction=True), rule(3e-2),
+                             dtype=dtype)
+    lines = [n for n in report.notes if n.startswith("diagnosis:")]
+    assert len(lines) == 1 and "bias correction by beta1" in lines[0], report.notes
+    if dtype == "float32":  # Adam's L2 decay (1 % of the update here) is below bfloat16's
+        coupled = check_optimizer(lambda p: torch.optim.Adam(p, lr=3e-2, betas=BETAS,
+                                                             eps=1e-8, weight_decay=WD),
+                                  rule(3e-2), dtype=dtype)
+        lines = [n for n in coupled.notes if n.startswith("diagnosis:")]
+        assert coupled.failures and len(lines) == 1 and "added to the gradient" in lines[0], \
+            coupled.notes
+    if dtype == "float32":  # bfloat16 cannot tell some wrong rates from a classic mistake
+        faster = check_optimizer(adamw(6e-2), rule(3e-2), dtype=dtype)  # lr doubled
+        assert faster.failures and not [n for n in faster.notes
+                                        if n.startswith("diagnosis:")], faster.notes

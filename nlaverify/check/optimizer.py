@@ -429,6 +429,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
     mass = dict.fromkeys(p0, 0.0)
     xp = get_namespace("numpy")
     prev, state_prev = dict(p0), ref_rule.init(xp, dict(p0))
+    user_traj = [dict(p0)]
     state_abs = ref_rule.init(xp, {k: np.abs(v) for k, v in p0.items()})
     vacuous: list[str] = []
     for t, g in enumerate(gs, start=1):
@@ -468,6 +469,16 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             report.rows.append(update_row(report.subject, t, k, prev[k], got[k], u_ref[k],
                                           dtype, model, leaf_state, magnitude=u_abs[k]))
         prev, state_prev = got, states[t - 1]
+        user_traj.append(got)
+    first = report.first_failure
+    if first is not None and first.check.split()[0] in ("step", "update"):
+        from nlaverify.check.optimizer_hints import optimizer_diagnosis
+
+        line = optimizer_diagnosis(
+            ref_rule.name, hyper, int(first.check.split()[1]), gs, user_traj, dtype,
+            lambda key, shape: _leaf_model(ref_rule.name, shape, is_matrix, key))
+        if line:
+            report.notes.append(line)
     if vacuous:
         report.notes.append(f"trajectory rows dropped where their bound covers the whole "
                             f"movement of the weights ({', '.join(vacuous[:4])}"
