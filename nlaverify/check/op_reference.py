@@ -224,8 +224,14 @@ def relative_floor(dtype: str, case: OpCaseInput) -> bool:
     per array by :func:`_sce_per_array`) instead of :math:`\max(1, \max|e|)`: below float32
     the unit floor made a bound of :math:`32 \cdot 2 \cdot 2^{-8} = 0.25` absolute, so a
     cross-entropy gradient of size 0.25 off by a factor 2 passed. Drawn and explicit cases
-    only: the hostile cases keep the conditions derived for them, which are normwise."""
-    return dtype in RELATIVE_DTYPES and not case.origin.startswith("hostile")
+    only: the hostile cases keep the conditions derived for them, which are normwise. Not
+    for an op with an a-priori amplification (the normalizations, kernel attention): their
+    cotangents cancel terms much larger than themselves (LayerNorm's projection
+    :math:`I - \hat x\hat x^\top/d`), whose bfloat16 rounding an input perturbation does
+    not see, and a bound relative to the small result false-alarmed on 17 of 20 seeds of
+    torch's own LayerNorm; they keep the unit floor."""
+    return (dtype in RELATIVE_DTYPES and not case.origin.startswith("hostile")
+            and case.spec.amplification is None)
 
 
 def _size(case: OpCaseInput) -> int:
