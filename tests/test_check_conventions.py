@@ -12,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nlaverify.check import check_op, op_signature  # noqa: E402
-from nlaverify.ops.registry import OPS, conventions  # noqa: E402
+from nlaverify.ops.conventions import conventions  # noqa: E402
+from nlaverify.ops.registry import OPS  # noqa: E402
 
 
 def hf_rope(base: float):

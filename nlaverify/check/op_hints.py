@@ -1,5 +1,5 @@
 """What a failing ``check_op`` case says beyond its rows: the conventions of the op that are
-options (:data:`nlaverify.ops.registry.CONVENTIONS`), the ones in force, and the ones the
+options (:data:`nlaverify.ops.conventions.CONVENTIONS`), the ones in force, and the ones the
 user's kernel follows when they are not the ones in force (RoPE's pairing and base: a
 half-split kernel checked against the interleaved op fails by a factor of 1e5, which reads
 as a wrong base unless the report says which pairing the kernel follows).
@@ -18,7 +18,7 @@ from nlaverify.check.op_plan import OpPlan
 from nlaverify.check.op_reference import _case_condition, _tol
 from nlaverify.check.op_subject import _user_args
 from nlaverify.check.report import compare_arrays
-from nlaverify.ops.registry import conventions
+from nlaverify.ops.conventions import conventions
 
 __all__ = ["convention_notes", "diagnosis_notes"]
 
@@ -73,7 +73,7 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
 
 
 def convention_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
-    """For an op whose conventions are options (:data:`~nlaverify.ops.registry.CONVENTIONS`),
+    """For an op whose conventions are options (:data:`~nlaverify.ops.conventions.CONVENTIONS`),
     at a failing case: the conventions in force and, when the kernel's forward agrees with
     the reference under other values (within the same bound), the values it follows."""
     table = conventions(plan.spec)

@@ -82,7 +82,7 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     narrow dtype distinct mistakes can agree within the bound (a doubled learning rate and
     the first moment's correction by beta2 at betas (0.9, 0.95) differ by 10 % over five
     steps): the line says "within the bound", which is all it claims."""
-    from nlaverify.check.optimizer import update_row
+    from nlaverify.check.optimizer_bound import update_row
 
     if rule not in ("adam", "adamw") or step < 1 or len(trajectory) <= step:
         return None

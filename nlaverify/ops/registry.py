@@ -33,8 +33,8 @@ from nlaverify.ops import (
 )
 from nlaverify.ops.opspec import Arg, ArgKind, OpSpec, fixed_routing_mask, with_ignored
 
-__all__ = ["CONVENTIONS", "OPS", "Arg", "ArgKind", "OpSpec", "R", "conventions",
-           "fixed_routing_mask", "get_op", "op_signature", "with_ignored"]
+__all__ = ["OPS", "Arg", "ArgKind", "OpSpec", "R", "fixed_routing_mask", "get_op",
+           "op_signature", "with_ignored"]
 
 
 def _even(key: str) -> Callable[[dict[str, int]], dict[str, int]]:
@@ -404,43 +404,6 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           static={"ignore_index": loss.IGNORE_INDEX, "reduction": "sum"}),
     *_linear_attention_specs(),
 ]}
-
-
-#: the conventions of an op that are options (static values): per static, the values in
-#: use and who uses them. ``check_op`` states them and, when a kernel fails, names the one
-#: it follows (:func:`conventions`)
-_ROPE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
-    "layout": (("interleaved", "pairs (2i, 2i+1): RoFormer, the graph's convention"),
-               ("half", "pairs (i, i + d_h/2): GPT-NeoX, Hugging Face Llama's rotate_half")),
-    "base": ((10000, "RoFormer, GPT-NeoX, Llama-2"), (500000, "Llama-3")),
-}
-_CE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
-    "reduction": (("mean", "the mean over the targets that are not ignored: PyTorch's and "
-                           "Hugging Face's default"),
-                  ("sum", "the sum over the targets (PyTorch reduction='sum')")),
-}
-_SCALE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
-    "scale": ((None, "1/sqrt(d_k): Vaswani et al. 2017"), ("linear", "1/d_k: muP"),
-              (1.0, "no scale (folded into the query projection)")),
-}
-CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
-    "attention": _SCALE_CONVENTIONS,
-    "attention_mup": _SCALE_CONVENTIONS,
-    "causal_attention": _SCALE_CONVENTIONS,
-    "rope": _ROPE_CONVENTIONS,
-    "rope_half": _ROPE_CONVENTIONS,
-    "cross_entropy": _CE_CONVENTIONS,
-    "cross_entropy_sum": _CE_CONVENTIONS,
-}
-
-
-def conventions(spec: OpSpec) -> dict[str, tuple[tuple[Any, str], ...]]:
-    """The conventions of ``spec`` that are options (:data:`CONVENTIONS`; empty for an op
-    without, or for a spec not of the catalogue)."""
-    known = OPS.get(spec.name)
-    if known is None or known.forward is not spec.forward:
-        return {}
-    return CONVENTIONS.get(spec.name, {})
 
 
 def get_op(name: str) -> OpSpec:

@@ -9,7 +9,7 @@ its erf form, ``tile`` for ``repeat_interleave`` of the key/value heads, SiLU on
 branch of SwiGLU). :func:`nlaverify.check.check_op` evaluates them on a failing case, and
 where the user's output equals one within the same bound as the reference, its report says
 so in one line ("your output equals rmsnorm with the sum of squares for their mean"). The
-conventions that are options (:data:`nlaverify.ops.registry.CONVENTIONS`: RoPE's layout,
+conventions that are options (:data:`nlaverify.ops.conventions.CONVENTIONS`: RoPE's layout,
 the attention scale, the loss reduction) are named the same way, from the op itself.
 
 Seeds: Baggag & Saad §3 (the ops); the mistakes are those of the benchmark
