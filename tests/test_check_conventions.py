@@ -114,3 +114,17 @@ def test_the_attention_scale_is_an_option() -> None:
     notes = "\n".join(report.notes)
     assert report.failures and "your forward follows scale='linear' (1/d_k: muP)" in notes, \
         notes
+
+
+def test_the_masked_row_convention_is_an_option() -> None:
+    """All-masked softmax rows (hostile='extreme'): torch gives NaN, the op zeros. With
+    masked_row='nan' torch's own softmax passes; without, it fails and the note names the
+    convention."""
+    def sm(Z):
+        return torch.softmax(Z, dim=-1)
+
+    assert check_op(sm, "softmax", static={"masked_row": "nan"}, hostile="extreme",
+                    dtype="float32").ok
+    report = check_op(sm, "softmax", hostile="extreme", dtype="float32")
+    notes = "\n".join(report.notes)
+    assert report.failures and "your forward follows masked_row='nan'" in notes, notes

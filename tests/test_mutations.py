@@ -30,8 +30,8 @@ def _drop_term(spec: OpSpec, vjp) -> OpSpec:
     return dataclasses.replace(spec, vjp=vjp)
 
 
-def _softmax_no_subtraction(xp, G, Z, axis=-1):
-    return (softmaxes.softmax(xp, Z, axis) * G,)
+def _softmax_no_subtraction(xp, G, Z, axis=-1, masked_row="zero"):
+    return (softmaxes.softmax(xp, Z, axis, masked_row) * G,)
 
 
 def _layernorm_no_xhat_term(xp, G, x, gamma, beta, eps):

@@ -53,6 +53,10 @@ class ArrayAPINamespace(Namespace):
         # 0 only on an all-masked row (otherwise s >= 1): there softmax is 0/1 = 0
         return self._xp.where(s > 0, s, self._xp.ones_like(s))
 
+    def nan_masked_rows(self, p: Any, e: Any, axis: int = -1) -> Any:
+        s = self._xp.sum(e, axis=axis, keepdims=True)
+        return self._xp.where(s > 0, p, self._xp.asarray(float("nan"), dtype=p.dtype))
+
     def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> Any:
         # max(max|x|, sqrt(eps)) rounded up to a power of two and held inside the normal
         # range: x/s is then exact, and 1/s a normal number (XLA computes x/s as x*(1/s),

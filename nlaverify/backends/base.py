@@ -76,6 +76,13 @@ class Namespace:
         """
         raise NotImplementedError
 
+    def nan_masked_rows(self, p: Any, e: Any, axis: int = -1) -> Any:  # pragma: no cover
+        r""":math:`p` with NaN on the rows whose shifted exponentials :math:`e` sum to 0
+        (all-masked rows): the masked-row convention of ``torch.softmax`` and
+        ``jax.nn.softmax``. The exact backend returns :math:`p` (its rows are symbols,
+        never all masked)."""
+        raise NotImplementedError
+
     def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> Any:  # pragma: no cover
         r"""A positive per-row scale :math:`s` (keepdims shape) for a root mean square.
 

@@ -228,6 +228,10 @@ class SympyNamespace(ObjectNamespace):
             self._shift_count += 1
         return out
 
+    def nan_masked_rows(self, p: Any, e: Any, axis: int = -1) -> np.ndarray:
+        """``p`` unchanged: the exact rows are symbols, never all masked."""
+        return np.asarray(p, dtype=object)
+
     def safe_row_sum(self, e: Any, axis: int = -1) -> np.ndarray:
         """The plain row sum: the exact side keeps :math:`\\sum_j e^{z_j-c}` (the guard
         of the floating backends is licensed by ``softmax_denominator_at_least_one``)."""
@@ -321,6 +325,11 @@ class MpmathNamespace(ObjectNamespace):
     def safe_row_sum(self, e: Any, axis: int = -1) -> np.ndarray:
         return self._map(lambda s: self.scalar(1) if s == 0 else s,
                          self.sum(e, axis=axis, keepdims=True))
+
+    def nan_masked_rows(self, p: Any, e: Any, axis: int = -1) -> np.ndarray:
+        zero = np.asarray(self._map(lambda s: s == 0, self.sum(e, axis=axis, keepdims=True)),
+                          dtype=bool)
+        return np.where(zero, self.ctx.nan, np.asarray(p, dtype=object)).astype(object)
 
     def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> np.ndarray:
         """:math:`s = 1`: the reference evaluates the unscaled definition (its exponent

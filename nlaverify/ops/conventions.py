@@ -31,7 +31,13 @@ _SCALE_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
     "scale": ((None, "1/sqrt(d_k): Vaswani et al. 2017"), ("linear", "1/d_k: muP"),
               (1.0, "no scale (folded into the query projection)")),
 }
+_SOFTMAX_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
+    "masked_row": (("zero", "an all-masked row gives zeros: nlaverify, FlashAttention's safe "
+                            "softmax"),
+                   ("nan", "an all-masked row gives NaN: torch.softmax, jax.nn.softmax")),
+}
 CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
+    "softmax": _SOFTMAX_CONVENTIONS,
     "attention": _SCALE_CONVENTIONS,
     "attention_mup": _SCALE_CONVENTIONS,
     "causal_attention": _SCALE_CONVENTIONS,

@@ -214,7 +214,7 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           "Baggag & Saad §3.4.2",
           r"\bar z = p \odot (g - \langle g, p\rangle\mathbf 1) "
           r"= (\operatorname{diag}(p) - p p^\top) g",
-          {"n": 2, "m": 3}, {"n": _NUM, "m": (1, 6)}),
+          {"n": 2, "m": 3}, {"n": _NUM, "m": (1, 6)}, static={"masked_row": "zero"}),
     _spec("log_softmax", softmaxes.log_softmax, softmaxes.log_softmax_vjp, [R("Z", ("n", "m"))],
           "Baggag & Saad §3.1, §3.13.1", r"\bar z = g - p\,(\mathbf 1^\top g)",
           {"n": 2, "m": 3}, {"n": _NUM, "m": (1, 6)}),

@@ -43,18 +43,28 @@ from nlaverify.backends.base import Namespace
 from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 
+#: the conventions for an all-masked row (every entry :math:`-\infty`): a row of zeros
+#: (nlaverify, FlashAttention's "safe softmax") or NaN (``torch.softmax``, ``jax.nn.softmax``)
+MASKED_ROWS = ("zero", "nan")
 
-def softmax(xp: Namespace, Z: Any, axis: int = -1) -> Any:
+
+def softmax(xp: Namespace, Z: Any, axis: int = -1, masked_row: str = "zero") -> Any:
     r"""Softmax along ``axis`` (Baggag & Saad §3.4.2, Baptista–Stuart–Tran §2):
 
     .. math:: p_i = \frac{e^{z_i - c}}{\sum_j e^{z_j - c}},\qquad c = \max_j z_j .
 
     An all-masked row (every :math:`z_j = -\infty`) gives a row of zeros (see the module
-    docstring).
+    docstring), or NaN with ``masked_row="nan"`` (torch's and JAX's convention).
     """
     check_args("softmax", xp, {"Z": (Z, ("*", "m"))}, neg_inf_ok=("Z",))
+    if masked_row not in MASKED_ROWS:
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"softmax: argument 'masked_row': expected one of "
+                            f"{', '.join(MASKED_ROWS)}, got {masked_row!r}")
     E = xp.exp(Z - xp.stability_shift(Z, axis))
-    return E / xp.safe_row_sum(E, axis)
+    P = E / xp.safe_row_sum(E, axis)
+    return xp.nan_masked_rows(P, E, axis) if masked_row == "nan" else P
 
 
 def softmax_vjp_from_output(xp: Namespace, G: Any, P: Any, axis: int = -1) -> Any:
@@ -69,11 +79,13 @@ def softmax_vjp_from_output(xp: Namespace, G: Any, P: Any, axis: int = -1) -> An
     return P * (G - xp.sum(G * P, axis=axis, keepdims=True))
 
 
-def softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1) -> tuple[Any]:
-    r"""VJP of :func:`softmax`: :math:`\bar z = p \odot (g - \langle g, p\rangle)`."""
+def softmax_vjp(xp: Namespace, G: Any, Z: Any, axis: int = -1,
+                masked_row: str = "zero") -> tuple[Any]:
+    r"""VJP of :func:`softmax`: :math:`\bar z = p \odot (g - \langle g, p\rangle)` (NaN on an
+    all-masked row under ``masked_row="nan"``, as torch's and JAX's)."""
     check_args("softmax_vjp", xp, {"Z": (Z, ("*", "m")), "G": (G, ("*", "m"))},
                neg_inf_ok=("Z",))
-    return (softmax_vjp_from_output(xp, G, softmax(xp, Z, axis), axis),)
+    return (softmax_vjp_from_output(xp, G, softmax(xp, Z, axis, masked_row), axis),)
 
 
 def softmax_jvp_from_output(xp: Namespace, T: Any, P: Any, axis: int = -1) -> Any:
@@ -91,12 +103,13 @@ def softmax_jvp_from_output(xp: Namespace, T: Any, P: Any, axis: int = -1) -> An
 
 
 @jvp_rule("dZ",)
-def softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1) -> Any:
+def softmax_jvp(xp: Namespace, T: tuple[Any], Z: Any, axis: int = -1,
+                masked_row: str = "zero") -> Any:
     r"""JVP of :func:`softmax` (Baggag & Saad §3.4.2), from the stable forward:
     :math:`\dot p = p \odot (\dot z - \langle p, \dot z\rangle)`."""
     check_args("softmax_jvp", xp, {"Z": (Z, ("*", "m")), "dZ": (T[0], ("*", "m"))},
                neg_inf_ok=("Z",))
-    return softmax_jvp_from_output(xp, T[0], softmax(xp, Z, axis), axis)
+    return softmax_jvp_from_output(xp, T[0], softmax(xp, Z, axis, masked_row), axis)
 
 
 def softmax_jacobian(xp: Namespace, p: Any) -> Any:
