@@ -79,3 +79,12 @@ def test_the_bfloat16_adamw_typo_is_killed_and_the_correct_step_never_fails() ->
     assert good.ran and not good.failures, good
     assert bad.failures and bad.first_failure.check.startswith("update"), bad
 
+
+
+def test_the_latency_benchmark_times_a_kernel() -> None:
+    """benchmarks/check_latency.py: one kernel, no warm repeats (a smoke test: the timings
+    themselves are the benchmark's, not CI's)."""
+    import check_latency
+
+    first, again = check_latency.time_kernel(kernel("repeat_kv (GQA)", "torch"), repeats=0)
+    assert first > 0 and again == first
