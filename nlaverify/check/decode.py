@@ -37,7 +37,6 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,7 +54,7 @@ from nlaverify.check.report import (
     Row,
     compare_arrays,
     error_row,
-    skip_row,
+    inconclusive_row,
 )
 from nlaverify.tolerance import Tolerance
 
@@ -199,8 +198,8 @@ def _compare(subject: str, check: str, node: str, got: np.ndarray, ref: np.ndarr
         label = f"{node}[pos {pos}]"
         mine, theirs = np.take(got, k, axis=axis), np.take(ref, pos, axis=axis)
         if tol.rtol >= 1.0:
-            rows.append(replace(skip_row(subject, check, f"bound {tol.rtol:.3g} >= 1 "
-                                         f"({tol.reason})"), where=label))
+            rows.append(inconclusive_row(subject, check, f"bound {tol.rtol:.3g} >= 1 "
+                                         f"({tol.reason})", resolution=tol.rtol, where=label))
             continue
         rows.append(compare_arrays(subject, check, mine, theirs, tol, label=label))
     return rows

@@ -111,6 +111,7 @@ from nlaverify.check.report import (
     Row,
     compare_arrays,
     error_row,
+    inconclusive_row,
     skip_row,
 )
 from nlaverify.tolerance import Tolerance
@@ -177,8 +178,9 @@ class _Bounds:
 def _judge(subject: str, check: str, got: Any, ref: Any, tol: Tolerance, floor: float,
            label: str, source: str) -> Row:
     if tol.rtol >= 1.0:  # admits any answer of the right size: nothing meaningful to judge
-        return skip_row(subject, check, f"bound {tol.rtol:.3g} >= 1 ({tol.reason}): it "
-                        "admits any answer of this size, no digit is meaningful here")
+        return inconclusive_row(subject, check, f"bound {tol.rtol:.3g} >= 1 ({tol.reason}): "
+                                "it admits any answer of this size, no digit is meaningful "
+                                "here", resolution=tol.rtol, where=label)
     row = compare_arrays(subject, check, got, ref, tol, label=label, floor=floor)
     return replace(row, reason=f"yours: {source}; {row.reason}")
 
