@@ -7,7 +7,9 @@ bfloat16; two long reductions in float16) the script measures
 
 * the **kill rate**: the buggy version checked once per dtype (seed 0, ``examples=3``,
   ``hostile=1``: a user's first call); a kill records the failing check, the argument or
-  node and entry (``first_failure.where``) and the ratio error / bound;
+  node and entry (``first_failure.where``) and the ratio error / bound, and whether the
+  report's diagnosis names the bug (the kernel's ``named`` words in a "diagnosis:" note or
+  a "your forward follows" convention note: **named**; another name: **wrong**);
 * the **false-alarm rate**: the correct version over ``--seeds`` seeds per dtype (goal 0),
   ``examples=2`` drawn cases per seed (hypothesis draws the minimal case first, then random
   ones from the seed), and the hostile cases (they do not depend on ``seed=``) once, all 4
@@ -118,6 +120,24 @@ def run_check(k: uk.Kernel, version: str, dtype: str, seed: int, examples: int,
     raise ValueError(f"unknown call {k.call!r}")
 
 
+def diagnosis_of(report: Any) -> str:
+    """The report's diagnosis: its 'diagnosis:' notes and the conventions it says the
+    kernel follows."""
+    return " | ".join(n for n in report.notes
+                      if n.startswith("diagnosis:") or "your forward follows" in n)
+
+
+def diagnosis_verdict(k: uk.Kernel, report: Any) -> str:
+    """``named`` (the diagnosis holds ``k.named``), ``wrong: ...`` (it names another
+    mistake), or ``""`` (none, or nothing failed)."""
+    said = diagnosis_of(report)
+    if not report.failures or not said:
+        return ""
+    if k.named and k.named in said:
+        return "named"
+    return "wrong: " + said[:120]
+
+
 def where_of(report: Any) -> str:
     row = report.first_failure
     if row is None:
@@ -204,6 +224,9 @@ class Result:
     alarms: dict[str, tuple[int, int, float, str]] = field(default_factory=dict)
     #: dtype -> seed runs of the correct version with inconclusive rows (and no failure)
     inconclusive: dict[str, int] = field(default_factory=dict)
+    #: dtype -> "named" (the diagnosis holds the kernel's ``named`` words), "wrong: ..." (it
+    #: names something else), "" (no diagnosis)
+    diagnosis: dict[str, str] = field(default_factory=dict)
     grad: tuple[str, str] | None = None  # (correct, buggy)
     seconds: float = 0.0
 
@@ -215,6 +238,7 @@ def measure(k: uk.Kernel, seeds: int, quick: bool) -> Result:
         t1 = time.perf_counter()
         rep = run_check(k, "buggy", dtype, 0, **KILL)
         res.killed[dtype] = bool(rep.failures)
+        res.diagnosis[dtype] = diagnosis_verdict(k, rep)
         res.undecided[dtype] = not rep.failures and bool(rep.inconclusive)
         took = f"{time.perf_counter() - t1:.1f} s"
         res.kills[dtype] = (f"{where_of(rep)}, {took}" if rep.failures else
@@ -244,7 +268,9 @@ def _cell_kill(res: Result, dtype: str) -> str:
     if dtype not in res.killed:
         return "–"
     if res.killed[dtype]:
-        return f"killed: {res.kills[dtype]}"
+        said = res.diagnosis.get(dtype, "")
+        tag = "; **named**" if said == "named" else (f"; **{said}**" if said else "")
+        return f"killed: {res.kills[dtype]}{tag}"
     if res.undecided.get(dtype):
         return f"inconclusive ({res.kills[dtype]})"
     return f"**survived** ({res.kills[dtype]})"
@@ -301,6 +327,12 @@ def summary(results: list[Result], wall: float) -> list[str]:
                          if d in dtypes)
         survivors = [f"{r.kernel.name} ({r.kernel.framework}, {d})" for r, d in kills
                      if not r.killed[d] and not r.undecided.get(d)]
+        named = sum(r.diagnosis.get(d) == "named" for r, d in kills if r.killed[d])
+        wrong = [f"{r.kernel.name} ({r.kernel.framework}, {d})" for r, d in kills
+                 if r.diagnosis.get(d, "").startswith("wrong")]
+        out.append(f"- **{group}**: diagnosis named {named}/{killed} kills "
+                   f"({100 * named / max(killed, 1):.0f} %), wrong names {len(wrong)}"
+                   + (f": {', '.join(wrong)}" if wrong else ""))
         out.append(f"- **{group}**: kill rate {killed}/{len(kills)} "
                    f"({100 * killed / len(kills):.0f} %), inconclusive {undecided}; "
                    f"false alarms {fails}/{seeds} seed runs "

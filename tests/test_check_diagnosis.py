@@ -58,11 +58,23 @@ def test_the_planted_bug_is_named(kernel, op, words) -> None:
     assert "(error " in diagnosis[0] and ", bound " in diagnosis[0]
 
 
+def mad_layernorm(x, g, b):  # the mean absolute deviation for the standard deviation
+    c = x - x.mean(-1, keepdim=True)
+    return g * c / (c.abs().mean(-1, keepdim=True) + 1e-5) + b
+
+
 @pytest.mark.parametrize("kernel, op", [
     (lambda x, g: 1.5 * rms(x, g), "rmsnorm"),  # a wrong gain: no classic mistake
     (lambda x, g, b: ln(x, g, b) + 0.1, "layernorm"),
     (lambda x: torch.nn.functional.gelu(x) * 1.01, "gelu_erf"),
-], ids=["rmsnorm x 1.5", "layernorm + 0.1", "gelu x 1.01"])
+    # the review's wrong names: on the shrunk case (n = 2, d = 1 or 2) these equal a
+    # classic mistake; a second case at the top of the drawn sizes tells them apart
+    (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+     "causal_attention"),  # the mask forgotten, not off by one
+    (lambda x, g: x / (x.abs().mean(-1, keepdim=True) + 1e-5) * g, "rmsnorm"),
+    (mad_layernorm, "layernorm"),
+], ids=["rmsnorm x 1.5", "layernorm + 0.1", "gelu x 1.01", "no causal mask",
+        "rmsnorm by mean |x|", "layernorm by mean |x - mu|"])
 def test_an_unrelated_bug_gets_no_diagnosis(kernel, op) -> None:
     report = check_op(kernel, op, dtype="float32", framework="torch")
     assert report.failures, report

@@ -97,3 +97,31 @@ def test_the_table_columns_stay_aligned_with_long_names() -> None:
             1e-2, "pass", "a_very_long_argument_name[12, 345, 6789]")])
     lines = str(report).splitlines()[1:3]
     assert lines[0].index("1.00e-03") == lines[1].index("1.00e-03"), "\n".join(lines)
+
+
+@pytest.mark.parametrize("op, static, words", [
+    ("rmsnorm", {"eps": "abc"}, "rejects"),
+    ("rope", {"base": 0}, "non-finite"),
+    ("rope", {"base": -5}, "non-finite"),
+    ("rope", {"layout": "bogus"}, "rejects"),
+])
+def test_a_bad_static_is_named_before_any_case_runs(op, static, words) -> None:
+    calls = []
+
+    def fn(*args):
+        calls.append(1)
+        return args[0]
+
+    with pytest.raises(CheckError, match=f"argument 'static'.*{words}"):
+        check_op(fn, op, static=static, framework="numpy", examples=2)
+    assert not calls
+
+
+def test_a_kernel_detected_as_numpy_gets_the_framework_hint() -> None:
+    """Only tensor methods (no torch call) look like NumPy to the detection: the error row
+    says to pass framework=."""
+    def methods_only(x, g):
+        return x.expand(*x.shape) * g
+
+    report = check_op(methods_only, "rmsnorm", examples=1)
+    assert "pass framework='torch' or 'jax'" in report.first_failure.reason, report

@@ -138,7 +138,12 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     except CheckError:
         raise
     except Exception as exc:
-        return [error_row(s.subject, "forward" + tag, exc, where="fn")]
+        row = error_row(s.subject, "forward" + tag, exc, where="fn")
+        if s.framework == "numpy" and "numpy.ndarray" in str(exc):
+            row = replace(row, reason=row.reason + " (fn was called with NumPy arrays, the "
+                          "framework detected from it: for a PyTorch or JAX kernel pass "
+                          "framework='torch' or 'jax')")
+        return [row]
     row = compare_arrays(s.subject, "forward" + tag, out64, ref.out,
                          _tol(s, case, kappa_f, 1), label="out")
     wider = _wider_output(out, s.framework, s.dtype)

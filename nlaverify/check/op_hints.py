@@ -50,25 +50,59 @@ def _agrees(plan: OpPlan, case: OpCaseInput, out: np.ndarray, forward: Any,
     return row.verdict == "pass", row.error, row.bound
 
 
+def _confirming_case(plan: OpPlan, case: OpCaseInput) -> OpCaseInput | None:
+    """A second case at the top of the drawn sizes (no batch axes): a mistake named on the
+    shrunk minimal case must also explain the kernel there (at ``n = 2, d = 1`` a forgotten
+    mask and a mask off by one, or the mean absolute value and the RMS, agree)."""
+    from nlaverify.cases.inputs import drawn_input
+
+    sizes = {k: hi for k, (_, hi) in plan.ranges.items()}
+    if plan.spec.fix_sizes:
+        sizes = plan.spec.fix_sizes(sizes)
+    try:
+        return drawn_input(plan.spec, sizes, (), 2**20 + 7, plan.settings.dtype,
+                           plan.spec.static)
+    except Exception:
+        return None
+
+
 def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
     """What a failing case says about the bug, one line each: the conventions in force
     and the ones the kernel follows (:func:`convention_notes`), and the classic mistake its
-    forward equals within the same bound (:data:`nlaverify.ops.variants.VARIANTS`), if any.
-    Nothing is claimed for a kernel whose forward agrees with the op (its bug is in a
-    derivative) or where no variant agrees."""
+    forward equals within the same bound (:data:`nlaverify.ops.variants.VARIANTS`): on the
+    failing case and, where the kernel is wrong on ordinary inputs too, on a second case
+    at the top of the drawn sizes; and the only variant that does. Nothing is claimed for a
+    kernel whose forward agrees with the op (its bug is in a derivative), or where no
+    variant or more than one agrees."""
     from nlaverify.ops.variants import variants_of
 
     notes = convention_notes(plan, case)
-    if registered(plan.spec) and variants_of(plan.spec.name):
-        out = _user_forward(plan, case)
-        static = dict(plan.spec.static)
-        if out is not None and not _agrees(plan, case, out, plan.spec.forward, static)[0]:
-            for v in variants_of(plan.spec.name):
-                ok, error, bound = _agrees(plan, case, out, v.forward, static)
-                if ok:
-                    notes.append(f"diagnosis: your forward equals {v.op} with {v.what} "
-                                 f"(error {error:.2g}, bound {bound:.2g})")
-                    break
+    if not (registered(plan.spec) and variants_of(plan.spec.name)):
+        return notes
+    out = _user_forward(plan, case)
+    static = dict(plan.spec.static)
+    if out is None or _agrees(plan, case, out, plan.spec.forward, static)[0]:
+        return notes
+    candidates = [(v, *_agrees(plan, case, out, v.forward, static)[1:])
+                  for v in variants_of(plan.spec.name)
+                  if _agrees(plan, case, out, v.forward, static)[0]]
+    if not candidates:
+        return notes
+    second = _confirming_case(plan, case)
+    out2 = _user_forward(plan, second) if second is not None else None
+    where = ""
+    if second is not None and out2 is not None and not _agrees(
+            plan, second, out2, plan.spec.forward, static)[0]:
+        # the kernel is wrong on ordinary inputs too: the mistake must explain it there
+        candidates = [(v, e, b) for v, e, b in candidates
+                      if _agrees(plan, second, out2, v.forward, static)[0]]
+        where = "; confirmed on a second case at the top of the drawn sizes"
+    # (where the kernel is right on ordinary inputs, its bug shows only on special ones,
+    # as a missing max shift on huge logits: the failing case alone decides)
+    if len(candidates) == 1:
+        v, error, bound = candidates[0]
+        notes.append(f"diagnosis: your forward equals {v.op} with {v.what} (error "
+                     f"{error:.2g}, bound {bound:.2g}{where})")
     return notes
 
 

@@ -3,13 +3,13 @@
 A kernel that reads its inputs' storage as row-major (a raw Triton or CUDA kernel that
 ignores strides, a ``view`` that needs contiguity, ``as_strided`` with the row-major
 strides) is correct on a contiguous tensor and wrong, or raising, on a transposed view or a
-strided slice of the same values: what a model hands it after a ``transpose``, a slice of a
-fused QKV projection, or a ``permute`` of heads. For PyTorch and CuPy kernels every drawn
-case is also run with each argument of at least one dimension given as such a view (a
-transposed view for two or more dimensions: column-major storage; a strided slice, every
-other element of a buffer twice as long, for one), and compared with the reference under
+slice of the same values: what a model hands it from a fused QKV projection or a padded
+buffer. For PyTorch and CuPy kernels every drawn
+case is also run with each argument of two or more dimensions given as such a view (the
+first half of the last axis of a buffer twice as wide: rows strided, the last axis
+contiguous, as a slice of a fused QKV projection), and compared with the reference under
 the same bound. On a failure each argument is tried alone, and the row names the first one
-the kernel fails on ("fails on a transposed view of x"). NumPy is left out (its users rarely
+the kernel fails on ("fails on a sliced view of x"). NumPy is left out (its users rarely
 write stride-blind kernels; its arrays are handed as given), and JAX has no layouts.
 """
 
@@ -35,34 +35,32 @@ CHECK = "forward (non-contiguous views)"
 
 def noncontiguous(x: Any, framework: str) -> tuple[Any, str]:
     """``x`` with the same values in non-contiguous storage, and what kind of view it is:
-    ``"transposed"`` (the last two axes stored swapped: column-major) for two or more
-    dimensions, ``"strided"`` (every other element of a buffer twice as long) for one."""
+    the first half of the last axis of a buffer twice as wide (``"sliced"``: strides
+    ``(..., 2d, 1)``, as a slice of a fused QKV projection or of a padded row is). The
+    last axis keeps a unit stride, as activations in a model do, so a kernel that reshapes
+    with ``view`` still works; one that reads storage as contiguous row-major does not."""
     if framework == "torch":
         import torch
 
-        if x.ndim >= 2:
-            return x.transpose(-1, -2).contiguous().transpose(-1, -2), "transposed"
         buf = torch.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
-        buf[..., ::2] = x
-        return buf[..., ::2], "strided"
+        buf[..., : x.shape[-1]] = x
+        return buf[..., : x.shape[-1]], "sliced"
     import cupy  # pragma: no cover - needs a GPU
 
-    if x.ndim >= 2:  # pragma: no cover
-        return cupy.swapaxes(cupy.swapaxes(x, -1, -2).copy(), -1, -2), "transposed"
     buf = cupy.zeros((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype)  # pragma: no cover
-    buf[..., ::2] = x  # pragma: no cover
-    return buf[..., ::2], "strided"  # pragma: no cover
+    buf[..., : x.shape[-1]] = x  # pragma: no cover
+    return buf[..., : x.shape[-1]], "sliced"  # pragma: no cover
 
 
 def _viewable(case: OpCaseInput, args: list[Any]) -> list[int]:
-    """The arguments that get a view: floating (real or fixed), at least one dimension with
-    a size above 1 on the axes the view permutes."""
+    """The arguments that get a view: floating (real or fixed), two or more dimensions (a
+    one-dimensional slice of a wider buffer is still contiguous) with more than one row."""
     out = []
     for k, (a, x) in enumerate(zip(case.spec.args, args, strict=True)):
-        if a.kind == "tokens" or getattr(x, "ndim", 0) < 1:
+        if a.kind == "tokens" or getattr(x, "ndim", 0) < 2:
             continue
-        if x.ndim >= 2 and (x.shape[-1] < 2 or x.shape[-2] < 2):
-            continue  # a transpose of a vector-shaped matrix is still contiguous
+        if int(np.prod(x.shape[:-1])) < 2 or x.shape[-1] < 1:
+            continue  # a single row of a wider buffer is contiguous
         out.append(k)
     return out
 

@@ -75,6 +75,29 @@ def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
     return [b]
 
 
+def _check_statics(spec: OpSpec, given: dict[str, Any]) -> None:
+    """The reference op runs with the statics ``given`` (on a float64 case of the smallest
+    sizes) and gives finite values: a bad static is named now, not by a failure blamed on
+    the kernel (``base=0`` made the reference NaN)."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.cases.drawn import make_case
+
+    sizes = {k: lo for k, (lo, _) in spec.size_ranges.items()}
+    if spec.fix_sizes:
+        sizes = spec.fix_sizes(sizes)
+    try:
+        with np.errstate(all="ignore"):
+            case = make_case(spec, sizes, 0)
+            out = np.asarray(spec.forward(get_namespace("numpy"), *case.args, **spec.static),
+                             dtype=np.float64)
+    except Exception as exc:
+        raise CheckError(f"argument 'static': {op_signature(spec)} rejects {given!r}: "
+                         f"{type(exc).__name__}: {exc}") from None
+    if not np.all(np.isfinite(out)):
+        raise CheckError(f"argument 'static': with {given!r} the reference op "
+                         f"{op_signature(spec)} gives non-finite values on ordinary inputs")
+
+
 def _statics_by_keyword(what: str, f: Callable[..., Any], n_args: int,
                         static: Mapping[str, Any], spec: OpSpec) -> dict[str, Any]:
     """The static values ``f``'s signature names as keyword parameters (``eps``, ``base``):
@@ -87,9 +110,15 @@ def _statics_by_keyword(what: str, f: Callable[..., Any], n_args: int,
         sig = inspect.signature(f)
     except (TypeError, ValueError):  # a builtin or extension function: call it as it is
         return {}
+    from nlaverify.ops.conventions import CONVENTIONS
+
     params = sig.parameters
-    kw = {k: v for k, v in static.items() if k in params and params[k].kind in (
-        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    conventions = set(CONVENTIONS.get(spec.name, {}))
+    # numeric statics only (eps, base, n_rep, ignore_index): a convention's value ('half',
+    # 'linear') names nlaverify's option, not what a kernel's parameter of that name takes
+    kw = {k: v for k, v in static.items() if k in params and k not in conventions
+          and isinstance(v, int | float) and not isinstance(v, bool) and params[k].kind in (
+              inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
     try:
         sig.bind(*range(n_args), **kw)
     except TypeError as exc:
@@ -172,6 +201,7 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
     st = {**spec.static, **(static or {})}
     if st != dict(spec.static):
         spec = replace(spec, static=st)
+        _check_statics(spec, dict(static or {}))
     if not isinstance(examples, int) or examples < 0:
         raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
     if not (hostile in (True, False, None, "extreme") or (

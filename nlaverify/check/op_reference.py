@@ -108,6 +108,14 @@ def _reference(case: OpCaseInput, want_jvp: bool, reference: str = "mpmath") -> 
         except Exception as exc:  # the forward is not traceable by JAX
             missing = (f"no reference derivative: JAX autodiff of your forward raised "
                        f"{type(exc).__name__}: {exc} (give vjp=/jvp= to user_op)")
+        finite_ref = np.all(np.isfinite(case.args[0])) if case.args else True
+        bad = [a for a in (auto_cot or []) + ([auto_tan] if auto_tan is not None else [])
+               if not np.all(np.isfinite(a))]
+        if bad and finite_ref:  # autodiff through a kink (sqrt at 0, a where): no reference
+            auto_cot = auto_tan = None
+            missing = ("no reference derivative here: JAX autodiff of your forward gives "
+                       "non-finite values at this case (a square root at 0, a branch of "
+                       "where): give vjp=/jvp= to user_op")
     cot: list[np.ndarray] | None
     if sources["vjp"] is None:
         cot = []

@@ -91,24 +91,42 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     h = dict(hyper)
     if rule == "adam":
         h["weight_decay"] = 0.0
+    steps = len(trajectory) - 1  # every step the user's run made, not only the first
+
+    def agrees(us: list[dict[str, np.ndarray]]) -> float | None:
+        """The worst ratio of the user's updates against ``us`` at every step and leaf, or
+        ``None`` when one row fails."""
+        worst = 0.0
+        for s in range(1, steps + 1):
+            for k, u in us[s - 1].items():
+                row = update_row("", s, k, trajectory[s - 1][k], trajectory[s][k], u, dtype,
+                                 model_of(k, np.shape(u)))
+                if row.verdict != "pass":
+                    return None
+                worst = max(worst, row.ratio if math.isfinite(row.ratio) else math.inf)
+        return worst
+
+    # the plainest other explanation: the rule's own updates times one factor (a learning
+    # rate or a scale off); where it agrees too, the dtype cannot tell the two apart
+    ref = adam_variant_updates("none", h, grads[:steps], trajectory[:steps])
+    num = sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
+                           * u)) for s in range(1, steps + 1) for k, u in ref[s - 1].items())
+    den = sum(float(np.sum(u * u)) for us in ref for u in us.values())
+    alpha = num / den if den > 0 else 1.0
+    scaled = [{k: alpha * u for k, u in us.items()} for us in ref]
+    lr_fits = abs(alpha - 1) > 1e-3 and agrees(scaled) is not None
     for variant, what in ADAM_VARIANTS:
         if rule == "adam" and variant in ("coupled", "no_decay"):
             continue
-        steps = len(trajectory) - 1  # every step the user's run made, not only the first
-        us = adam_variant_updates(variant, h, grads[:steps], trajectory[:steps])
-        worst, agrees = 0.0, True
-        for s in range(1, steps + 1):
-            for k, u in us[s - 1].items():
-                w0, w1 = trajectory[s - 1][k], trajectory[s][k]
-                row = update_row("", s, k, w0, w1, u, dtype, model_of(k, np.shape(u)))
-                if row.verdict != "pass":
-                    agrees = False
-                    break
-                worst = max(worst, row.ratio if math.isfinite(row.ratio) else math.inf)
-            if not agrees:
-                break
-        if agrees:
+        worst = agrees(adam_variant_updates(variant, h, grads[:steps], trajectory[:steps]))
+        if worst is not None:
+            alternative = (f", or equally {rule} with the learning rate x {alpha:.3g} "
+                           f"({dtype} cannot tell the two apart over {steps} steps)"
+                           if lr_fits else "")
             return (f"diagnosis: your update equals {rule} with {what} at every step "
                     f"(worst ratio {worst:.2g} against that variant, within the update rows' "
-                    f"bound for {dtype})")
+                    f"bound for {dtype}){alternative}")
+    if lr_fits:
+        return (f"diagnosis: your updates equal the reference's times {alpha:.3g} at every "
+                f"step (a learning rate or an update scale off by that factor)")
     return None

@@ -171,7 +171,11 @@ def _draw(shapes: Mapping[str, tuple[int, ...]], steps: int, dtype: str, seed: i
     params = {}
     for k, s in shapes.items():
         small = rng.random(s) < 0.5
+        if small.size:  # every leaf holds a small weight: there a narrow dtype resolves
+            small.flat[0] = True  # an update (a leaf of six weights of size 1 did not)
         scale = np.where(small, 10.0 ** -rng.uniform(0.0, 3.0, s), 1.0)
+        if small.size:
+            scale.flat[0] = 1e-3
         params[k] = _round(rng.standard_normal(s) * scale, dtype)
     grads = []
     for _ in range(steps):

@@ -66,7 +66,7 @@ def _ln_eps_outside(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> A
     return _ln(xp, x, gamma, beta, eps, eps_outside=True)
 
 
-def _softmax_no_shift(xp: Namespace, Z: Any, axis: int = -1) -> Any:
+def _softmax_no_shift(xp: Namespace, Z: Any, axis: int = -1, masked_row: str = "zero") -> Any:
     E = xp.exp(Z)
     return E / xp.sum(E, axis=axis, keepdims=True)
 
