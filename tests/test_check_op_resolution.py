@@ -70,3 +70,19 @@ def test_an_attention_vjp_off_by_two_is_killed_in_bfloat16(which: int, name: str
 def test_correct_bfloat16_kernels_raise_no_false_alarm(seed: int) -> None:
     assert check_op(ce, "cross_entropy", dtype="bfloat16", seed=seed).ok
     assert check_op(attention, "attention", dtype="bfloat16", seed=seed).ok
+
+
+def rms(x, g):
+    return x * torch.rsqrt((x.float() ** 2).mean(-1, keepdim=True) + 1e-5).to(x.dtype) * g
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_norm_gain_cotangent_off_by_half_is_killed_in_bfloat16(seed: int) -> None:
+    """RMSNorm's a-priori amplification (max|x|/r) bears on x-bar, which cancels, not on
+    gamma-bar = sum g * x-hat: applied to every cotangent it let gamma-bar x 1.5 pass in
+    bfloat16 (the review's finding); per cotangent it is killed, and torch's own RMSNorm
+    still passes."""
+    wrong = scaled_backward(rms, 1.5, 1)
+    report = check_op(wrong, "rmsnorm", dtype="bfloat16", seed=seed, framework="torch")
+    assert report.failures and report.first_failure.where.startswith("gamma["), report
+    assert check_op(rms, "rmsnorm", dtype="bfloat16", seed=seed, framework="torch").ok

@@ -70,6 +70,7 @@ from nlaverify.check.op_reference import (
     _reference,
     _sce_per_array,
     _tol,
+    amplified,
     reference_sources,
     relative_floor,
 )
@@ -197,12 +198,16 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
         rows.append(error_row(s.subject, "vjp" + tag, exc, where="vjp"))
         cots = None
     relative = relative_floor(s.dtype, case)
-    per_array = _sce_per_array(case, "vjp") if relative and cots is not None else None
+    per_array = _sce_per_array(case, "vjp") if cots is not None and any(
+        relative_floor(s.dtype, case, name) for name in names) else None
     if cots is not None:
         for i, (name, c, e) in enumerate(zip(names, cots, ref.cotangents, strict=True)):
             tol_i, floor = tol_b, 1.0
-            if per_array is not None:  # relative to this cotangent's own magnitude
-                tol_i, floor = _tol(s, case, max(kappa_d, per_array[i]), 2), 0.0
+            if per_array is not None and relative_floor(s.dtype, case, name):
+                # relative to this cotangent's own magnitude; the op's a-priori
+                # amplification only where it bears (amplified)
+                kappa_i = kappa_d if amplified(case, name) else kappa_f
+                tol_i, floor = _tol(s, case, max(kappa_i, per_array[i]), 2), 0.0
             rows.append(compare_arrays(s.subject, f"{how} {name}{tag}",
                                        to_float64(c, what=f"cotangent of {name}"), e, tol_i,
                                        label=name, floor=floor))

@@ -226,7 +226,15 @@ def _sce_per_array(case: OpCaseInput, which: str) -> list[float] | None:
 RELATIVE_DTYPES = ("bfloat16", "float16")
 
 
-def relative_floor(dtype: str, case: OpCaseInput) -> bool:
+def amplified(case: OpCaseInput, name: str) -> bool:
+    """The op's a-priori amplification bears on the cotangent of argument ``name``
+    (:attr:`~nlaverify.ops.opspec.OpSpec.amplified`)."""
+    spec = case.spec
+    return spec.amplification is not None and (spec.amplified is None
+                                               or name in spec.amplified)
+
+
+def relative_floor(dtype: str, case: OpCaseInput, name: str | None = None) -> bool:
     r"""Judge the derivative rows of ``case`` relative to each array's own magnitude
     (floor 0 in :func:`~nlaverify.check.report.compare_arrays`, the condition estimated
     per array by :func:`_sce_per_array`) instead of :math:`\max(1, \max|e|)`: below float32
@@ -237,9 +245,14 @@ def relative_floor(dtype: str, case: OpCaseInput) -> bool:
     cotangents cancel terms much larger than themselves (LayerNorm's projection
     :math:`I - \hat x\hat x^\top/d`), whose bfloat16 rounding an input perturbation does
     not see, and a bound relative to the small result false-alarmed on 17 of 20 seeds of
-    torch's own LayerNorm; they keep the unit floor."""
-    return (dtype in RELATIVE_DTYPES and not case.origin.startswith("hostile")
-            and case.spec.amplification is None)
+    torch's own LayerNorm; they keep the unit floor. ``name``: one cotangent (a
+    normalization's :math:`\bar\gamma`, which does not cancel, is judged relatively);
+    ``None``: the op as a whole (the JVP)."""
+    if dtype not in RELATIVE_DTYPES or case.origin.startswith("hostile"):
+        return False
+    if name is None:
+        return case.spec.amplification is None
+    return not amplified(case, name)
 
 
 def _size(case: OpCaseInput) -> int:

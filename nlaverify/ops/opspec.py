@@ -61,6 +61,10 @@ class OpSpec:
     #: the op's own amplification of relative error, the factor of :attr:`condition` beyond
     #: the input magnitudes (a cancellation: LayerNorm's mean subtraction, a normaliser)
     amplification: Callable[[list[Any]], float] | None = None
+    #: the real arguments whose cotangent the :attr:`amplification` bears on (``None``:
+    #: all); LayerNorm's :math:`\bar x` cancels, its :math:`\bar\gamma = \sum g\odot\hat x`
+    #: does not
+    amplified: tuple[str, ...] | None = None
     #: adjusts drawn sizes to the op's constraints (even head dims, divisibility)
     fix_sizes: Callable[[dict[str, int]], dict[str, int]] | None = None
 
