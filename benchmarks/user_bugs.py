@@ -210,6 +210,37 @@ def gradcheck_verdict(k: uk.Kernel, version: str, seed: int = 0) -> str:
         return "passed"
 
 
+def assert_close_verdict(k: uk.Kernel, version: str, dtype: str, seed: int = 0) -> str:
+    """``caught``, ``passed`` or ``error: ...`` for ``torch.testing.assert_close`` with its
+    default tolerances for ``dtype`` (bfloat16: rtol 1.6e-2, atol 1e-5; float32: 1.3e-6,
+    1e-5): the kernel's output in ``dtype`` on the inputs of :func:`grad_inputs` rounded to
+    ``dtype``, against the op's float64 output on the same inputs rounded to ``dtype`` (the
+    forward only: the peer compares outputs)."""
+    import torch
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.cases.rounding import exact_in
+    from nlaverify.check.adapters import to_float64, to_framework
+    from nlaverify.ops.registry import get_op
+
+    spec = get_op(k.target)
+    static = {**spec.static, **k.options.get("static", {})}
+    args = [a if np.issubdtype(np.asarray(a).dtype, np.integer) else exact_in(a, dtype)
+            for a in grad_inputs(k, np.random.default_rng(seed))]
+    try:
+        out = getattr(k, version)(*[to_framework(a, k.framework, None if np.issubdtype(
+            np.asarray(a).dtype, np.integer) else dtype) for a in args])
+        mine = torch.from_numpy(np.array(to_float64(out))).to(getattr(torch, dtype))
+        ref = torch.from_numpy(np.asarray(spec.forward(get_namespace("numpy"), *args,
+                                                       **static), dtype=np.float64))
+        torch.testing.assert_close(mine, ref.to(getattr(torch, dtype)), equal_nan=True)
+    except AssertionError:
+        return "caught"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
+    return "passed"
+
+
 # -- the benchmark ------------------------------------------------------------------------
 
 
@@ -228,6 +259,9 @@ class Result:
     #: names something else), "" (no diagnosis)
     diagnosis: dict[str, str] = field(default_factory=dict)
     grad: tuple[str, str] | None = None  # (correct, buggy)
+    #: dtype -> (assert_close on the buggy version, false alarms of the correct one over the
+    #: seeds, seeds)
+    close: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -258,6 +292,10 @@ def measure(k: uk.Kernel, seeds: int, quick: bool) -> Result:
             worst = max(worst, rep.worst_ratio)
         res.alarms[dtype] = (fails, n_seeds, worst, first)
         res.inconclusive[dtype] = undecided
+        if k.call == "check_op" and k.grad is not None:
+            alarms = sum(assert_close_verdict(k, "correct", dtype, s) != "passed"
+                         for s in range(n_seeds))
+            res.close[dtype] = (assert_close_verdict(k, "buggy", dtype), alarms, n_seeds)
     if k.grad is not None and k.call == "check_op":
         res.grad = (gradcheck_verdict(k, "correct"), gradcheck_verdict(k, "buggy"))
     res.seconds = time.perf_counter() - t0
@@ -338,6 +376,14 @@ def summary(results: list[Result], wall: float) -> list[str]:
                    f"false alarms {fails}/{seeds} seed runs "
                    f"({100 * fails / max(seeds, 1):.1f} %), inconclusive {unresolved}"
                    + (f"; survived: {', '.join(survivors)}" if survivors else ""))
+    for group, dtypes in (("float32", ("float32",)), ("bfloat16", ("bfloat16",))):
+        cl = [r.close[d] for r in results for d in r.close if d in dtypes]
+        if cl:
+            caught = sum(v == "caught" for v, _, _ in cl)
+            alarms, runs = sum(a for _, a, _ in cl), sum(n for _, _, n in cl)
+            out.append(f"- **torch.testing.assert_close** (default tolerances, {group}, the "
+                       f"forward only): caught {caught}/{len(cl)} buggy kernels; false alarms "
+                       f"{alarms}/{runs} seed runs of the correct ones")
     graded = [r for r in results if r.grad]
     caught = sum(r.grad[1] == "caught" for r in graded)
     false = sum(r.grad[0] != "passed" for r in graded)

@@ -88,3 +88,11 @@ def test_the_latency_benchmark_times_a_kernel() -> None:
 
     first, again = check_latency.time_kernel(kernel("repeat_kv (GQA)", "torch"), repeats=0)
     assert first > 0 and again == first
+
+
+def test_the_assert_close_peer() -> None:
+    """torch.testing.assert_close with its default tolerances, on the forward: it catches a
+    missing 1/d in RMSNorm and passes the correct kernel (the benchmark's peer column)."""
+    k = kernel("rmsnorm", "torch")
+    assert user_bugs.assert_close_verdict(k, "correct", "float32") == "passed"
+    assert user_bugs.assert_close_verdict(k, "buggy", "float32") == "caught"
