@@ -197,13 +197,35 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nlaverify`` command."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
     except NlaverifyError as exc:
         print(f"nlaverify: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for SIGINT
         print("nlaverify: interrupted", file=sys.stderr)
         return 130
+    if argv is None:  # the command itself, not a call from Python (tests, notebooks)
+        _late_interrupt_exits_130()
+    return code
+
+
+def _late_interrupt_exits_130() -> None:
+    """After the work: a Ctrl-C during the interpreter's shutdown (joining a process
+    pool's threads) prints the same line and exits 130 at once, instead of a
+    ``KeyboardInterrupt`` that Python turns into a death by SIGINT (exit -2)."""
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        sys.stderr.write("nlaverify: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, handler)
 
 
 if __name__ == "__main__":
