@@ -197,5 +197,7 @@ def test_top_eigenvalues_of_a_low_rank_operator() -> None:
     pairs = top_eigenvalues(lambda v: M @ v, 40, k=5)
     exact = np.sort(np.linalg.eigvalsh(U @ U.T))[::-1][:5]
     scale = exact[0]
-    np.testing.assert_allclose(pairs.values, exact, rtol=0, atol=1e-10 * scale)
-    assert np.all(np.asarray(pairs.residuals) < 1e-8 * scale), pairs.residuals
+    # Lanczos in float64: 20 Krylov steps (the default for k = 5) of length-40 products
+    tol = tolerance("float64", size=40, depth=20)
+    assert tol.compare(pairs.values, exact).ok, (pairs.values, exact, tol.reason)
+    assert np.all(np.asarray(pairs.residuals) <= tol.rtol * scale), pairs.residuals
