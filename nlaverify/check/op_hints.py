@@ -8,6 +8,7 @@ as a wrong base unless the report says which pairing the kernel follows).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,34 +20,44 @@ from nlaverify.check.op_reference import _case_condition, _tol
 from nlaverify.check.op_subject import _user_args
 from nlaverify.check.report import compare_arrays
 from nlaverify.ops.conventions import conventions
+from nlaverify.tolerance import Tolerance
 
 __all__ = ["convention_notes", "diagnosis_notes"]
 
 
-def _user_forward(plan: OpPlan, case: OpCaseInput) -> np.ndarray | None:
+@dataclass(frozen=True)
+class _Probe:
+    """A case with the user's forward output on it and the forward row's bound there,
+    each computed once (the condition estimate runs the reference four times)."""
+
+    case: OpCaseInput
+    out: np.ndarray
+    tol: Tolerance
+
+
+def _probe(plan: OpPlan, case: OpCaseInput) -> _Probe | None:
     s = plan.settings
     try:
-        return to_float64(s.forward(_user_args(case, s.framework, s.dtype)),
-                          what="output of fn")
+        out = to_float64(s.forward(_user_args(case, s.framework, s.dtype)),
+                         what="output of fn")
     except Exception:
         return None
+    return _Probe(case, out, _tol(s, case, _case_condition(case, "forward"), 1))
 
 
-def _agrees(plan: OpPlan, case: OpCaseInput, out: np.ndarray, forward: Any,
-            static: dict[str, Any]) -> tuple[bool, float, float]:
-    """``forward`` (against ``xp``) on the case in float64 NumPy against the user's output,
-    under the bound of the forward row: ``(agrees, error, bound)``."""
+def _agrees(plan: OpPlan, probe: _Probe, forward: Any, static: dict[str, Any]
+            ) -> tuple[bool, float, float]:
+    """``forward`` (against ``xp``) on the probe's case in float64 NumPy against the user's
+    output, under the forward row's bound: ``(agrees, error, bound)``."""
     from nlaverify.backends import get_namespace
 
-    s = plan.settings
-    tol = _tol(s, case, _case_condition(case, "forward"), 1)
     try:
         with np.errstate(all="ignore"):
-            ref = np.asarray(forward(get_namespace("numpy"), *case.args, **static),
+            ref = np.asarray(forward(get_namespace("numpy"), *probe.case.args, **static),
                              dtype=np.float64)
     except Exception:
-        return False, float("nan"), tol.rtol
-    row = compare_arrays(s.subject, "forward", out, ref, tol)
+        return False, float("nan"), probe.tol.rtol
+    row = compare_arrays(plan.settings.subject, "forward", probe.out, ref, probe.tol)
     return row.verdict == "pass", row.error, row.bound
 
 
@@ -76,26 +87,27 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
     variant or more than one agrees."""
     from nlaverify.ops.variants import variants_of
 
-    notes = convention_notes(plan, case)
-    if not (registered(plan.spec) and variants_of(plan.spec.name)):
+    first = _probe(plan, case)
+    notes = convention_notes(plan, case, first)
+    if first is None or not (registered(plan.spec) and variants_of(plan.spec.name)):
         return notes
-    out = _user_forward(plan, case)
     static = dict(plan.spec.static)
-    if out is None or _agrees(plan, case, out, plan.spec.forward, static)[0]:
+    if _agrees(plan, first, plan.spec.forward, static)[0]:
         return notes
-    candidates = [(v, *_agrees(plan, case, out, v.forward, static)[1:])
-                  for v in variants_of(plan.spec.name)
-                  if _agrees(plan, case, out, v.forward, static)[0]]
+    candidates = []
+    for v in variants_of(plan.spec.name):
+        ok, error, bound = _agrees(plan, first, v.forward, static)
+        if ok:
+            candidates.append((v, error, bound))
     if not candidates:
         return notes
-    second = _confirming_case(plan, case)
-    out2 = _user_forward(plan, second) if second is not None else None
+    second_case = _confirming_case(plan, case)
+    second = _probe(plan, second_case) if second_case is not None else None
     where = ""
-    if second is not None and out2 is not None and not _agrees(
-            plan, second, out2, plan.spec.forward, static)[0]:
+    if second is not None and not _agrees(plan, second, plan.spec.forward, static)[0]:
         # the kernel is wrong on ordinary inputs too: the mistake must explain it there
         candidates = [(v, e, b) for v, e, b in candidates
-                      if _agrees(plan, second, out2, v.forward, static)[0]]
+                      if _agrees(plan, second, v.forward, static)[0]]
         where = "; confirmed on a second case at the top of the drawn sizes"
     # (where the kernel is right on ordinary inputs, its bug shows only on special ones,
     # as a missing max shift on huge logits: the failing case alone decides)
@@ -106,43 +118,30 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
     return notes
 
 
-def convention_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
+def convention_notes(plan: OpPlan, case: OpCaseInput,
+                     probe: _Probe | None = None) -> list[str]:
     """For an op whose conventions are options (:data:`~nlaverify.ops.conventions.CONVENTIONS`),
     at a failing case: the conventions in force and, when the kernel's forward agrees with
-    the reference under other values (within the same bound), the values it follows."""
+    the reference under other values (within the same bound), the values it follows.
+    ``probe``: the case's :class:`_Probe`, when the caller has it."""
     table = conventions(plan.spec)
     if not table:
         return []
-    s, static = plan.settings, dict(plan.spec.static)
+    static = dict(plan.spec.static)
+
     def described(key: str, value: Any) -> str:
         return f"{key}={value!r} ({dict(table[key]).get(value, 'yours')})"
 
     notes = [f"{plan.spec.name}: conventions in force: "
              + ", ".join(described(k, static.get(k)) for k in table)]
-    try:
-        out = to_float64(s.forward(_user_args(case, s.framework, s.dtype)), what="output of fn")
-    except Exception:
-        return notes
-    tol = _tol(s, case, _case_condition(case, "forward"), 1)
-    from nlaverify.backends import get_namespace
-
-    numpy = get_namespace("numpy")
-    try:  # a kernel whose forward agrees with the conventions in force follows them
-        in_force = np.asarray(plan.spec.forward(numpy, *case.args, **static), dtype=np.float64)
-        if compare_arrays(s.subject, "forward", out, in_force, tol).verdict == "pass":
-            return notes
-    except Exception:
-        pass
+    probe = probe if probe is not None else _probe(plan, case)
+    if probe is None or _agrees(plan, probe, plan.spec.forward, static)[0]:
+        return notes  # a kernel whose forward agrees with the conventions in force
     for values in itertools.product(*(tuple(v for v, _ in table[k]) for k in table)):
         alt = dict(zip(table, values, strict=True))
         if all(static.get(k) == v for k, v in alt.items()):
             continue
-        try:
-            ref = np.asarray(plan.spec.forward(numpy, *case.args, **{**static, **alt}),
-                             dtype=np.float64)
-        except Exception:
-            continue
-        if compare_arrays(s.subject, "forward", out, ref, tol).verdict == "pass":
+        if _agrees(plan, probe, plan.spec.forward, {**static, **alt})[0]:
             change = {k: v for k, v in alt.items() if static.get(k) != v}
             notes.append(f"{plan.spec.name}: your forward follows "
                          + ", ".join(described(k, v) for k, v in change.items())
