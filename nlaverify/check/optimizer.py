@@ -241,7 +241,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
     mass = dict.fromkeys(p0, 0.0)
     xp = get_namespace("numpy")
     prev, state_prev = dict(p0), ref_rule.init(xp, dict(p0))
-    user_traj = [dict(p0)]
+    user_traj, ref_updates = [dict(p0)], []
     state_abs = ref_rule.init(xp, {k: np.abs(v) for k, v in p0.items()})
     vacuous: list[str] = []
     for t, g in enumerate(gs, start=1):
@@ -259,6 +259,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
                                for s in range(t + 1, len(gs) + 1))
             break
         u_ref, _ = ref_rule.update(xp, g, state_prev, prev)
+        ref_updates.append(u_ref)
         # the rule on |g| and |w|: the componentwise magnitudes of the elementwise rules
         u_abs, state_abs = ref_rule.update(xp, {k: np.abs(v) for k, v in g.items()}, state_abs,
                                            {k: np.abs(v) for k, v in prev.items()})
@@ -288,7 +289,8 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
 
         line = optimizer_diagnosis(
             ref_rule.name, hyper, int(first.check.split()[1]), gs, user_traj, dtype,
-            lambda key, shape: _leaf_model(ref_rule.name, shape, is_matrix, key))
+            lambda key, shape: _leaf_model(ref_rule.name, shape, is_matrix, key),
+            reference=ref_updates)
         if line:
             report.notes.append(line)
     if vacuous:

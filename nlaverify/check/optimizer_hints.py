@@ -40,7 +40,7 @@ def adam_variant_updates(variant: str, hyper: Mapping[str, Any],
                          params: Sequence[Mapping[str, np.ndarray]]
                          ) -> list[dict[str, np.ndarray]]:
     r"""The updates :math:`u_1, \dots, u_T` of Adam/AdamW with the mistake ``variant``
-    (:data:`ADAM_VARIANTS`; ``"none"``: the rule itself) for ``grads`` :math:`g_t`, the decay
+    (:data:`ADAM_VARIANTS`) for ``grads`` :math:`g_t`, the decay
     acting on ``params[t-1]`` (:math:`w_{t-1}`):
 
     .. math:: m_t = \beta_1 m_{t-1} + (1-\beta_1) g_t,\quad v_t = \beta_2 v_{t-1} +
@@ -73,12 +73,16 @@ def adam_variant_updates(variant: str, hyper: Mapping[str, Any],
 def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
                         grads: Sequence[Mapping[str, np.ndarray]],
                         trajectory: Sequence[Mapping[str, np.ndarray]], dtype: str,
-                        model_of: Any) -> str | None:
+                        model_of: Any,
+                        reference: Sequence[Mapping[str, np.ndarray]] = ()) -> str | None:
     """The one-line diagnosis of a run that failed (first at ``step``): the variant whose
     updates equal the user's, :math:`w_t - w_{t-1}` from ``trajectory`` (the user's
     parameters, ``trajectory[0]`` the initial ones), within the update rows' bound at every
     step and leaf; ``None`` when none does, or for a rule other than Adam/AdamW, or a
-    learning-rate schedule. ``model_of(key, shape)`` gives the error model of a leaf. In a
+    learning-rate schedule. ``model_of(key, shape)`` gives the error model of a leaf;
+    ``reference`` the reference rule's updates at the user's parameters, one per step (the
+    updates ``check_optimizer`` compares with: the plainest other explanation, those times
+    one factor, is fitted to them). In a
     narrow dtype distinct mistakes can agree within the bound (a doubled learning rate and
     the first moment's correction by beta2 at betas (0.9, 0.95) differ by 10 % over five
     steps): the line says "within the bound", which is all it claims."""
@@ -108,7 +112,9 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
 
     # the plainest other explanation: the rule's own updates times one factor (a learning
     # rate or a scale off); where it agrees too, the dtype cannot tell the two apart
-    ref = adam_variant_updates("none", h, grads[:steps], trajectory[:steps])
+    ref = list(reference)[:steps]
+    if len(ref) < steps:
+        return None
     num = sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
                            * u)) for s in range(1, steps + 1) for k, u in ref[s - 1].items())
     den = sum(float(np.sum(u * u)) for us in ref for u in us.values())
