@@ -14,6 +14,14 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def publish(text: str, out: Any, write: bool) -> None:
+    """A benchmark's result: ``text`` on stdout and, with ``write``, in the file ``out``."""
+    print(text)
+    if write:
+        out.write_text(text)
+        progress(f"wrote {out}")
+
+
 def best_time(f: Callable, *args: Any, repeats: int) -> tuple[float, float]:
     """(compile + first call, best of ``repeats`` later calls), in seconds."""
     import jax

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _user_kernels as uk
-from _timing import progress
+from _timing import progress, publish
 
 OUT = Path(__file__).resolve().parent / "check_latency.md"
 
@@ -78,10 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"s, median again {statistics.median(t for _, t in ts):.2f} s over "
                      f"{len(ts)} kernels")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if a.write:
-        OUT.write_text(text)
-        progress(f"wrote {OUT}")
+    publish(text, OUT, a.write)
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _user_kernels as uk
-from _timing import progress
+from _timing import progress, publish
 
 OUT = Path(__file__).resolve().parent / "user_bugs.md"
 KILL = {"examples": 3, "hostile": 1}
@@ -478,10 +478,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the {SWEEP['hostile_at_seed_0']} hostile cases at seed 0; gradcheck / "
                 f"check_grads once on float64 standard-normal inputs")
     text = table(results, settings, time.perf_counter() - t0)
-    print(text)
-    if a.write:
-        OUT.write_text(text)
-        progress(f"wrote {OUT}")
+    publish(text, OUT, a.write)
     return 0
 
 
