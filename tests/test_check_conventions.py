@@ -128,3 +128,40 @@ def test_the_masked_row_convention_is_an_option() -> None:
     report = check_op(sm, "softmax", hostile="extreme", dtype="float32")
     notes = "\n".join(report.notes)
     assert report.failures and "your forward follows masked_row='nan'" in notes, notes
+
+
+def _sdpa_top_left(Q, K, V):
+    """torch's causal SDPA: query i sees keys j <= i (top-left, whatever the key count)."""
+    return torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+
+
+def _sdpa_bottom_right(Q, K, V):
+    """A KV-cache kernel: the last query sees every key (bottom-right, FlashAttention 2.1)."""
+    n, m = Q.shape[-2], K.shape[-2]
+    mask = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+    return torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+
+
+def test_the_causal_alignment_is_an_option() -> None:
+    """Fewer queries than keys: bottom-right (the default, a KV cache) and top-left
+    (torch's is_causal) masks differ; each kernel passes under its own alignment, and a
+    top-left kernel checked against bottom-right fails with a note naming 'top_left'."""
+    assert set(conventions(OPS["causal_attention_kv"])) == {"scale", "align"}
+    assert "align='bottom_right'" in op_signature("causal_attention_kv")
+    assert check_op(_sdpa_bottom_right, "causal_attention_kv", examples=4).ok
+    assert check_op(_sdpa_top_left, "causal_attention_kv", static={"align": "top_left"},
+                    examples=4).ok
+    r = check_op(_sdpa_top_left, "causal_attention_kv", examples=4)
+    assert not r.ok
+    assert any("follows align='top_left'" in n for n in r.notes), r.notes
+    r = check_op(_sdpa_bottom_right, "causal_attention_kv", static={"align": "top_left"},
+                 examples=4)
+    assert not r.ok
+    assert any("follows align='bottom_right'" in n for n in r.notes), r.notes
+
+
+def test_a_bad_alignment_is_refused() -> None:
+    from nlaverify.errors import CheckError
+
+    with pytest.raises(CheckError, match="align"):
+        check_op(_sdpa_top_left, "causal_attention_kv", static={"align": "top-left"})

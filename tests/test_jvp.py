@@ -156,7 +156,7 @@ def _batched_case(spec: OpSpec, B: int = 2) -> OpCase:
         if a.kind == "mask":
             args.append(np.stack([np.roll(fixed_routing_mask(*np.shape(cases[0].args[k])), b,
                                           axis=-1) for b in range(B)]))
-        elif a.kind != "real" or "n" in a.dims:
+        elif a.kind != "real" or a.per_sequence:
             args.append(np.stack([c.args[k] for c in cases]))
         else:
             args.append(cases[0].args[k])
@@ -343,7 +343,7 @@ def test_op_jvps_name_the_bad_tangent() -> None:
                                                              "multihead_attention", "moe"))
     Q, K, V = att.args
     with pytest.raises(ShapeError, match=r"attention_jvp: argument 'dK': expected shape "
-                                         r"\(\*, n=4, d_k=4\), got \(4, 3\)"):
+                                         r"\(\*, n_k=4, d_k=4\), got \(4, 3\)"):
         sdpa.attention_jvp(xp, (None, np.ones((4, 3)), None), Q, K, V)
     with pytest.raises(ArgumentError, match=r"expected a tuple of 3 tangents \(dQ, dK, dV\), "
                                             r"got 2"):

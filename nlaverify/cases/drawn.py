@@ -61,7 +61,7 @@ def make_case(spec: OpSpec, sizes: dict[str, int], seed: int, scale: float = 1.0
     args: list[Any] = []
     for a in spec.args:
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in a.dims)
-        if batch and "n" in a.dims:
+        if batch and a.per_sequence:
             shape = (*batch, *shape)
         if a.kind == "tokens":
             toks = rng.integers(0, sizes["V"], size=shape, dtype=np.int64)

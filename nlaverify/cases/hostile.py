@@ -224,7 +224,7 @@ def _finite_max(a: Any) -> float:
     return float(np.max(np.abs(arr))) if arr.size else 0.0
 
 
-def _attention_condition(causal: bool) -> Any:
+def _attention_condition(static: dict[str, Any]) -> Any:
     def condition(args: list[Any]) -> float:
         r"""Attention with huge scores: :math:`\kappa = \max(1, |V|)\,\max(1, \kappa_S,
         |Q|, |K|)`. The scores are rounded with absolute errors :math:`|\delta
@@ -239,14 +239,17 @@ def _attention_condition(causal: bool) -> Any:
         where :math:`p_{ij}(1-p_{ij})` is not small, and otherwise cancels to an absolute
         error :math:`u|dP|`, :math:`dP = GV^\top`, which :math:`\bar Q = dS\,K/\sqrt{d_k}`
         and :math:`\bar K = dS^\top Q/\sqrt{d_k}` multiply by :math:`|K|`, :math:`|Q|`: the
-        larger of the two regimes, times :math:`|V|`."""
+        larger of the two regimes, times :math:`|V|`. The scores take the op's statics
+        (its mask, window, alignment and scale), so every op of the attention family gets
+        the same estimate."""
+        from nlaverify.backends import get_namespace
+        from nlaverify.ops.sdpa import attention_scores
+
+        xp = get_namespace("numpy")
         Q, K, V = (np.asarray(a, dtype=np.float64) for a in args[:3])
-        root = np.sqrt(Q.shape[-1])
-        S = Q @ np.swapaxes(K, -1, -2) / root
-        s_hat = np.abs(Q) @ np.swapaxes(np.abs(K), -1, -2) / root
-        if causal:
-            n = S.shape[-1]
-            S = np.where(np.tril(np.ones((n, n), dtype=bool)), S, -np.inf)
+        S = np.asarray(attention_scores(xp, Q, K, **static))
+        s_hat = np.asarray(attention_scores(xp, np.abs(Q), np.abs(K),
+                                            scale=static.get("scale")))
         E = np.exp(S - np.max(S, axis=-1, keepdims=True))
         P = E / np.sum(E, axis=-1, keepdims=True)
         kappa_s = float(np.max(2.0 * P * (1.0 - P) * np.max(s_hat, axis=-1, keepdims=True)))
@@ -297,8 +300,8 @@ def _hostile_sizes(op: str) -> dict[str, int]:
         return {"n": len(LOGIT_ROWS), "m": 4}
     if op == "cross_entropy":
         return {"n": 3, "V": 5}
-    if op in ("attention", "causal_attention"):
-        return {"n": 4, "d_k": 2, "d_v": 2}
+    if op in ATTENTION_OPS:  # fewer queries than keys where the op allows it
+        return {"n": 4, "n_k": 6, "d_k": 2, "d_v": 2}
     if op in ("layernorm", "rmsnorm"):
         return {"n": len(NORM_ROWS), "d": 5}
     if op in ("moe", "moe_swiglu"):
@@ -326,7 +329,7 @@ def _hostile_args(spec: OpSpec, sizes: dict[str, int], rng: np.random.Generator,
             args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:-1]))
         elif op == "cross_entropy" or (op.startswith("moe") and a.name == "scores"):
             args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:3]))
-        elif op in ("attention", "causal_attention") and a.name in ("Q", "K"):
+        elif op in ATTENTION_OPS and a.name in ("Q", "K"):
             # scores q.k/sqrt(d_k) of order 1e4; a zero query row gives equal scores; keys
             # that share a huge component give scores of order 1e4 a few units apart
             M = 100.0 * rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 1.0, shape) \
@@ -362,9 +365,13 @@ _CONDITIONS: dict[str, Any] = {
     "moe_swiglu": _moe_condition,
 }
 
+#: the ops of scaled dot-product attention (one forward, with its mask, window, alignment
+#: and scale as statics), which share the hostile queries and keys and their condition
+ATTENTION_OPS: tuple[str, ...] = ("attention", "causal_attention", "attention_mup",
+                                  "causal_attention_kv", "sliding_window_attention")
 #: the ops :func:`hostile_op_cases` knows hostile inputs for
 HOSTILE_OPS: tuple[str, ...] = (
-    "softmax", "log_softmax", "cross_entropy", "attention", "causal_attention", "silu",
+    "softmax", "log_softmax", "cross_entropy", *ATTENTION_OPS, "silu",
     "swiglu", "gelu_erf", "gelu_tanh", "tanh", "relu", "layernorm", "rmsnorm", "moe",
     "moe_swiglu",
 )
@@ -387,8 +394,9 @@ def make_hostile_case(op: str | OpSpec, dtype: str, seed: int) -> OpCase:
     sizes = _hostile_sizes(spec.name)
     args = _hostile_args(spec, sizes, rng, dtype)
     static = dict(spec.static)
-    condition = (_attention_condition(bool(static.get("causal")))
-                 if spec.name in ("attention", "causal_attention")
+    condition = (_attention_condition({k: v for k, v in static.items()
+                                       if k in ("causal", "window", "scale", "align")})
+                 if spec.name in ATTENTION_OPS
                  else _CONDITIONS.get(spec.name, spec.condition))
     spec = replace(spec, condition=condition)
     out = spec.forward(get_namespace("numpy"), *args, **static)

@@ -38,7 +38,7 @@ def _spec_of(op: str | OpSpec) -> OpSpec:
 #: dimensions whose default range check_op widens to realistic sizes (up to
 #: :data:`DEFAULT_MAX_SIZE`): well-conditioned normalizations, and bugs that scale with
 #: the size (a missing 1/d, 1/sqrt(d_k)) show clearly even in bfloat16
-WIDENED = ("n", "d", "d_k", "d_v", "d_in", "d_out", "hd", "d_h", "V", "m")
+WIDENED = ("n", "n_k", "d", "d_k", "d_v", "d_in", "d_out", "hd", "d_h", "V", "m")
 DEFAULT_MAX_SIZE = 16
 
 

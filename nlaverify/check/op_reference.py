@@ -264,7 +264,7 @@ def _size(case: OpCaseInput) -> int:
     nb = len(case.batch)
     if not nb or np.ndim(case.cotangent) == 0:
         return max([int(np.size(a)) for a in case.args] + [int(np.size(case.cotangent)), 1])
-    sizes = [int(np.prod(np.shape(x)[nb:] if "n" in a.dims else np.shape(x)))
+    sizes = [int(np.prod(np.shape(x)[nb:] if a.per_sequence else np.shape(x)))
              for a, x in zip(case.spec.args, case.args, strict=True)]
     return max([*sizes, int(np.prod(np.shape(case.cotangent)[nb:])), 1])
 

@@ -57,7 +57,7 @@ def _batched_args(spec: OpSpec) -> tuple[list[Any], dict[str, Any]]:
             mask = fixed_routing_mask(*shape)
             args.append(get_namespace("sympy").asarray(np.stack([np.roll(mask, b, axis=-1)
                                                                  for b in range(B)])))
-        elif a.kind == "fixed" or "n" in a.dims:
+        elif a.kind == "fixed" or a.per_sequence:
             args.append(symbol_array(a.name.lower() if len(a.name) == 1 else a.name,
                                      (B, *shape)))
         else:  # a parameter shared by every sequence
@@ -69,7 +69,7 @@ def _batched_args(spec: OpSpec) -> tuple[list[Any], dict[str, Any]]:
 
 
 def _batched(spec: OpSpec, a: Any) -> bool:
-    return a.kind != "real" or "n" in a.dims
+    return a.kind != "real" or a.per_sequence
 
 
 def _obj(x: Any) -> np.ndarray:

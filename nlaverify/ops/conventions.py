@@ -1,5 +1,6 @@
 """The conventions of the catalogue's ops that are options (static values), with who uses
-each value: RoPE's pairing and base, the attention scale, the loss reduction.
+each value: RoPE's pairing and base, the attention scale, the causal mask's alignment,
+the loss reduction, the all-masked softmax row.
 :func:`nlaverify.check.check_op` states the ones in force and, when a kernel fails, names
 the one it follows (:mod:`nlaverify.check.op_hints`). Seeds: Baggag & Saad §3.4.2, §3.6.2,
 §3.13.1.
@@ -36,11 +37,19 @@ _SOFTMAX_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
                             "softmax"),
                    ("nan", "an all-masked row gives NaN: torch.softmax, jax.nn.softmax")),
 }
+_ALIGN_CONVENTIONS: dict[str, tuple[tuple[Any, str], ...]] = {
+    **_SCALE_CONVENTIONS,
+    "align": (("bottom_right", "query i sees keys j <= i + n_k - n: FlashAttention >= 2.1, "
+                               "decoding with a KV cache"),
+              ("top_left", "query i sees keys j <= i: torch scaled_dot_product_attention("
+                           "is_causal=True), FlashAttention < 2.1")),
+}
 CONVENTIONS: dict[str, dict[str, tuple[tuple[Any, str], ...]]] = {
     "softmax": _SOFTMAX_CONVENTIONS,
     "attention": _SCALE_CONVENTIONS,
     "attention_mup": _SCALE_CONVENTIONS,
     "causal_attention": _SCALE_CONVENTIONS,
+    "causal_attention_kv": _ALIGN_CONVENTIONS,
     "rope": _ROPE_CONVENTIONS,
     "rope_half": _ROPE_CONVENTIONS,
     "cross_entropy": _CE_CONVENTIONS,

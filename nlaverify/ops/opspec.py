@@ -35,6 +35,13 @@ class Arg:
     #: strategies then use at some positions (see :func:`with_ignored`)
     ignore: int | None = None
 
+    @property
+    def per_sequence(self) -> bool:
+        """Whether the argument has a position axis (``n``, or ``n_k``: the keys of an
+        attention with fewer queries than keys), so a batch of sequences stacks it (a
+        parameter without one is shared by every sequence)."""
+        return "n" in self.dims or "n_k" in self.dims
+
 
 @dataclass(frozen=True)
 class OpSpec:

@@ -238,6 +238,17 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           r"\text{as attention, with } P_{ij} = 0 = dS_{ij} \text{ for } j > i",
           {"n": 2, "d_k": 2, "d_v": 1}, {"n": _NUM, "d_k": _NUM, "d_v": _NUM},
           static={"causal": True, "scale": None}),
+    # fewer queries than keys (a KV cache, chunked prefill): the causal mask's alignment is
+    # a convention (static align: FlashAttention >= 2.1 bottom-right, torch SDPA top-left)
+    _spec("causal_attention_kv", sdpa.attention, sdpa.attention_vjp,
+          [R("Q", ("n", "d_k")), R("K", ("n_k", "d_k")), R("V", ("n_k", "d_v"))],
+          "Baggag & Saad §3.4.4; Dao 2023 (FlashAttention-2.1, bottom-right causal mask)",
+          r"\text{as causal attention over } n_k \ge n \text{ keys, with } P_{ij} = 0 = dS_{ij}"
+          r"\text{ for } j > i + n_k - n",
+          {"n": 2, "n_k": 3, "d_k": 1, "d_v": 1},
+          {"n": _NUM, "n_k": (1, 6), "d_k": _NUM, "d_v": _NUM},
+          static={"causal": True, "scale": None, "align": "bottom_right"},
+          fix_sizes=lambda s: {**s, "n_k": max(s["n_k"], s["n"])}),
     _spec("sliding_window_attention", sdpa.attention, sdpa.attention_vjp,
           [R("Q", ("n", "d_k")), R("K", ("n", "d_k")), R("V", ("n", "d_v"))],
           "Baggag & Saad §3.4.4; Jiang et al. 2023 (Mistral, sliding window)",
@@ -430,7 +441,7 @@ def op_signature(op: str | OpSpec) -> str:
     parts = []
     for a in spec.args:
         dims = ", ".join(str(d) for d in a.dims)
-        lead = "..., " if "n" in a.dims else ""
+        lead = "..., " if a.per_sequence else ""
         kind = "" if a.kind == "real" else f" ({a.kind})"
         parts.append(f"{a.name}[{lead}{dims}]{kind}")
     static = ", ".join(f"{k}={v!r}" for k, v in spec.static.items())

@@ -21,19 +21,37 @@ from nlaverify.ops.softmaxes import (
 )
 
 
-def causal_mask(xp: Namespace, n: int, window: int | None = None) -> Any:
-    r"""Boolean ``(n, n)`` mask, ``True`` where position :math:`j \le i` may be seen (and,
-    with a sliding ``window`` :math:`w`, only :math:`i - w < j \le i`: the last :math:`w`
-    positions, the token itself included; Mistral, Jiang et al. 2023).
+def causal_mask(xp: Namespace, n: int, window: int | None = None, m: int | None = None,
+                align: str = "bottom_right") -> Any:
+    r"""Boolean ``(n, m)`` mask (``m = n`` by default), ``True`` where query :math:`i` may see
+    key :math:`j`: :math:`j \le i + o` with the offset :math:`o = m - n` (``align =
+    "bottom_right"``: the last query sees every key, as in decoding with a KV cache and in
+    FlashAttention since 2.1) or :math:`o = 0` (``"top_left"``: query :math:`i` sees keys up
+    to :math:`i`, as ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``);
+    the two agree when :math:`m = n`. With a sliding ``window`` :math:`w`, only
+    :math:`i + o - w < j \le i + o`: the last :math:`w` positions, the token itself included
+    (Mistral, Jiang et al. 2023).
 
-    Adding :math:`M_{ij} = -\infty` for :math:`j > i` makes the attention matrix
+    Adding :math:`M_{ij} = -\infty` where the mask is ``False`` makes the attention matrix
     lower triangular (Baggag & Saad §3.4.4); the window makes it banded.
     """
-    idx = xp.arange(n)
-    seen = idx[:, None] >= idx[None, :]
+    m = n if m is None else m
+    if align not in ALIGNS:
+        raise ArgumentError(f"causal_mask: argument 'align': expected one of "
+                            f"{', '.join(map(repr, ALIGNS))}, got {align!r}")
+    offset = m - n if align == "bottom_right" else 0
+    rows = xp.arange(n)[:, None] + offset
+    cols = xp.arange(m)[None, :]
+    seen = rows >= cols
     if window is None:
         return seen
-    return seen & (idx[:, None] - idx[None, :] < window)
+    return seen & (rows - cols < window)
+
+
+#: the alignments of a causal mask between ``n`` queries and ``m`` keys
+#: (:func:`causal_mask`): ``"bottom_right"`` (FlashAttention >= 2.1, KV-cache decoding) and
+#: ``"top_left"`` (``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``)
+ALIGNS = ("bottom_right", "top_left")
 
 
 def _check_window(op: str, causal: bool, window: int | None) -> None:
@@ -71,37 +89,39 @@ def scaled(xp: Namespace, X: Any, d_k: int, scale: Any = None) -> Any:
 
 
 def attention_scores(xp: Namespace, Q: Any, K: Any, causal: bool = False,
-                     window: int | None = None, scale: Any = None) -> Any:
+                     window: int | None = None, scale: Any = None,
+                     align: str = "bottom_right") -> Any:
     r"""Scores :math:`S = s\,Q K^\top + M` with :math:`s = 1/\sqrt{d_k}` (or ``scale``,
-    :func:`scaled`) and :math:`M` the causal mask (banded by a sliding ``window``,
-    :func:`causal_mask`)."""
+    :func:`scaled`) and :math:`M` the causal mask (banded by a sliding ``window``, aligned by
+    ``align`` when the ``n`` queries and ``m`` keys differ in number: :func:`causal_mask`)."""
     _check_window("attention_scores", causal, window)
     dims = check_args("attention_scores", xp, {"Q": (Q, ("*", "n", "d_k")),
-                                               "K": (K, ("*", "n", "d_k"))})
+                                               "K": (K, ("*", "n_k", "d_k"))})
     S = scaled(xp, xp.matmul(Q, xp.matrix_transpose(K)), dims["d_k"], scale)
     if causal:
-        S = xp.where(causal_mask(xp, dims["n"], window), S, -xp.inf)
+        S = xp.where(causal_mask(xp, dims["n"], window, dims["n_k"], align), S, -xp.inf)
     return S
 
 
 def attention(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = False,
-              window: int | None = None, scale: Any = None) -> Any:
+              window: int | None = None, scale: Any = None, align: str = "bottom_right") -> Any:
     r"""Scaled dot-product attention (Baggag & Saad §3.4.2):
 
     .. math:: A = \operatorname{softmax}\!\Bigl(\frac{Q K^\top}{\sqrt{d_k}} + M\Bigr) V,
 
     :math:`M_{ij} = -\infty` where :func:`causal_mask` hides :math:`j` from :math:`i`
-    (``causal``; ``window``: sliding-window attention); ``scale`` replaces
-    :math:`1/\sqrt{d_k}` (:func:`scaled`: ``"linear"`` for muP's :math:`1/d_k`).
+    (``causal``; ``window``: sliding-window attention; ``align``: which queries see which
+    keys when there are fewer queries than keys); ``scale`` replaces :math:`1/\sqrt{d_k}`
+    (:func:`scaled`: ``"linear"`` for muP's :math:`1/d_k`).
     """
-    check_args("attention", xp, {"Q": (Q, ("*", "n", "d_k")), "K": (K, ("*", "n", "d_k")),
-                                 "V": (V, ("*", "n", "d_v"))})
-    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal, window, scale)), V)
+    check_args("attention", xp, {"Q": (Q, ("*", "n", "d_k")), "K": (K, ("*", "n_k", "d_k")),
+                                 "V": (V, ("*", "n_k", "d_v"))})
+    return xp.matmul(softmax(xp, attention_scores(xp, Q, K, causal, window, scale, align)), V)
 
 
 def attention_vjp(
     xp: Namespace, G: Any, Q: Any, K: Any, V: Any, causal: bool = False,
-    window: int | None = None, scale: Any = None,
+    window: int | None = None, scale: Any = None, align: str = "bottom_right",
 ) -> tuple[Any, Any, Any]:
     r"""VJP of :func:`attention`. With :math:`P = \operatorname{softmax}(S)`:
 
@@ -113,10 +133,10 @@ def attention_vjp(
     Masked entries have :math:`P_{ij} = 0`, hence :math:`dS_{ij} = 0`.
     """
     dims = check_args("attention_vjp", xp, {"Q": (Q, ("*", "n", "d_k")),
-                                            "K": (K, ("*", "n", "d_k")),
-                                            "V": (V, ("*", "n", "d_v")),
+                                            "K": (K, ("*", "n_k", "d_k")),
+                                            "V": (V, ("*", "n_k", "d_v")),
                                             "G": (G, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale))
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale, align))
     dV = xp.matmul(xp.matrix_transpose(P), G)
     dS = softmax_vjp_from_output(xp, xp.matmul(G, xp.matrix_transpose(V)), P)
     dQ = scaled(xp, xp.matmul(dS, K), dims["d_k"], scale)
@@ -131,7 +151,7 @@ def _tsum_or_none(*terms: Any) -> Any:
 
 def attention_jvp(
     xp: Namespace, T: tuple[Any, Any, Any], Q: Any, K: Any, V: Any, causal: bool = False,
-    window: int | None = None, scale: Any = None,
+    window: int | None = None, scale: Any = None, align: str = "bottom_right",
 ) -> Any:
     r"""JVP of :func:`attention` (Baggag & Saad §3.4.2, §3.4.4), the forward-mode dual of
     :func:`attention_vjp`. With :math:`P = \operatorname{softmax}(S)`:
@@ -151,12 +171,12 @@ def attention_jvp(
     """
     dQ, dK, dV = tangents("attention_jvp", T, ("dQ", "dK", "dV"))
     dims = check_args("attention_jvp", xp, {"Q": (Q, ("*", "n", "d_k")),
-                                            "K": (K, ("*", "n", "d_k")),
-                                            "V": (V, ("*", "n", "d_v")),
+                                            "K": (K, ("*", "n_k", "d_k")),
+                                            "V": (V, ("*", "n_k", "d_v")),
                                             "dQ": (dQ, ("*", "n", "d_k")),
-                                            "dK": (dK, ("*", "n", "d_k")),
-                                            "dV": (dV, ("*", "n", "d_v"))})
-    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale))
+                                            "dK": (dK, ("*", "n_k", "d_k")),
+                                            "dV": (dV, ("*", "n_k", "d_v"))})
+    P = softmax(xp, attention_scores(xp, Q, K, causal, window, scale, align))
     dS = _tsum_or_none(lin(dQ, lambda t: xp.matmul(t, xp.matrix_transpose(K))),
                        lin(dK, lambda t: xp.matmul(Q, xp.matrix_transpose(t))))
     dP = lin(dS, lambda t: softmax_jvp_from_output(xp, scaled(xp, t, dims["d_k"], scale), P))

@@ -78,6 +78,12 @@ ATTENTION_TEXT: dict[str, T] = {
     "causal_attention": T("A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{\sqrt{d_k}} "
                                r"+ M\Bigr)V", _SDPA_JVP + r",\quad P_{ij} = 0 \text{ for } j > i",
                           (*_SDPA, *_MASK)),
+    "causal_attention_kv": T(
+        "A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{\sqrt{d_k}} + M\Bigr)V,\quad "
+             r"M_{ij} = 0 \text{ if } j \le i + n_k - n,\ -\infty \text{ otherwise}",
+        _SDPA_JVP + r",\quad P_{ij} = 0 \text{ for } j > i + n_k - n",
+        (*_SDPA, ("M", "the causal mask aligned bottom-right (static `align`)"),
+         ("n, n_k", r"the numbers of queries and of keys, $n_k \ge n$ (2 and 3 in the check)"))),
     "sliding_window_attention": T(
         "A", r"A = \operatorname{softmax}\Bigl(\frac{QK^\top}{\sqrt{d_k}} + M\Bigr)V,\quad "
              r"M_{ij} = 0 \text{ if } i - w < j \le i,\ -\infty \text{ otherwise}",
