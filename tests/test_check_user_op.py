@@ -128,3 +128,41 @@ def test_a_forward_jax_cannot_trace_gives_skip_rows_not_a_crash() -> None:
     skips = {r.check: r.reason for r in report.rows if r.verdict == "skip"}
     assert "JAX autodiff of your forward raised" in skips.get("vjp", ""), report
     assert any(r.check == "forward" and r.verdict == "pass" for r in report.rows), report
+
+
+def torch_no_shift(Q, K, V):  # exp of the raw scores: overflows once they reach ~90
+    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    E = torch.exp(S) * (torch.arange(K.shape[-2]) < VALID)
+    return (E / E.sum(-1, keepdim=True)) @ V
+
+
+HOSTILE = {"Q": "scores", "K": "scores"}
+
+
+def test_hostile_cases_by_argument_kind_kill_a_kernel_without_the_max_shift() -> None:
+    """The drawn cases cannot see a missing max shift (scores of order 1); the hostile
+    queries and keys of ``user_op(hostile=...)`` (scores of 1e4) kill it, in float32 and in
+    bfloat16, and the correct kernel passes them (no false alarm)."""
+    plain = user_op(padded_attention, args=ARGS, sizes=SIZES, static={"valid": VALID})
+    r = check_op(torch_no_shift, plain, dtype="float32")
+    # without hostile kinds the bug passes every drawn case; the skip row says what was not
+    # tested
+    assert r.ok and any(row.check == "hostile" and row.verdict == "skip" for row in r.rows)
+    spec = user_op(padded_attention, args=ARGS, sizes=SIZES, static={"valid": VALID},
+                   hostile=HOSTILE)
+    for dtype in ("float32", "bfloat16"):
+        r = check_op(torch_no_shift, spec, dtype=dtype)
+        assert not r.ok and any("(hostile seed" in row.check and row.verdict == "fail"
+                                for row in r.rows), r
+        assert check_op(torch_padded, spec, dtype=dtype).ok
+
+
+def test_hostile_kinds_are_checked() -> None:
+    from nlaverify.check import CheckError
+
+    with pytest.raises(CheckError, match="'W' is not a real argument"):
+        user_op(padded_attention, args=ARGS, sizes=SIZES, static={"valid": VALID},
+                hostile={"W": "scores"})
+    with pytest.raises(CheckError, match="expected a kind among 'logits'"):
+        user_op(padded_attention, args=ARGS, sizes=SIZES, static={"valid": VALID},
+                hostile={"Q": "huge"})

@@ -33,6 +33,7 @@ from nlaverify.cases.hostile import (
     make_hostile_case,
     realistic_norm_rows,
 )
+from nlaverify.cases.hostile_kinds import HOSTILE_KINDS, hostile_array
 from nlaverify.cases.inputs import (
     OpCaseInput,
     drawn_input,
@@ -46,6 +47,7 @@ from nlaverify.cases.rounding import DTYPES, exact_in
 __all__ = [
     "BATCHES",
     "DTYPES",
+    "HOSTILE_KINDS",
     "HOSTILE_OPS",
     "HUGE_LOGIT",
     "LOGIT_ROWS",
@@ -56,6 +58,7 @@ __all__ = [
     "exact_in",
     "explicit_inputs",
     "hostile_activations",
+    "hostile_array",
     "hostile_inputs",
     "hostile_logit_array",
     "hostile_logits",

@@ -459,3 +459,4 @@ def realistic_norm_rows(rng: np.random.Generator, n: int, d: int, dtype: str) ->
         else:
             rows.append(rng.standard_normal(d))
     return exact_in(np.stack(rows), dtype, strict=True)
+

@@ -24,6 +24,7 @@ from nlaverify.cases.hostile import (
     make_hostile_case,
     realistic_norm_rows,
 )
+from nlaverify.cases.hostile_kinds import hostile_array
 from nlaverify.cases.rounding import exact_in
 from nlaverify.errors import CheckError
 from nlaverify.ops.registry import OPS, OpSpec, op_signature
@@ -90,6 +91,8 @@ def hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, An
     softmax row unless ``extreme``."""
     from nlaverify.backends import get_namespace
 
+    if dict(getattr(spec, "hostile_kinds", ())):
+        return _user_hostile_inputs(spec, dtype, count, static, extreme)
     if spec.name not in HOSTILE_OPS or not registered(spec):
         return []
     base = "float32" if dtype != "float64" else "float64"
@@ -117,6 +120,48 @@ def hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, An
              for k in hc.real_indices()]
         cases.append(OpCaseInput(spec, args, G, T, dict(static), f"hostile seed {seed}",
                                  hc.spec.condition, dict(hc.sizes)))
+    return cases
+
+
+#: the hostile kinds whose magnitudes bound a user op's condition from below
+#: (:func:`_user_hostile_inputs`)
+MAGNITUDE_KINDS = ("scores", "activations")
+
+
+def _user_hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, Any],
+                         extreme: bool) -> list[OpCaseInput]:
+    r"""The hostile cases of a user's op (``user_op(hostile=...)``): the drawn case at the
+    op's sizes with each named argument replaced by hostile values of its kind
+    (:func:`~nlaverify.cases.hostile_kinds.hostile_array`). Their condition is the statistical
+    estimate at the case (``check_op``) and at least the magnitude :math:`\max(1,
+    \max|x|)` of the arguments of a kind whose large values cancel in a later sum
+    (:data:`MAGNITUDE_KINDS`: attention's :math:`\bar Q = dS\,K/\sqrt d` sums terms of
+    size :math:`|K|` to a small result, an error an input perturbation does not see; the
+    pointwise activations' arguments of :math:`\exp` and :math:`\operatorname{erf}`), as
+    in the conditions derived for the catalogue's attention and activations."""
+    from nlaverify.backends import get_namespace
+
+    kinds = dict(spec.hostile_kinds)  # type: ignore[attr-defined]
+    sizes = dict(spec.proof_sizes)
+    real = [a.name for a in spec.args if a.kind == "real"]
+    big = [real.index(k) for k, v in kinds.items() if v in MAGNITUDE_KINDS]
+
+    def magnitude(args: list[Any]) -> float:
+        vals = [np.abs(np.asarray(args[i], dtype=np.float64)) for i in big]
+        return max([1.0] + [float(np.max(v[np.isfinite(v)], initial=0.0)) for v in vals])
+
+    cases = []
+    for seed in range(count):
+        base = drawn_input(spec, sizes, (), 50_000 + seed, dtype, static)
+        rng = np.random.default_rng([seed, 34])
+        args = [hostile_array(kinds[a.name], rng, np.shape(x), dtype, extreme)
+                if a.name in kinds else x for a, x in zip(spec.args, base.args, strict=True)]
+        out = spec.forward(get_namespace("numpy"), *args, **static)
+        G = base.cotangent
+        if np.shape(G) != np.shape(out):
+            G = _strict(rng.standard_normal(np.shape(out)), dtype)
+        cases.append(OpCaseInput(spec, args, G, base.tangents, dict(static),
+                                 f"hostile seed {seed}", magnitude, sizes))
     return cases
 
 

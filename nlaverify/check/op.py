@@ -414,9 +414,9 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
                            extreme=hostile == "extreme")
     if count and not cases and not registered(plan.spec):
         keep([skip_row(s.subject, "hostile", f"no hostile cases for {plan.spec.name}: "
-                       "nlaverify draws them for the ops of its catalogue; pass the extreme "
-                       "inputs your kernel must survive (huge scores, masked rows, tiny or "
-                       "constant rows) with inputs=")])
+                       "name the kinds of your op's arguments (user_op(..., hostile={'Q': "
+                       "'scores'}): logits, scores, norm_rows, activations) or pass the "
+                       "extreme inputs your kernel must survive with inputs=")])
     for case in cases:
         rows = _run_case(s, case)
         if any(r.verdict == "fail" for r in rows):

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.cases.inputs import OpCaseInput, real_indices
+from nlaverify.cases.inputs import OpCaseInput, real_indices, registered
 from nlaverify.check.op_subject import _Settings
 from nlaverify.ops.registry import OpSpec
 from nlaverify.tolerance import Tolerance, tolerance
@@ -290,7 +290,11 @@ def _derived_condition(case: OpCaseInput) -> float:
 
 
 def _case_condition(case: OpCaseInput, which: str) -> float:
+    """The condition of ``which`` at the case: the statistical estimate, or for a hostile
+    case of the catalogue the condition derived for its inputs; a user's op's hostile case
+    (whose condition is only a floor from its arguments' kinds) takes the larger."""
     if case.condition is not None and case.origin.startswith("hostile"):
         real = [case.args[k] for k in real_indices(case.spec)]
-        return max(1.0, float(case.condition(real)))
+        derived = max(1.0, float(case.condition(real)))
+        return derived if registered(case.spec) else max(derived, _sce(case, which))
     return _sce(case, which)

@@ -55,6 +55,9 @@ class UserOp(OpSpec):
     #: VJP from JAX autodiff of the forward in float64 (not proved), and ``prove`` has no VJP
     #: to prove
     vjp_given: bool = True
+    #: the hostile values each argument gets (name, kind of
+    #: :data:`~nlaverify.cases.hostile_kinds.HOSTILE_KINDS`), from ``user_op(hostile=...)``
+    hostile_kinds: tuple[tuple[str, str], ...] = ()
 
     @property
     def jvp(self) -> Callable[..., Any] | None:
@@ -91,13 +94,19 @@ def _arg(name: str, spec: Any) -> Arg:
 def user_op(fn: Callable[..., Any], *, args: Mapping[str, Any], sizes: Mapping[str, int],
             vjp: Callable[..., Any] | None = None, jvp: Callable[..., Any] | None = None,
             static: Mapping[str, Any] | None = None, symbols: Mapping[str, str] | None = None,
-            name: str | None = None, seed: str = "user") -> UserOp:
+            name: str | None = None, seed: str = "user",
+            hostile: Mapping[str, str] | None = None) -> UserOp:
     """Your op as a spec: ``fn(xp, *args, **static)``, ``vjp(xp, G, *args, **static)`` (one
     cotangent per real argument), ``jvp(xp, tangents, *args, **static)``; ``args`` maps
     each positional argument's name to its named dimensions (``{"x": ("n", "d")}``, in
     order) or an :class:`~nlaverify.ops.registry.Arg`; ``symbols`` makes a static value a
     positive symbol in the proof (``{"eps": "epsilon"}``). The spec also feeds
-    :func:`~nlaverify.check.check_op` (your op as the reference of your kernel)."""
+    :func:`~nlaverify.check.check_op` (your op as the reference of your kernel), whose
+    hostile cases give each argument named in ``hostile`` the values of its kind
+    (:data:`~nlaverify.cases.hostile_kinds.HOSTILE_KINDS`: ``"logits"``, ``"scores"``,
+    ``"norm_rows"``, ``"activations"``; ``{"Q": "scores", "K": "scores"}`` for attention),
+    the other arguments standard normal values, the bound from the statistical condition
+    estimate at each case."""
     for what, f in (("fn", fn), ("vjp", vjp), ("jvp", jvp)):
         if f is not None and not callable(f):
             raise CheckError(f"argument {what!r}: expected a callable, got {type(f).__name__}")
@@ -118,10 +127,33 @@ def user_op(fn: Callable[..., Any], *, args: Mapping[str, Any], sizes: Mapping[s
         if key not in (static or {}):
             raise CheckError(f"argument 'symbols': {key!r} is not a static argument "
                              f"(static: {', '.join(static or {}) or 'none'})")
+    kinds = _hostile_kinds(hostile, arg_list)
     label = name or getattr(fn, "__name__", "op")
     return UserOp(label, fn, vjp or _no_vjp, arg_list, seed, "", dict(sizes),
                   {k: (v, v) for k, v in sizes.items()}, dict(static or {}),
-                  dict(symbols or {}), user_jvp=jvp, vjp_given=vjp is not None)
+                  dict(symbols or {}), user_jvp=jvp, vjp_given=vjp is not None,
+                  hostile_kinds=kinds)
+
+
+def _hostile_kinds(hostile: Mapping[str, str] | None, arg_list: tuple[Arg, ...]
+                   ) -> tuple[tuple[str, str], ...]:
+    """``user_op``'s ``hostile`` mapping checked: real arguments of the op, known kinds."""
+    from nlaverify.cases.hostile_kinds import HOSTILE_KINDS
+
+    if hostile is None:
+        return ()
+    if not isinstance(hostile, Mapping):
+        raise CheckError(f"argument 'hostile': expected a mapping argument name -> kind, got "
+                         f"{hostile!r}")
+    real = [a.name for a in arg_list if a.kind == "real"]
+    for key, kind in hostile.items():
+        if key not in real:
+            raise CheckError(f"argument 'hostile': {key!r} is not a real argument of the op "
+                             f"(real arguments: {', '.join(real) or 'none'})")
+        if kind not in HOSTILE_KINDS:
+            raise CheckError(f"argument 'hostile': {key!r}: expected a kind among "
+                             f"{', '.join(map(repr, HOSTILE_KINDS))}, got {kind!r}")
+    return tuple((k, v) for k, v in hostile.items())
 
 
 _ENTRY = re.compile(r"^(?:output )?entry ([^:]+): (.*)$", re.S)
