@@ -162,3 +162,36 @@ def test_the_optimizer_bug_is_named(dtype: str) -> None:
         assert "times 2 at every step" in lines[0] and "bias correction" not in lines[0]
     else:
         assert "learning rate x 2" in lines[0], lines[0]
+
+
+class _AdamWithoutDecay(torch.optim.AdamW):
+    """AdamW whose weight decay was dropped: only the decay's part of the update differs."""
+
+    def __init__(self, params, **kw):
+        super().__init__(params, **{**kw, "weight_decay": 0.0})
+
+
+_WD = ("adamw", {"lr": 1e-3, "weight_decay": 0.01})
+
+
+def test_an_unresolved_weight_decay_is_said_not_passed_silently() -> None:
+    """In bfloat16 at lr x lambda = 1e-5 the decay's part of each update (<= 2e-5) is below
+    every update row's bound: a kernel that drops the decay cannot be told apart, and the
+    report says so in a note (it passed with no word before); in float32 the decay is
+    resolved, the bug is killed, and the correct kernel gets no such note."""
+    opts = {"lr": 1e-3, "weight_decay": 0.01}
+
+    def decay_notes(report):
+        return [n for n in report.notes if "weight decay's part" in n]
+
+    bf = check_optimizer(_AdamWithoutDecay, _WD, options=opts, dtype="bfloat16")
+    assert not bf.failures and decay_notes(bf), bf
+    assert "would pass here" in decay_notes(bf)[0]
+    f32 = check_optimizer(_AdamWithoutDecay, _WD, options=opts, dtype="float32")
+    assert f32.failures
+    ok = check_optimizer(torch.optim.AdamW, _WD, options=opts, dtype="float32")
+    assert ok.ok and not decay_notes(ok)
+    # a rule without a decay gets no note
+    adam = check_optimizer(torch.optim.Adam, ("adam", {"lr": 1e-3}), options={"lr": 1e-3},
+                           dtype="bfloat16")
+    assert not decay_notes(adam)

@@ -153,6 +153,26 @@ def _reproducer(rule: Any, row: Row, t: int, dtype: str, seed: int) -> str:
 # ------------------------------------------------------------------------------ the call
 
 
+def _without_decay(rule: Any) -> _r.Rule | None:
+    """The reference rule named by ``rule`` (a name or ``(name, hyper-parameters)``) with
+    ``weight_decay=0``, for the decay's part of each update; ``None`` for a rule without a
+    weight decay or one given as a Rule object."""
+    import inspect
+
+    from nlaverify.check.optimizer_run import _rules
+
+    if isinstance(rule, str):
+        name, hyper = rule, {}
+    elif isinstance(rule, Sequence) and len(rule) == 2 and isinstance(rule[0], str):
+        name, hyper = rule[0], dict(rule[1])
+    else:
+        return None
+    factory = _rules().get(name)
+    if factory is None or "weight_decay" not in inspect.signature(factory).parameters:
+        return None
+    return _resolve_rule((name, {**hyper, "weight_decay": 0.0}))[0]
+
+
 def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None = None,
                     grads: Sequence[Mapping[str, Any]] | None = None, steps: int | None = None,
                     dtype: str = "float64", framework: str | None = None, seed: int = 0,
@@ -244,6 +264,7 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
     user_traj, ref_updates = [dict(p0)], []
     state_abs = ref_rule.init(xp, {k: np.abs(v) for k, v in p0.items()})
     vacuous: list[str] = []
+    no_decay, decay_seen, decay_max = _without_decay(rule), set(), 0.0
     for t, g in enumerate(gs, start=1):
         try:
             got = runner.step({k: v.copy() for k, v in g.items()}, t)
@@ -263,6 +284,10 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
         # the rule on |g| and |w|: the componentwise magnitudes of the elementwise rules
         u_abs, state_abs = ref_rule.update(xp, {k: np.abs(v) for k, v in g.items()}, state_abs,
                                            {k: np.abs(v) for k, v in prev.items()})
+        decay = ({k: u_ref[k] - v for k, v in no_decay.update(xp, g, state_prev, prev)[0].items()}
+                 if no_decay is not None else {})
+        decay_max = max([decay_max] + [float(np.max(np.abs(v), initial=0.0))
+                                       for v in decay.values()])
         for k, w_ref in traj[t - 1].items():
             mass[k] += mags[t - 1][k]
             scale = max(1.0, float(np.max(np.abs(w_ref))) if w_ref.size else 0.0)
@@ -280,7 +305,9 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             else:
                 report.rows.append(row)
             report.rows.append(update_row(report.subject, t, k, prev[k], got[k], u_ref[k],
-                                          dtype, model, leaf_state, magnitude=u_abs[k]))
+                                          dtype, model, leaf_state, magnitude=u_abs[k],
+                                          parts={"decay": decay[k]} if decay else None,
+                                          seen=decay_seen))
         prev, state_prev = got, states[t - 1]
         user_traj.append(got)
     first = report.first_failure
@@ -293,6 +320,13 @@ def check_optimizer(update: Any, rule: Any, *, params: Mapping[str, Any] | None 
             reference=ref_updates)
         if line:
             report.notes.append(line)
+    if decay_max > 0 and "decay" not in decay_seen and any(
+            r.check.startswith("update") and r.verdict == "pass" for r in report.rows):
+        report.notes.append(f"the weight decay's part of the updates (lr x lambda x |w| <= "
+                            f"{decay_max:.3g}) is below the update rows' bound at every entry "
+                            f"and step in {dtype}: a bug in the decay alone (missing, coupled "
+                            f"to the gradient, doubled) would pass here; a larger lr x lambda, "
+                            f"float32 master weights or dtype='float32' resolve it")
     if vacuous:
         report.notes.append(f"trajectory rows dropped where their bound covers the whole "
                             f"movement of the weights ({', '.join(vacuous[:4])}"

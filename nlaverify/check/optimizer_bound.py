@@ -127,7 +127,8 @@ STORE_ROUNDINGS = 3
 
 def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.ndarray,
                u_ref: np.ndarray, dtype: str, model: ErrorModel, state: Any = None,
-               magnitude: np.ndarray | None = None) -> Row:
+               magnitude: np.ndarray | None = None, parts: dict[str, np.ndarray] | None = None,
+               seen: set[str] | None = None) -> Row:
     r"""The user's update of leaf ``key`` at step ``t``, :math:`d = w_t - w_{t-1}` (exact in
     float64 from the stored values), against the reference update :math:`u` at the user's
     :math:`w_{t-1}`, entry by entry:
@@ -147,7 +148,11 @@ def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.nda
     :math:`\max|u|`. Its resolution is :math:`\min_\iota \mathrm{bound}_\iota/|u_\iota|`,
     the smallest relative error of the update it could see (at the best-resolved entry): at
     1 or more (an update below half an ulp of every stored weight, as a bfloat16 weight of
-    size 1 under a learning rate of :math:`10^{-3}`) the row is inconclusive."""
+    size 1 under a learning rate of :math:`10^{-3}`) the row is inconclusive.
+
+    ``parts``: named parts of :math:`u` (AdamW's decay :math:`-\eta\lambda w`); the name of
+    each part that exceeds the bound at some entry, where an error in that part alone would
+    show, is added to ``seen``."""
     d = np.asarray(w_now, np.float64) - np.asarray(w_prev, np.float64)
     u = np.asarray(u_ref, np.float64)
     shape = tuple(u.shape)
@@ -167,6 +172,9 @@ def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.nda
         scale_u = np.abs(u) if magnitude is None else np.maximum(
             np.abs(u), np.abs(np.asarray(magnitude, np.float64)))
     bound = store + tau.rtol * scale_u
+    if seen is not None:
+        seen.update(name for name, part in (parts or {}).items()
+                    if np.any(np.abs(np.asarray(part, np.float64)) > bound))
     moved = np.abs(u) > 0
     resolution = float(np.min(bound[moved] / np.abs(u[moved]))) if moved.any() else math.inf
     why = (f"|dw - u| <= {STORE_ROUNDINGS} x u({dtype}) x |w| (storage) + tau x "
