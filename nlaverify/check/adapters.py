@@ -70,14 +70,17 @@ def _root(obj: Any) -> str:
 
 
 def detect_framework(fn: Callable[..., Any]) -> str:
-    """The framework a callable is written in: a ``torch.nn.Module`` or a function whose
-    code reads ``torch`` is PyTorch; a jitted function or one reading ``jax``/``jnp`` is
+    """The framework a callable is written in: a ``torch.nn.Module``, a method of one or of a
+    ``torch.autograd.Function`` (``MyFunction.apply``) or a function whose code reads
+    ``torch`` is PyTorch; a jitted function or one reading ``jax``/``jnp`` is
     JAX; ``cupy`` likewise; anything else NumPy. Pass ``framework=`` where this guesses
     wrong (e.g. a function that only calls other functions)."""
     if _root(type(fn)) in ("torch", "jax", "jaxlib", "cupy"):
         r = _root(type(fn))
         return "jax" if r == "jaxlib" else r
-    for base in type(fn).__mro__:
+    owner = getattr(fn, "__self__", None)  # a bound method: MyFunction.apply, module.forward
+    owner_cls = owner if inspect.isclass(owner) else type(owner)
+    for base in (*type(fn).__mro__, *(owner_cls.__mro__ if owner is not None else ())):
         if _root(base) == "torch":
             return "torch"
     seen = _roots(getattr(fn, "__wrapped__", fn), depth=3, visited=set())

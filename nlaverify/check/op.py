@@ -65,6 +65,7 @@ from nlaverify.check.op_hints import diagnosis_notes
 from nlaverify.check.op_layouts import layout_rows
 from nlaverify.check.op_plan import OpPlan, plan_op_check
 from nlaverify.check.op_reference import (
+    RELATIVE_DTYPES,
     _case_condition,
     _derived_condition,
     _reference,
@@ -336,7 +337,7 @@ def check_op(
         report.notes.append(f"nothing ran: examples=0 and {plan.spec.name} has no hostile "
                             "cases here (hostile=" + repr(hostile) + "): the report is not ok")
     report.notes.extend(plan.settings.notes)
-    return _summarize(report, failed + hostile_failed, kept)
+    return _summarize(report, failed + hostile_failed, kept, plan.settings.dtype)
 
 
 # -- the stages --------------------------------------------------------------------------
@@ -427,9 +428,10 @@ def _hostile_stage(plan: OpPlan, hostile: bool | int | str, keep: _Kept
     return [], len(cases)
 
 
-def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckReport:
+def _summarize(report: CheckReport, failed: list[Row], kept: _Kept, dtype: str) -> CheckReport:
     """The failing cases' rows (failures first), or the worst passing row of each check (one
-    inconclusive row for a check that no case could resolve)."""
+    inconclusive row for a check that no case could resolve), and for a narrow dtype the
+    resolution of the passing rows: the errors they could not have seen."""
     report.notes.extend(kept.hints)
     if failed:
         report.extend(r for r in failed if r.verdict != "pass")
@@ -438,6 +440,14 @@ def _summarize(report: CheckReport, failed: list[Row], kept: _Kept) -> CheckRepo
         rows, notes = kept.rows()
         report.extend(rows)
         report.notes.extend(notes)
+        passed = [r for r in rows if r.verdict == "pass" and math.isfinite(r.bound)]
+        if dtype in RELATIVE_DTYPES and passed:
+            worst = max(passed, key=lambda r: r.bound)
+            report.notes.append(
+                f"resolution in {dtype}: a row sees only errors above its bound, up to "
+                f"{worst.bound:.2g} of the array's scale here ({worst.check}); a smaller "
+                f"error passes unseen (a bug that scales that array by 1 + "
+                f"{worst.bound / 2:.2g}, say): the rows of a float32 check resolve ~1e-5")
     return report
 
 
