@@ -171,12 +171,13 @@ def to_framework(x: np.ndarray, framework: str, dtype: str | None, *,
             t.requires_grad_(True)
         return t
     if framework == "jax":
-        import jax.numpy as jnp
+        import jax
 
-        if integer:
-            return jnp.asarray(x, dtype=jnp.int64)
-        return jnp.asarray(np.asarray(x, np.float64)).astype(framework_dtype("jax", dtype
-                                                                             or "float64"))
+        # rounded in NumPy, then placed: a device_put compiles nothing, where a conversion
+        # on the device is one XLA compilation per shape
+        host = (np.asarray(x, np.int64) if integer else
+                np.asarray(x, np.float64).astype(framework_dtype("numpy", dtype or "float64")))
+        return jax.device_put(host)
     if framework == "cupy":  # pragma: no cover - needs a GPU
         return mod.asarray(np.asarray(x, np.int64 if integer else np.float64)).astype(
             np.int64 if integer else framework_dtype("cupy", dtype or "float64"))
@@ -217,14 +218,13 @@ def to_float64(x: Any, *, what: str = "output") -> np.ndarray:
         return np.from_dlpack(t).copy()
     if root in ("jax", "jaxlib"):
         import jax
-        import jax.numpy as jnp
 
         if not isinstance(x, jax.Array):
             raise CheckError(f"{what}: expected an array, got {type(x).__name__}")
         if isinstance(x, jax.core.Tracer):
             raise CheckError(f"{what}: got a JAX tracer (was the function called under "
                              "jit/grad by someone else?)")
-        return np.asarray(jax.device_get(x.astype(jnp.float64)))
+        return np.asarray(jax.device_get(x)).astype(np.float64)
     if root == "cupy":  # pragma: no cover - needs a GPU
         return np.asarray(x.astype("float64").get())
     raise CheckError(f"{what}: expected an array (NumPy, JAX, torch or CuPy), got "
