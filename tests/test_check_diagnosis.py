@@ -96,3 +96,86 @@ def test_a_backward_bug_gets_no_forward_diagnosis() -> None:
 
     report = check_op(Bad.apply, "silu", dtype="float32")
     assert report.failures and not [n for n in report.notes if n.startswith("diagnosis:")]
+
+
+def _ln_function(mean_g: bool = True, xhat_term: bool = True, scale: float = 1.0):
+    """A fused LayerNorm with a hand-written backward, optionally missing a term."""
+
+    class LN(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, g, b):
+            mu = x.mean(-1, keepdim=True)
+            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+            xh = (x - mu) * rs
+            ctx.save_for_backward(xh, rs, g)
+            return xh * g + b
+
+        @staticmethod
+        def backward(ctx, G):
+            xh, rs, g = ctx.saved_tensors
+            gx = G * g
+            dx = gx - (gx.mean(-1, keepdim=True) if mean_g else 0.0)
+            dx = dx - (xh * (gx * xh).mean(-1, keepdim=True) if xhat_term else 0.0)
+            lead = tuple(range(G.dim() - 1))
+            return scale * rs * dx, (G * xh).sum(lead), G.sum(lead)
+
+    return LN.apply
+
+
+def _rms_function(mean: bool):
+    class RMS(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, g):
+            r = ((x * x).mean(-1, keepdim=True) + 1e-5).rsqrt()
+            ctx.save_for_backward(x, g, r)
+            return x * r * g
+
+        @staticmethod
+        def backward(ctx, G):
+            x, g, r = ctx.saved_tensors
+            gg = G * g
+            dot = (gg * x).mean(-1, keepdim=True) if mean else (gg * x).sum(-1, keepdim=True)
+            return r * gg - x * r ** 3 * dot, (G * x * r).reshape(-1, x.shape[-1]).sum(0)
+
+    return RMS.apply
+
+
+BACKWARD = [
+    (_rms_function(False), "rmsnorm", "sums g*gamma*x-hat where the mean belongs"),
+    (_ln_function(mean_g=False), "layernorm", "misses the mean of g*gamma"),
+    (_ln_function(xhat_term=False), "layernorm", "misses the x-hat * mean(g*gamma*x-hat)"),
+]
+
+
+@pytest.mark.parametrize("kernel, op, words", BACKWARD, ids=[c[2] for c in BACKWARD])
+def test_a_backward_mistake_is_named(kernel, op, words) -> None:
+    """A hand-written backward with a classic mistake (the forward right): the report names
+    it from the VJP variants of nlaverify.ops.variants; the correct backward is silent."""
+    report = check_op(kernel, op, dtype="float32")
+    assert report.failures, report
+    diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
+    assert len(diagnosis) == 1 and "your VJP equals" in diagnosis[0], report.notes
+    assert words in diagnosis[0], diagnosis
+
+
+def test_an_unrelated_backward_bug_gets_no_diagnosis() -> None:
+    for kernel, op in ((_ln_function(scale=1.2), "layernorm"), (_rms_function(True), "rmsnorm"),
+                       (_ln_function(), "layernorm")):
+        report = check_op(kernel, op, dtype="float32")
+        assert not [n for n in report.notes if n.startswith("diagnosis:")], report.notes
+
+
+def test_a_jax_mask_without_the_diagonal_is_named() -> None:
+    """jax.nn.softmax gives NaN on the first row (it sees no key): the NaN variant names it."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    def no_self(Q, K, V):
+        n = Q.shape[-2]
+        S = Q @ jnp.swapaxes(K, -1, -2) / jnp.sqrt(Q.shape[-1])
+        S = jnp.where(jnp.arange(n)[:, None] > jnp.arange(n)[None, :], S, -jnp.inf)
+        return jax.nn.softmax(S, axis=-1) @ V
+
+    report = check_op(no_self, "causal_attention", dtype="float32")
+    diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
+    assert len(diagnosis) == 1 and "without the diagonal" in diagnosis[0], report.notes

@@ -93,9 +93,11 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
         return notes
     static = dict(plan.spec.static)
     if _agrees(plan, first, plan.spec.forward, static)[0]:
-        return notes
+        return notes + _backward_diagnosis(plan, case)
     candidates = []
     for v in variants_of(plan.spec.name):
+        if v.forward is None:
+            continue
         ok, error, bound = _agrees(plan, first, v.forward, static)
         if ok:
             candidates.append((v, error, bound))
@@ -116,6 +118,90 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
         notes.append(f"diagnosis: your forward equals {v.op} with {v.what} (error "
                      f"{error:.2g}, bound {bound:.2g}{where})")
     return notes
+
+
+def _user_cotangents(plan: OpPlan, case: OpCaseInput) -> list[np.ndarray] | None:
+    """The user's VJP at the case (theirs or their framework's autodiff), float64."""
+    from nlaverify.check.adapters import to_framework
+
+    s = plan.settings
+    n_real = sum(a.kind == "real" for a in case.spec.args)
+    try:
+        args = _user_args(case, s.framework, s.dtype)
+        G = to_framework(case.cotangent, s.framework, s.dtype)
+        cots = s.call_vjp(G, *args) if s.vjp is not None else s.autodiff_vjp(G, args)
+        cots = list(cots) if isinstance(cots, list | tuple) else [cots]
+        if len(cots) != n_real:
+            return None
+        return [to_float64(c, what="cotangent") for c in cots]
+    except Exception:
+        return None
+
+
+def _vjp_agrees(plan: OpPlan, case: OpCaseInput, got: list[np.ndarray], vjp: Any,
+                tol: Tolerance) -> tuple[bool, float, float]:
+    """``vjp`` (against ``xp``) at the case in float64 NumPy against the user's cotangents,
+    every array under the VJP rows' bound: ``(agrees, worst error, its bound)``."""
+    from nlaverify.backends import get_namespace
+
+    try:
+        with np.errstate(all="ignore"):
+            ref = vjp(get_namespace("numpy"), case.cotangent, *case.args, **dict(case.static))
+        ref = [np.asarray(r, np.float64) for r in ref]
+    except Exception:
+        return False, float("nan"), tol.rtol
+    rows = [compare_arrays(plan.settings.subject, "vjp", g, r, tol)
+            for g, r in zip(got, ref, strict=True)]
+    worst = max(rows, key=lambda r: r.ratio)
+    return all(r.verdict == "pass" for r in rows), worst.error, worst.bound
+
+
+def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
+    """For a kernel whose forward is right and whose derivative fails: the classic mistake
+    of a hand-written backward (a :class:`~nlaverify.ops.variants.Variant` with ``vjp``)
+    its cotangents equal within the VJP rows' bound, on the failing case and on a second
+    case at the top of the drawn sizes, and the only one; where the op's own VJP agrees
+    under the same comparison nothing is claimed."""
+    from nlaverify.check.op_reference import _derived_condition
+    from nlaverify.ops.variants import variants_of
+
+    backward = [v for v in variants_of(plan.spec.name) if v.vjp is not None]
+    if not backward or plan.spec.vjp is None:
+        return []
+    cases = [case]
+    second = _confirming_case(plan, case)
+    if second is not None:
+        cases.append(second)
+    candidates = list(backward)
+    found: dict[int, tuple[float, float]] = {}
+    used = 0
+    for k, c in enumerate(cases):
+        got = _user_cotangents(plan, c)
+        if got is None:
+            return []
+        kappa = max(_case_condition(c, "forward"), _derived_condition(c),
+                    _case_condition(c, "vjp"))
+        tol = _tol(plan.settings, c, kappa, 2)
+        if tol.rtol >= 1:
+            continue  # a bound that resolves nothing here tells no variant apart
+        used += 1
+        if _vjp_agrees(plan, c, got, plan.spec.vjp, tol)[0]:
+            if k == 0:
+                return []  # the op's own VJP explains the kernel here: nothing to name
+            continue  # right on ordinary inputs: the failing case alone decides
+        kept = []
+        for v in candidates:
+            ok, error, bound = _vjp_agrees(plan, c, got, v.vjp, tol)
+            if ok:
+                kept.append(v)
+                found.setdefault(id(v), (error, bound))
+        candidates = kept
+    if len(candidates) != 1 or id(candidates[0]) not in found or not used:
+        return []
+    v = candidates[0]
+    error, bound = found[id(v)]
+    return [f"diagnosis: your VJP equals {v.op}'s with {v.what} (error {error:.2g}, bound "
+            f"{bound:.2g}; on the failing case and a second at the top of the drawn sizes)"]
 
 
 def convention_notes(plan: OpPlan, case: OpCaseInput,

@@ -31,11 +31,14 @@ __all__ = ["VARIANTS", "Variant", "variants_of"]
 @dataclass(frozen=True)
 class Variant:
     """One classic mistake of ``op``: ``what`` it does, and its forward ``forward(xp, *args,
-    **static)`` (the op's arguments and statics)."""
+    **static)`` (the op's arguments and statics); for a mistake in a hand-written backward
+    only, ``forward`` is ``None`` and ``vjp(xp, G, *args, **static)`` gives the cotangents
+    it computes (one per real argument)."""
 
     op: str
     what: str
-    forward: Callable[..., Any]
+    forward: Callable[..., Any] | None
+    vjp: Callable[..., Any] | None = None
 
 
 def _mean_rows(xp: Namespace, x: Any) -> Any:
@@ -97,6 +100,49 @@ def _ce_mean_over_all(xp: Namespace, Z: Any, targets: Any,
     return total / positions
 
 
+def _causal_no_diagonal_nan(xp: Namespace, Q: Any, K: Any, V: Any, causal: bool = True,
+                            window: int | None = None, scale: Any = None) -> Any:
+    """A mask without the diagonal whose first query, seeing no key, gets NaN (as
+    ``torch.softmax`` and ``jax.nn.softmax`` give an all-masked row)."""
+    n = Q.shape[-2]
+    S = sdpa.scaled(xp, xp.matmul(Q, xp.matrix_transpose(K)), Q.shape[-1], scale)
+    idx = xp.arange(n)
+    seen = idx[None, :] < idx[:, None]
+    return xp.matmul(softmaxes.softmax(xp, xp.where(seen, S, -xp.inf), masked_row="nan"), V)
+
+
+def _rms_vjp_sum(xp: Namespace, G: Any, x: Any, gamma: Any, eps: Any) -> tuple[Any, Any]:
+    r"""RMSNorm's VJP with :math:`\sum_j` where :math:`\tfrac1d\sum_j` belongs in
+    :math:`\bar x = \tfrac1r(g_{\hat x} - \hat x\,\overline{g_{\hat x}\odot\hat x})`."""
+    d = x.shape[-1]
+    r = xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True) / d + eps)
+    xhat, gx = x / r, G * gamma
+    dx = (gx - xhat * xp.sum(gx * xhat, axis=-1, keepdims=True)) / r
+    return dx, xp.sum(xp.reshape(G * xhat, (-1, d)), axis=0)
+
+
+def _ln_vjp(xp: Namespace, G: Any, x: Any, gamma: Any, beta: Any, eps: Any, *,
+            mean_g: bool = True, xhat_term: bool = True) -> tuple[Any, Any, Any]:
+    d = x.shape[-1]
+    c = x - xp.sum(x, axis=-1, keepdims=True) / d
+    sigma = xp.sqrt(xp.sum(c * c, axis=-1, keepdims=True) / d + eps)
+    xhat, gx = c / sigma, G * gamma
+    dx = gx
+    if mean_g:
+        dx = dx - xp.sum(gx, axis=-1, keepdims=True) / d
+    if xhat_term:
+        dx = dx - xhat * xp.sum(gx * xhat, axis=-1, keepdims=True) / d
+    return (dx / sigma, xp.sum(xp.reshape(G * xhat, (-1, d)), axis=0),
+            xp.sum(xp.reshape(G, (-1, d)), axis=0))
+
+
+def _softmax_vjp_all_axes(xp: Namespace, G: Any, Z: Any, axis: int = -1,
+                          masked_row: str = "zero") -> tuple[Any]:
+    r"""Softmax's VJP with :math:`\langle g, p\rangle` summed over every axis, not per row."""
+    P = softmaxes.softmax(xp, Z, axis, masked_row)
+    return (P * (G - xp.sum(G * P)),)
+
+
 def _repeat_kv_tile(xp: Namespace, X: Any, n_rep: int) -> Any:
     h = X.shape[-3]
     idx = xp.asarray([k % h for k in range(h * n_rep)])
@@ -109,18 +155,31 @@ def _swiglu_swapped(xp: Namespace, a: Any, b: Any) -> Any:
 
 VARIANTS: dict[str, tuple[Variant, ...]] = {
     "rmsnorm": (Variant("rmsnorm", "the sum of squares for their mean (no 1/d)", _rms_sum),
-                Variant("rmsnorm", "eps outside the square root", _rms_eps_outside)),
+                Variant("rmsnorm", "eps outside the square root", _rms_eps_outside),
+                Variant("rmsnorm", "a backward whose x-bar sums g*gamma*x-hat where the mean "
+                                   "belongs (the 1/d dropped)", None, _rms_vjp_sum)),
     "layernorm": (Variant("layernorm", "the unbiased variance (1/(d-1), torch.var's default)",
                           _ln_unbiased),
-                  Variant("layernorm", "eps outside the square root", _ln_eps_outside)),
-    "softmax": (Variant("softmax", "no max shift (exp overflows)", _softmax_no_shift),),
+                  Variant("layernorm", "eps outside the square root", _ln_eps_outside),
+                  Variant("layernorm", "a backward whose x-bar misses the mean of g*gamma "
+                                       "(the mean subtraction's term)", None,
+                          lambda *a, **k: _ln_vjp(*a, **k, mean_g=False)),
+                  Variant("layernorm", "a backward whose x-bar misses the x-hat * "
+                                       "mean(g*gamma*x-hat) term (the variance's)", None,
+                          lambda *a, **k: _ln_vjp(*a, **k, xhat_term=False))),
+    "softmax": (Variant("softmax", "no max shift (exp overflows)", _softmax_no_shift),
+                Variant("softmax", "a backward whose <g, p> is summed over every axis, not "
+                                   "per row", None, _softmax_vjp_all_axes)),
     "log_softmax": (Variant("log_softmax", "no max shift (exp overflows)",
                             _log_softmax_no_shift),),
     "causal_attention": (
         Variant("causal_attention", "a mask that sees the next token (j <= i + 1)",
                 _causal_with_offset(1)),
         Variant("causal_attention", "a mask without the diagonal (j < i: a token does not "
-                                    "see itself)", _causal_with_offset(-1))),
+                                    "see itself)", _causal_with_offset(-1)),
+        Variant("causal_attention", "a mask without the diagonal (j < i: a token does not "
+                                    "see itself; the first, seeing nothing, gets NaN)",
+                _causal_no_diagonal_nan)),
     "cross_entropy": (Variant("cross_entropy", "the mean over every position, the ignored "
                                                "targets counted in the denominator",
                               _ce_mean_over_all),),
