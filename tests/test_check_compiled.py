@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 from nlaverify.check import check_op  # noqa: E402
-from nlaverify.check.op import SHAPE_BUCKETS, shape_buckets  # noqa: E402
+from nlaverify.check.op_search import SHAPE_BUCKETS, shape_buckets  # noqa: E402
 from nlaverify.ops.registry import OPS  # noqa: E402
 
 
