@@ -241,6 +241,72 @@ def assert_close_verdict(k: uk.Kernel, version: str, dtype: str, seed: int = 0) 
     return "passed"
 
 
+def _fa_atol(ref: np.ndarray) -> float:
+    """FlashAttention's absolute slack: twice the rounding of ``ref + 0.3 - 0.3`` in float32
+    (``2 * (out_ref + 0.3 - 0.3 - out_ref).abs().max()`` in its tests)."""
+    r = np.asarray(ref, np.float32)
+    return 2.0 * float(np.max(np.abs((r + np.float32(0.3)) - np.float32(0.3) - r), initial=0.0))
+
+
+def flash_rule_verdict(k: uk.Kernel, version: str, dtype: str, seed: int = 0) -> str:
+    """``caught``, ``passed`` or ``error: ...`` for FlashAttention's test rule: the kernel's
+    error against a reference one precision up (float32 for bfloat16, float64 for float32)
+    at most twice that of a naive implementation in the same dtype, plus
+    :func:`_fa_atol` -- on the output and on every cotangent (``jax.vjp`` / autograd), for
+    the inputs of :func:`grad_inputs` rounded to ``dtype``. The naive implementation is the
+    catalogue op run on JAX's namespace in ``dtype`` (a plain, unfused one)."""
+    import jax
+    import jax.numpy as jnp
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.cases.rounding import exact_in
+    from nlaverify.check.adapters import autodiff_vjp, to_float64, to_framework
+    from nlaverify.ops.registry import get_op
+
+    spec = get_op(k.target)
+    static = {**spec.static, **k.options.get("static", {})}
+    rng = np.random.default_rng(seed)
+    args = [a if np.issubdtype(np.asarray(a).dtype, np.integer) else exact_in(a, dtype)
+            for a in grad_inputs(k, rng)]
+    real = [i for i, a in enumerate(spec.args) if a.kind == "real"]
+    up = "float64" if dtype == "float32" else "float32"
+    jxp = get_namespace("jax")
+
+    def op_run(dt: str) -> tuple[np.ndarray, list[np.ndarray]]:
+        xs = [jnp.asarray(a) if i not in real else jnp.asarray(a, dtype=getattr(jnp, dt))
+              for i, a in enumerate(args)]
+
+        def f(*reals: Any) -> Any:
+            full = list(xs)
+            for i, r in zip(real, reals, strict=True):
+                full[i] = r
+            return spec.forward(jxp, *full, **static)
+
+        with jax.enable_x64(True):
+            out, pull = jax.vjp(f, *[xs[i] for i in real])
+            G = jnp.asarray(exact_in(np.random.default_rng([seed, 9]).standard_normal(
+                np.shape(out)), dt), dtype=out.dtype)
+            cots = pull(G)
+        return np.asarray(out, np.float64), [np.asarray(c, np.float64) for c in cots]
+
+    try:
+        ref_out, ref_cots = op_run(up)
+        naive_out, naive_cots = op_run(dtype)
+        G = exact_in(np.random.default_rng([seed, 9]).standard_normal(np.shape(ref_out)), dtype)
+        fw = [to_framework(a, k.framework, None if i not in real else dtype)
+              for i, a in enumerate(args)]
+        out, cots = autodiff_vjp(getattr(k, version), k.framework, fw, real,
+                                 to_framework(G, k.framework, dtype))
+        mine = [to_float64(out)] + [to_float64(c) for c in cots]
+    except Exception as exc:
+        return f"error: {type(exc).__name__}"
+    for m, n, r in zip(mine, [naive_out, *naive_cots], [ref_out, *ref_cots], strict=True):
+        err = np.max(np.abs(m - r), initial=0.0) if np.all(np.isfinite(m)) else np.inf
+        if not err <= 2.0 * np.max(np.abs(n - r), initial=0.0) + _fa_atol(r):
+            return "caught"
+    return "passed"
+
+
 # -- the benchmark ------------------------------------------------------------------------
 
 
@@ -262,6 +328,9 @@ class Result:
     #: dtype -> (assert_close on the buggy version, false alarms of the correct one over the
     #: seeds, seeds)
     close: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    #: dtype -> FlashAttention's rule (:func:`flash_rule_verdict`) on the buggy version, its
+    #: false alarms on the correct one over the seeds, seeds
+    flash: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     seconds: float = 0.0
 
 
@@ -296,6 +365,9 @@ def measure(k: uk.Kernel, seeds: int, quick: bool) -> Result:
             alarms = sum(assert_close_verdict(k, "correct", dtype, s) != "passed"
                          for s in range(n_seeds))
             res.close[dtype] = (assert_close_verdict(k, "buggy", dtype), alarms, n_seeds)
+            alarms = sum(flash_rule_verdict(k, "correct", dtype, s) != "passed"
+                         for s in range(n_seeds))
+            res.flash[dtype] = (flash_rule_verdict(k, "buggy", dtype), alarms, n_seeds)
     if k.grad is not None and k.call == "check_op":
         res.grad = (gradcheck_verdict(k, "correct"), gradcheck_verdict(k, "buggy"))
     res.seconds = time.perf_counter() - t0
@@ -384,6 +456,16 @@ def summary(results: list[Result], wall: float) -> list[str]:
             out.append(f"- **torch.testing.assert_close** (default tolerances, {group}, the "
                        f"forward only): caught {caught}/{len(cl)} buggy kernels; false alarms "
                        f"{alarms}/{runs} seed runs of the correct ones")
+        fl = [r.flash[d] for r in results for d in r.flash if d in dtypes]
+        if fl:
+            caught = sum(v == "caught" for v, _, _ in fl)
+            errors = sum(v.startswith("error") for v, _, _ in fl)
+            alarms, runs = sum(a for _, a, _ in fl), sum(n for _, _, n in fl)
+            out.append(f"- **FlashAttention's rule** (error vs one precision up <= 2 x a "
+                       f"naive {group} implementation's + atol; output and every cotangent; "
+                       f"{group}): caught {caught}/{len(fl)} buggy kernels"
+                       + (f" ({errors} could not run)" if errors else "")
+                       + f"; false alarms {alarms}/{runs} seed runs of the correct ones")
     graded = [r for r in results if r.grad]
     caught = sum(r.grad[1] == "caught" for r in graded)
     false = sum(r.grad[0] != "passed" for r in graded)
