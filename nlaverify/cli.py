@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nlaverify`` command."""
+    if argv is None and "jax" not in sys.modules:
+        persistent_jax_cache()
     args = build_parser().parse_args(argv)
     try:
         code = int(args.func(args))
@@ -207,6 +209,28 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the command itself, not a call from Python (tests, notebooks)
         _late_interrupt_exits_130()
     return code
+
+
+def persistent_jax_cache(environ: dict[str, str] | None = None) -> str | None:
+    """Turn on JAX's persistent compilation cache for this command (before JAX is
+    imported), in ``$XDG_CACHE_HOME/nlaverify/jax`` (``~/.cache/nlaverify/jax``): a second
+    ``nlaverify curvature`` or ``verify`` reads its compiled programs instead of compiling
+    them again. Left alone where the user configured one (``JAX_COMPILATION_CACHE_DIR``) or
+    turned it off (``NLAVERIFY_JAX_CACHE=0``). Returns the folder in use, or ``None``."""
+    import os
+
+    env = os.environ if environ is None else environ
+    if env.get("NLAVERIFY_JAX_CACHE", "1") == "0":
+        return None
+    if env.get("JAX_COMPILATION_CACHE_DIR"):
+        return env["JAX_COMPILATION_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "nlaverify", "jax")
+    env["JAX_COMPILATION_CACHE_DIR"] = folder
+    # every program, however quick to compile: a command compiles many small ones
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    return folder
 
 
 def _late_interrupt_exits_130() -> None:

@@ -247,3 +247,18 @@ def test_verify_reports_progress_per_op(capsys):
     assert main(["verify", "--op", "relu,softmax", "--backends", "numpy,mpmath"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err == ["verify: [1/2] relu", "verify: [2/2] softmax"]
+
+
+def test_the_command_turns_on_a_persistent_jax_cache(tmp_path) -> None:
+    """The nlaverify command (not a call from Python) caches its compiled JAX programs on
+    disk, unless the user chose a cache folder or turned it off."""
+    from nlaverify.cli import persistent_jax_cache
+
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    assert persistent_jax_cache(env) == str(tmp_path / "nlaverify" / "jax")
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "nlaverify" / "jax")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    mine = {"JAX_COMPILATION_CACHE_DIR": "/mine"}
+    assert persistent_jax_cache(mine) == "/mine" and len(mine) == 1
+    off = {"NLAVERIFY_JAX_CACHE": "0"}
+    assert persistent_jax_cache(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
