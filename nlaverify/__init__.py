@@ -3,31 +3,91 @@
 The public API, in one place (see README.md):
 """
 
-from nlaverify.backends import available_backends, get_namespace
-from nlaverify.config import (
-    PRESETS,
-    PUBLISHED,
-    PUBLISHED_TOTALS,
-    ConfigError,
-    TransformerConfig,
-    preset,
-    preset_mismatches,
-)
-from nlaverify.errors import (
-    ArgumentError,
-    DTypeError,
-    NonFiniteError,
-    ShapeError,
-    UnknownNameError,
-)
-from nlaverify.graph.build import ParameterCounts, build_mlp, build_transformer, parameter_counts
-from nlaverify.graph.core import backprop, evaluate
-from nlaverify.identities import get_identity, load_catalogue
-from nlaverify.precision import PrecisionReport, verify_precision
-from nlaverify.tolerance import Tolerance, tolerance
-from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zoo_coverage
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names, for type checkers and IDEs (the literal edges)
+    from nlaverify.backends import available_backends, get_namespace
+    from nlaverify.config import (
+        PRESETS,
+        PUBLISHED,
+        PUBLISHED_TOTALS,
+        ConfigError,
+        TransformerConfig,
+        preset,
+        preset_mismatches,
+    )
+    from nlaverify.errors import (
+        ArgumentError,
+        DTypeError,
+        NonFiniteError,
+        ShapeError,
+        UnknownNameError,
+    )
+    from nlaverify.graph.build import (
+        ParameterCounts,
+        build_mlp,
+        build_transformer,
+        parameter_counts,
+    )
+    from nlaverify.graph.core import backprop, evaluate
+    from nlaverify.identities import get_identity, load_catalogue
+    from nlaverify.precision import PrecisionReport, verify_precision
+    from nlaverify.tolerance import Tolerance, tolerance
+    from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zoo_coverage
+
+#: each public name and the module it lives in: imported on first use (PEP 562), so
+#: ``import nlaverify`` costs no SymPy, networkx or JAX
+_LAZY: dict[str, str] = {
+    'available_backends': 'nlaverify.backends',
+    'get_namespace': 'nlaverify.backends',
+    'PRESETS': 'nlaverify.config',
+    'PUBLISHED': 'nlaverify.config',
+    'PUBLISHED_TOTALS': 'nlaverify.config',
+    'ConfigError': 'nlaverify.config',
+    'TransformerConfig': 'nlaverify.config',
+    'preset': 'nlaverify.config',
+    'preset_mismatches': 'nlaverify.config',
+    'ArgumentError': 'nlaverify.errors',
+    'DTypeError': 'nlaverify.errors',
+    'NonFiniteError': 'nlaverify.errors',
+    'ShapeError': 'nlaverify.errors',
+    'UnknownNameError': 'nlaverify.errors',
+    'ParameterCounts': 'nlaverify.graph.build',
+    'build_mlp': 'nlaverify.graph.build',
+    'build_transformer': 'nlaverify.graph.build',
+    'parameter_counts': 'nlaverify.graph.build',
+    'backprop': 'nlaverify.graph.core',
+    'evaluate': 'nlaverify.graph.core',
+    'get_identity': 'nlaverify.identities',
+    'load_catalogue': 'nlaverify.identities',
+    'PrecisionReport': 'nlaverify.precision',
+    'verify_precision': 'nlaverify.precision',
+    'Tolerance': 'nlaverify.tolerance',
+    'tolerance': 'nlaverify.tolerance',
+    'ZOO': 'nlaverify.zoo',
+    'check_field_effects': 'nlaverify.zoo',
+    'field_effect': 'nlaverify.zoo',
+    'verify_zoo': 'nlaverify.zoo',
+    'zoo_coverage': 'nlaverify.zoo',
+}
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nlaverify' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 
 __all__ = [
