@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--zoo", action="store_true",
                    help="verify every model of the zoo (nlaverify.zoo: every config field "
                         "exercised) node by node; one line each, then 'zoo: N passed, N failed'")
+    v.add_argument("--jobs", type=_bounded_int(1), default=None,
+                   help="for --zoo: verify the members in this many processes (default: cores)")
     v.add_argument("--seq-len", type=_bounded_int(1), default=None,
                    help="sequence length for --preset or --zoo (1 .. the preset's context; "
                         "default 6)")

@@ -83,7 +83,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from nlaverify.zoo import run_zoo_command
 
         return run_zoo_command(backends, seed=args.seed, n=args.seq_len, digits=args.digits,
-                               batch=args.batch, as_json=args.json)
+                               batch=args.batch, as_json=args.json, jobs=args.jobs)
     if args.preset and args.dtype != "float64":
         from nlaverify.precision import precision_command
 
@@ -169,6 +169,8 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                             "and --preset")
     if (args.hf_exact or args.max_params is not None) and args.hf is None:
         raise ArgumentError("verify: --hf-exact and --max-params apply to --hf")
+    if args.jobs is not None and not args.zoo:
+        raise ArgumentError("verify: --jobs applies to --zoo (its members run in parallel)")
     if args.zoo and (args.preset or args.dtype != "float64"):
         raise ArgumentError("verify: --zoo runs its own configs in float64: drop --preset and "
                             "--dtype")

@@ -210,26 +210,54 @@ def uncovered_fields(zoo: Sequence[TransformerConfig] = ZOO) -> list[str]:
     return [f for f, names in zoo_coverage(zoo).items() if not names]
 
 
+def _verify_member(job: tuple[Any, tuple[str, ...], int, int, int, dict[str, Any]]) -> Any:
+    """One member's pipeline report (a pool worker's unit of work)."""
+    from nlaverify.pipeline import verify_pipeline
+
+    cfg, backends, seed, n, digits, extra = job
+    return verify_pipeline(cfg, backends, seed=seed, n=min(n, cfg.context), digits=digits,
+                           **extra)
+
+
 def verify_zoo(backends: Sequence[str] = ("numpy", "jax"),
                configs: Sequence[TransformerConfig] | None = None, *, seed: int = 0, n: int = 6,
                digits: int = 30, batch: int | None = None,
-               on_report: Callable[[Any], None] | None = None) -> list[Any]:
+               on_report: Callable[[Any], None] | None = None, jobs: int = 1) -> list[Any]:
     """:func:`~nlaverify.pipeline.verify_pipeline` (graph node by node on each backend
     against JAX autodiff; lowered jit and independent model end to end) on every member
     of the zoo (or of ``configs``), with ``n`` capped at each member's context and, when
     ``batch`` is given, that many right-padded sequences. ``on_report`` sees each report
-    as it is made.
+    as it is made, in zoo order. ``jobs > 1`` verifies the members in that many processes
+    (each compiles its own members' programs: the members have different shapes, so
+    nothing is compiled twice).
 
     Returns:
         the :class:`~nlaverify.pipeline.PipelineReport`\\ s, in zoo order.
     """
-    from nlaverify.pipeline import verify_pipeline
+    from nlaverify.proofs import _ignore_sigint, _terminate
 
     extra = {} if batch is None else {"batch": batch}
+    members = list(ZOO if configs is None else configs)
+    work = [(cfg, tuple(backends), seed, n, digits, extra) for cfg in members]
     reports = []
-    for cfg in ZOO if configs is None else configs:
-        rep = verify_pipeline(cfg, tuple(backends), seed=seed, n=min(n, cfg.context),
-                              digits=digits, **extra)
+    if jobs > 1 and len(work) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(work)),
+                                   mp_context=get_context("spawn"), initializer=_ignore_sigint)
+        try:
+            for rep in pool.map(_verify_member, work):
+                if on_report is not None:
+                    on_report(rep)
+                reports.append(rep)
+        except BaseException:
+            _terminate(pool)
+            raise
+        pool.shutdown()
+        return reports
+    for job in work:
+        rep = _verify_member(job)
         if on_report is not None:
             on_report(rep)
         reports.append(rep)
@@ -237,9 +265,11 @@ def verify_zoo(backends: Sequence[str] = ("numpy", "jax"),
 
 
 def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digits: int = 30,
-                    batch: int | None = None, as_json: bool = False) -> int:
+                    batch: int | None = None, as_json: bool = False,
+                    jobs: int | None = None) -> int:
     """``nlaverify verify --zoo``: one line per member as it finishes (or, with ``as_json``,
-    one JSON document at the end), then ``zoo: N passed, N failed``. Returns the exit
+    one JSON document at the end), then ``zoo: N passed, N failed``; ``jobs`` processes (the
+    cores by default). Returns the exit
     status: 0 when every member passes, else 1. An unknown backend raises
     :class:`~nlaverify.errors.UnknownNameError` before anything runs."""
 
@@ -250,7 +280,10 @@ def run_zoo_command(backends: Sequence[str], *, seed: int = 0, n: int = 6, digit
     if unknown:
         raise UnknownNameError(f"verify: unknown backend {unknown[0]!r}: expected some of "
                                f"{', '.join(sorted(known))}")
-    reports = verify_zoo(backends, seed=seed, n=n, digits=digits, batch=batch,
+    import os
+
+    jobs = jobs or os.cpu_count() or 1
+    reports = verify_zoo(backends, seed=seed, n=n, digits=digits, batch=batch, jobs=jobs,
                          on_report=None if as_json else
                          lambda r: print(format_zoo_line(r), flush=True))
     passed = sum(r.ok for r in reports)
