@@ -171,7 +171,7 @@ KERNELS: list[Kernel] = [
            named="layout='interleaved'"),
     Kernel("rmsnorm, stride-blind", "torch", "check_op", "rmsnorm",
            "reads storage as row-major (fails on a transposed view)",
-           rmsnorm_torch, rmsnorm_torch_stride_blind, grad=_G),
+           rmsnorm_torch, rmsnorm_torch_stride_blind, grad=_G, named="contiguous row-major"),
     Kernel("repeat_kv (GQA)", "torch", "check_op", "repeat_kv", "Tensor.repeat (tile)",
            repeat_kv_torch, repeat_kv_torch_tile, grad=_G, named="tile for repeat"),
     Kernel("repeat_kv (GQA)", "jax", "check_op", "repeat_kv", "jnp.tile",

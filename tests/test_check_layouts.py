@@ -49,6 +49,8 @@ def test_a_row_major_assuming_kernel_is_killed_on_a_sliced_view() -> None:
     row = report.first_failure
     assert row.check == "forward (non-contiguous views)", report
     assert "fails on a sliced view of x" in row.reason, row.reason
+    diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
+    assert len(diagnosis) == 1 and "reads x's storage as contiguous row-major" in diagnosis[0]
     # without the layouts, the same kernel passes: contiguous inputs cannot see the bug
     assert check_op(rmsnorm_reading_storage_row_major, "rmsnorm", dtype="float32",
                     layouts=False).ok

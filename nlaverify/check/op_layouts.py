@@ -96,6 +96,12 @@ def layout_rows(s: _Settings, case: OpCaseInput, args: list[Any], ref_out: np.nd
         if single.verdict != "pass":
             name, kind = case.spec.args[k].name, views[k][1]
             strides = tuple(getattr(views[k][0], "stride", lambda: ())())
+            raised = single.bound != single.bound  # an error row: the kernel raised
+            s.note(f"diagnosis: your kernel {'requires' if raised else 'reads'} {name}'s "
+                   f"storage {'to be' if raised else 'as'} contiguous row-major: it "
+                   f"{'raises' if raised else 'fails'} on a {kind} view of {name} (strides "
+                   f"{strides}) and passes on the same values stored contiguously (call "
+                   f".contiguous() on it, or index with its strides)")
             return [Row(s.subject, CHECK, single.error, single.bound, "fail", single.where,
                         single.actual, single.expected,
                         f"fails on a {kind} view of {name} (the same values, strides "
