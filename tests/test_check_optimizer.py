@@ -255,6 +255,22 @@ def test_muon_without_normalisation_diverges_and_is_killed(dtype: str) -> None:
     _killed(report)
     # it diverged (the moment's singular values pass 1.3), not merely drifted
     assert report.first_failure.error > 1e3 or math.isinf(report.first_failure.error)
+    # with small gradients (the iteration converges, to the wrong matrix) the diagnosis
+    # names the mistake: the reference rule with normalize=False. (Where the iteration
+    # diverges, rounding decides which entries overflow first: nothing is claimed then.)
+    rng = np.random.default_rng(0)
+    small = [{k: 0.1 * rng.standard_normal(v.shape) for k, v in MATRICES.items()}
+             for _ in range(5)]
+    for normalise in (False, True):
+        fn, init = user_muon(normalise=normalise)
+        report = check_optimizer(fn, ("muon", dict(lr=LR)), init=init, params=MATRICES,
+                                 grads=small, dtype=dtype)
+        diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
+        if normalise:
+            assert report.ok and not diagnosis, report
+        else:
+            assert len(diagnosis) == 1 and "no Frobenius normalisation" in diagnosis[0], \
+                report.notes
 
 
 def test_drawn_gradients_make_muon_diverge_without_normalisation() -> None:

@@ -161,6 +161,20 @@ def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.nda
     if d.shape != u.shape:
         return Row(subject, f"update {t}", math.inf, math.nan, "fail", label,
                    reason=f"{label}: expected shape {u.shape}, got {d.shape}")
+    bad = ~np.isfinite(u)
+    if bad.any():  # the rule itself overflowed: the user's update must be the same there
+        with np.errstate(invalid="ignore"):
+            same_bad = (d == u) | (np.isnan(d) & np.isnan(u))
+        if not np.all(same_bad[bad]):
+            idx = tuple(int(i) for i in np.argwhere(bad & ~same_bad)[0])
+            return Row(subject, f"update {t}", math.inf, 0.0, "fail",
+                       f"{label}[{', '.join(map(str, idx))}]", float(d[idx]), float(u[idx]),
+                       "the reference update is not finite here and yours differs")
+        if bad.all():
+            return Row(subject, f"update {t}", 0.0, 0.0, "pass", label, reason="the same "
+                       "non-finite update as the reference at every entry")
+        d, u = np.where(bad, 0.0, d), np.where(bad, 0.0, u)
+        umax = float(np.max(np.abs(u))) if u.size else 0.0
     tau = tolerance(dtype, size=max(1, model.size(shape)), depth=t * model.stages,
                     condition=model.condition(t, shape, state),
                     composition=_composition(dtype))  # type: ignore[arg-type]
@@ -199,8 +213,10 @@ def update_row(subject: str, t: int, key: str, w_prev: np.ndarray, w_now: np.nda
                        f"reaches |u|")
         return inconclusive_row(subject, f"update {t}", why_not, resolution=resolution,
                                 where=label)
-    err = np.abs(d - u)
-    err = np.where(np.isnan(err), np.inf, err)
+    with np.errstate(invalid="ignore"):  # inf - inf: judged by `same`
+        err = np.abs(d - u)
+    same = (d == u) | (np.isnan(d) & np.isnan(u))  # the same overflow on both sides
+    err = np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
     idx = np.unravel_index(int(np.argmax(ratio)), u.shape) if u.ndim else ()

@@ -1,5 +1,6 @@
 r"""What a failing ``check_optimizer`` run says about the bug: the classic mistakes of Adam
-and AdamW (Baggag & Saad §2.4), run on the user's own trajectory, and the one whose update
+and AdamW (Baggag & Saad §2.4) and of Muon (§5.5: no normalisation before Newton–Schulz),
+run on the user's own trajectory, and the one whose update
 equals the user's at the failing step within the update rows' bound.
 
 The variants: the second moment's bias correction by :math:`\beta_1` (update
@@ -19,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADAM_VARIANTS", "adam_variant_updates", "optimizer_diagnosis"]
+__all__ = ["ADAM_VARIANTS", "RULE_VARIANTS", "adam_variant_updates", "optimizer_diagnosis",
+           "rule_variant_updates"]
 
 #: the variants of Adam/AdamW: (key, what it does)
 ADAM_VARIANTS: tuple[tuple[str, str], ...] = (
@@ -70,6 +72,35 @@ def adam_variant_updates(variant: str, hyper: Mapping[str, Any],
     return out
 
 
+#: the classic mistakes of other rules, as options of the reference rule: (what it does,
+#: the rule's keyword arguments that make it)
+RULE_VARIANTS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "muon": (("no Frobenius normalisation before Newton-Schulz (its polynomials converge "
+              "only for singular values up to about 1)", {"normalize": False}),),
+}
+
+
+def rule_variant_updates(rule: str, hyper: Mapping[str, Any], options: Mapping[str, Any],
+                         grads: Sequence[Mapping[str, np.ndarray]],
+                         params: Sequence[Mapping[str, np.ndarray]]
+                         ) -> list[dict[str, np.ndarray]]:
+    """The updates of the reference ``rule`` built with ``options`` (a mistake of
+    :data:`RULE_VARIANTS`) for ``grads``, each step at the user's parameters ``params[t-1]``
+    (its state carried along), in float64 NumPy."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.check.optimizer_run import _rules
+
+    xp = get_namespace("numpy")
+    built = _rules()[rule](**{**hyper, **options})
+    state = built.init(xp, {k: np.asarray(v, np.float64) for k, v in params[0].items()})
+    out = []
+    for g, w in zip(grads, params, strict=False):
+        u, state = built.update(xp, {k: np.asarray(v, np.float64) for k, v in g.items()},
+                                state, {k: np.asarray(v, np.float64) for k, v in w.items()})
+        out.append({k: np.asarray(v, np.float64) for k, v in u.items()})
+    return out
+
+
 def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
                         grads: Sequence[Mapping[str, np.ndarray]],
                         trajectory: Sequence[Mapping[str, np.ndarray]], dtype: str,
@@ -78,7 +109,7 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     """The one-line diagnosis of a run that failed (first at ``step``): the variant whose
     updates equal the user's, :math:`w_t - w_{t-1}` from ``trajectory`` (the user's
     parameters, ``trajectory[0]`` the initial ones), within the update rows' bound at every
-    step and leaf; ``None`` when none does, or for a rule other than Adam/AdamW, or a
+    step and leaf; ``None`` when none does, or for a rule without variants, or a
     learning-rate schedule. ``model_of(key, shape)`` gives the error model of a leaf;
     ``reference`` the reference rule's updates at the user's parameters, one per step (the
     updates ``check_optimizer`` compares with: the plainest other explanation, those times
@@ -88,7 +119,7 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     steps): the line says "within the bound", which is all it claims."""
     from nlaverify.check.optimizer_bound import update_row
 
-    if rule not in ("adam", "adamw") or step < 1 or len(trajectory) <= step:
+    if rule not in ("adam", "adamw", *RULE_VARIANTS) or step < 1 or len(trajectory) <= step:
         return None
     if not isinstance(hyper.get("lr"), int | float):
         return None
@@ -121,10 +152,21 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     alpha = num / den if den > 0 else 1.0
     scaled = [{k: alpha * u for k, u in us.items()} for us in ref]
     lr_fits = abs(alpha - 1) > 1e-3 and agrees(scaled) is not None
-    for variant, what in ADAM_VARIANTS:
-        if rule == "adam" and variant in ("coupled", "no_decay"):
+    candidates = ([(what, lambda opts=opts: rule_variant_updates(rule, h, opts, grads[:steps],
+                                                                  trajectory[:steps]))
+                   for what, opts in RULE_VARIANTS.get(rule, ())] +
+                  [(what, lambda variant=variant: adam_variant_updates(
+                      variant, h, grads[:steps], trajectory[:steps]))
+                   for variant, what in ADAM_VARIANTS
+                   if rule in ("adam", "adamw")
+                   and not (rule == "adam" and variant in ("coupled", "no_decay"))])
+    for what, updates in candidates:
+        try:
+            with np.errstate(all="ignore"):  # a variant may overflow, as the kernel did
+                us = updates()
+        except Exception:  # a variant that cannot run on these parameters names nothing
             continue
-        worst = agrees(adam_variant_updates(variant, h, grads[:steps], trajectory[:steps]))
+        worst = agrees(us)
         if worst is not None:
             alternative = (f", or equally {rule} with the learning rate x {alpha:.3g} "
                            f"({dtype} cannot tell the two apart over {steps} steps)"

@@ -90,13 +90,15 @@ def muon_moment(xp: Namespace, m: Any, g: Any, beta: Any, count: Any, *, nestero
 
 
 def muon_direction(xp: Namespace, M: Any, coeffs: Any, steps: int, eps: Any,
-                   scaling: Any = "optax") -> Any:
+                   scaling: Any = "optax", normalize: bool = True) -> Any:
     r""":math:`s(m, n)\,\mathrm{NS}_k(M)`: Newton–Schulz (:func:`~nlaverify.optim.
     newton_schulz.newton_schulz`, through its module so a proof sees a planted error) times
     the shape scale (:func:`shape_scale`). With one gradient, zero momentum and the exact
     polar factor this is :math:`s\,UV^\top`, Shampoo's direction (identity
-    ``muon_first_step_is_polar``)."""
-    polar = _ns.newton_schulz(xp, M, coeffs, steps, eps=_b.const(xp, eps))
+    ``muon_first_step_is_polar``). ``normalize=False`` skips the Frobenius normalisation
+    before the iteration (a classic mistake: the polynomials converge only for singular
+    values in their basin, :math:`\sigma \le 1` after normalising)."""
+    polar = _ns.newton_schulz(xp, M, coeffs, steps, eps=_b.const(xp, eps), normalize=normalize)
     s = shape_scale(xp, tuple(M.shape), scaling)
     return polar if isinstance(s, int) and s == 1 else s * polar
 
@@ -104,12 +106,15 @@ def muon_direction(xp: Namespace, M: Any, coeffs: Any, steps: int, eps: Any,
 def muon(lr: _b.LearningRate, beta: Any = 0.95, nesterov: bool = True,
          ns_coeffs: Any = _ns.MUON, ns_steps: int = 5, *, eps: Any = 1e-8,
          weight_decay: Any = 0.0, scaling: Any = "optax", bias_correction: bool = True,
-         adam: Rule | None = None, is_matrix: MatrixPredicate = default_is_matrix) -> Rule:
+         adam: Rule | None = None, is_matrix: MatrixPredicate = default_is_matrix,
+         normalize: bool = True) -> Rule:
     r"""Muon (module docstring; Baggag & Saad §5.5): momentum, Nesterov, Newton–Schulz with
     ``ns_coeffs`` (one tuple or a per-step schedule) for ``ns_steps`` steps, the shape scale
     ``scaling``, decoupled ``weight_decay``, and the ``adam`` rule (default
     ``adamw(lr, 0.9, 0.999, eps, 0, nesterov=nesterov)``, optax's) for the parameters that
-    ``is_matrix(name, shape)`` rejects. The defaults are ``optax.contrib.muon``'s."""
+    ``is_matrix(name, shape)`` rejects. The defaults are ``optax.contrib.muon``'s;
+    ``normalize=False`` (no normalisation before Newton–Schulz) is the classic mistake
+    ``check_optimizer``'s diagnosis tries."""
     check = _b.check_hyper
     check("muon", "lr", lr, lo=0, lo_open=True, schedule=True)
     check("muon", "beta", beta, lo=0, hi=1, hi_open=True)
@@ -117,6 +122,7 @@ def muon(lr: _b.LearningRate, beta: Any = 0.95, nesterov: bool = True,
     check("muon", "weight_decay", weight_decay, lo=0)
     _b.check_flag("muon", "nesterov", nesterov)
     _b.check_flag("muon", "bias_correction", bias_correction)
+    _b.check_flag("muon", "normalize", normalize)
     if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 0:
         raise ArgumentError(f"muon: argument 'ns_steps': expected an integer >= 0, got "
                             f"{ns_steps!r}")
@@ -166,7 +172,7 @@ def muon(lr: _b.LearningRate, beta: Any = 0.95, nesterov: bool = True,
         for k, g in mats.items():
             M = muon_moment(xp, mu[k], g, beta, t, nesterov=nesterov,
                             bias_correction=bias_correction)
-            d = muon_direction(xp, M, ns_coeffs, ns_steps, eps, scaling)
+            d = muon_direction(xp, M, ns_coeffs, ns_steps, eps, scaling, normalize)
             out[k] = _el.scale(xp, eta, _el.decoupled_decay(xp, d, params[k], weight_decay)
                               if wd else d)
         rest_params = None if params is None else {k: params[k] for k in rest}
