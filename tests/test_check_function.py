@@ -358,3 +358,23 @@ def test_mc_fisher_fourth_moment_is_the_categorical_one():
     got = np.asarray(mc_fisher_fourth_moment(get_namespace("numpy"), z))
     assert np.all(np.abs(got - want) <= tolerance("float64", size=3, depth=4).rtol
                   * np.max(want))
+
+
+def test_an_output_off_by_a_constant_factor_is_named():
+    """An output that is the reference times one constant gets a diagnosis naming the
+    factor (an integer: a sum where a mean belongs; a reciprocal; any other value as it is);
+    an error that is not a factor (a shift) gets none."""
+    def polar(G):
+        U, _, Vt = np.linalg.svd(G, full_matrices=False)
+        return U @ Vt
+
+    def diagnosis(report):
+        return [n for n in report.notes if n.startswith("diagnosis:")]
+
+    for f, words in ((lambda G: 6 * polar(G), "times 6 (a sum where a mean over 6"),
+                     (lambda G: polar(G) / 4, "times 1/4"),
+                     (lambda G: 1.37 * polar(G), "times 1.37")):
+        r = check_function(f, "polar")
+        assert not r.ok and len(diagnosis(r)) == 1 and words in diagnosis(r)[0], r.notes
+    assert not diagnosis(check_function(polar, "polar"))
+    assert not diagnosis(check_function(lambda G: polar(G) + 0.01, "polar"))

@@ -63,7 +63,13 @@ from nlaverify.check.function_references import (
     _to_user,
 )
 from nlaverify.check.function_references import ggn_vector_product as ggn_vector_product
-from nlaverify.check.report import CheckError, CheckReport, compare_arrays, error_row
+from nlaverify.check.report import (
+    CheckError,
+    CheckReport,
+    compare_arrays,
+    error_row,
+    factor_note,
+)
 from nlaverify.tolerance import magnitude_condition, tolerance
 
 __all__ = [
@@ -215,5 +221,8 @@ def check_function(
             from dataclasses import replace
 
             row = replace(row, reproducer=_reproducer(name, ref_name, tuple(args), dtype))
+            note = factor_note(actual, expected, tol)
+            if note and not any(n.startswith("diagnosis:") for n in report.notes):
+                report.notes.append(note)
         report.rows.append(row)
     return report

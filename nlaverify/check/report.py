@@ -48,6 +48,7 @@ __all__ = [
     "Row",
     "compare_arrays",
     "error_row",
+    "factor_note",
     "inconclusive_row",
     "skip_row",
 ]
@@ -374,3 +375,39 @@ def inconclusive_row(subject: str, check: str, why: str, *, resolution: float | 
 
 def with_reproducer(row: Row, code: str) -> Row:
     return replace(row, reproducer=code)
+
+
+def factor_note(actual: np.ndarray, expected: np.ndarray, tol: Any) -> str | None:
+    r"""A diagnosis for an output that is the reference times one constant: the
+    least-squares factor :math:`\alpha = \langle y, r\rangle / \langle r, r\rangle`, when
+    :math:`\alpha r` agrees with the output under the same bound ``tol`` and
+    :math:`\alpha \ne 1` there, named as an integer :math:`k` ("a sum where a mean over
+    :math:`k` terms belongs?"), its reciprocal, or a square root where it is one within the
+    bound; ``None`` otherwise (nothing is claimed outside the bound)."""
+    a = np.asarray(actual, np.float64)
+    e = np.asarray(expected, np.float64)
+    if a.shape != e.shape or not (np.all(np.isfinite(a)) and np.all(np.isfinite(e))):
+        return None
+    den = float(np.sum(e * e))
+    if den == 0:
+        return None
+    alpha = float(np.sum(a * e)) / den
+    row = compare_arrays("", "", a, alpha * e, tol)
+    if row.verdict != "pass" or compare_arrays("", "", e, alpha * e, tol).verdict == "pass":
+        return None
+    rel = max(tol.rtol, 1e-12)
+
+    def near(x: float, k: float) -> bool:
+        return abs(x - k) <= rel * abs(k)
+
+    k = round(alpha)
+    if k >= 2 and near(alpha, k):
+        what = f"{k} (a sum where a mean over {k} terms belongs?)"
+    elif alpha > 0 and round(1 / alpha) >= 2 and near(1 / alpha, round(1 / alpha)):
+        what = f"1/{round(1 / alpha)} (a mean where a sum belongs, or an extra division?)"
+    elif alpha > 0 and round(alpha * alpha) >= 2 and near(alpha * alpha, round(alpha * alpha)):
+        what = f"sqrt({round(alpha * alpha)})"
+    else:
+        what = f"{alpha:.6g}"
+    return (f"diagnosis: your output equals the reference times {what} (error {row.error:.2g}, "
+            f"bound {row.bound:.2g})")
