@@ -165,7 +165,8 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
     from nlaverify.check.op_reference import _derived_condition
     from nlaverify.ops.variants import variants_of
 
-    backward = [v for v in variants_of(plan.spec.name) if v.vjp is not None]
+    backward = [v for v in variants_of(plan.spec.name)
+                if v.vjp is not None or v.forward is not None]
     if not backward or plan.spec.vjp is None:
         return []
     cases = [case]
@@ -190,8 +191,13 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
                 return []  # the op's own VJP explains the kernel here: nothing to name
             continue  # right on ordinary inputs: the failing case alone decides
         kept = []
+        probe = None
         for v in candidates:
-            ok, error, bound = _vjp_agrees(plan, c, got, v.vjp, tol)
+            if v.vjp is None:  # a forward mistake seen in a derivative first (bfloat16)
+                probe = probe or _probe(plan, c)
+                if probe is None or not _agrees(plan, probe, v.forward, dict(c.static))[0]:
+                    continue
+            ok, error, bound = _vjp_agrees(plan, c, got, v.vjp or _autodiff_vjp(plan, v), tol)
             if ok:
                 kept.append(v)
                 found.setdefault(id(v), (error, bound))
@@ -200,8 +206,33 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
         return []
     v = candidates[0]
     error, bound = found[id(v)]
+    if v.vjp is None:
+        return [f"diagnosis: your kernel equals {v.op} with {v.what}: its forward agrees with "
+                f"that within the bound and its VJP equals that one's by autodiff (error "
+                f"{error:.2g}, bound {bound:.2g}; on the failing case and a second at the top "
+                f"of the drawn sizes)"]
     return [f"diagnosis: your VJP equals {v.op}'s with {v.what} (error {error:.2g}, bound "
             f"{bound:.2g}; on the failing case and a second at the top of the drawn sizes)"]
+
+
+def _autodiff_vjp(plan: OpPlan, v: Any) -> Any:
+    """The VJP of a forward variant ``v`` by JAX autodiff in float64 (as a ``vjp(xp, G,
+    *args, **static)`` on NumPy arrays)."""
+    from dataclasses import replace
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.backends.host import to_float64 as f64
+
+    spec = replace(plan.spec, forward=v.forward)
+
+    def vjp(xp: Any, G: Any, *args: Any, **static: Any) -> list[np.ndarray]:
+        jxp = get_namespace("jax")  # float64 enabled
+        jargs = [jxp.asarray(x) if a.kind != "real" else jxp.asarray(x, dtype=jxp.float64)
+                 for a, x in zip(spec.args, args, strict=True)]
+        _, cots = spec.autodiff_vjp(jargs, jxp.asarray(G, dtype=jxp.float64), **static)
+        return [f64(c) for c in cots]
+
+    return vjp
 
 
 def convention_notes(plan: OpPlan, case: OpCaseInput,
