@@ -1,5 +1,5 @@
 """Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
-train``."""
+train | scaling``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from nlaverify.commands import (
     _cmd_list,
     _cmd_newton_schulz,
     _cmd_params,
+    _cmd_scaling,
     _cmd_train,
     _cmd_verify,
 )
@@ -29,6 +30,19 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
+def _positive_number(text: str) -> float:
+    """An argparse type: a finite float > 0."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {value}")
     return value
 
 
@@ -145,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "and print the trainable count")
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(func=_cmd_params)
+
+    sc = sub.add_parser("scaling", help="the compute-optimal model and data sizes of the "
+                                        "Chinchilla law for a FLOP budget (C = 6ND)")
+    sc.add_argument("--budget", type=_positive_number, required=True, metavar="FLOPS",
+                    help="the training compute C in FLOPs (e.g. 5.76e23, Chinchilla's)")
+    sc.add_argument("--law", default="all", help="a published fit of nlaverify.scaling.LAWS "
+                                                 "(hoffmann2022, besiroglu2024) or all")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=_cmd_scaling)
 
     c = sub.add_parser("curvature", help="per block: top eigenvalues of Hessian, GGN, Fisher, "
                                          "empirical Fisher; K-FAC error against the exact GGN")

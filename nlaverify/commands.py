@@ -183,6 +183,35 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                                 "cross-check runs one seeded case per op)")
 
 
+def _cmd_scaling(args: argparse.Namespace) -> int:
+    """``nlaverify scaling --budget C``: N*, D*, tokens per parameter and the predicted loss
+    of each published Chinchilla fit (:func:`nlaverify.scaling.compute_optimal`, proved by
+    ``chinchilla_compute_optimal``)."""
+    from nlaverify.errors import UnknownNameError
+    from nlaverify.scaling import LAWS, compute_optimal
+
+    if args.law != "all" and args.law not in LAWS:
+        raise UnknownNameError(f"scaling: unknown law {args.law!r}: expected all or one of "
+                               f"{', '.join(LAWS)}")
+    names = list(LAWS) if args.law == "all" else [args.law]
+    rows = []
+    for name in names:
+        law = LAWS[name]
+        n, d = compute_optimal(args.budget, law)
+        rows.append({"law": name, "source": law.source, "budget_flops": args.budget,
+                     "params": n, "tokens": d, "tokens_per_param": d / n,
+                     "loss": law.loss(n, d)})
+    if args.json:
+        jsonout.dump({"rows": rows})
+        return 0
+    print(f"compute-optimal allocation at C = {args.budget:.3g} FLOPs (C = 6ND; "
+          "proof: chinchilla_compute_optimal)")
+    for r in rows:
+        print(f"  {r['law']:<14} N* = {r['params']:.3g}  D* = {r['tokens']:.3g}  "
+              f"D*/N* = {r['tokens_per_param']:.3g}  L = {r['loss']:.4g}  ({r['source']})")
+    return 0
+
+
 def _cmd_params(args: argparse.Namespace) -> int:
     from nlaverify.config import preset
     from nlaverify.graph.build import build_transformer, parameter_counts

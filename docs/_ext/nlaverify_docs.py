@@ -50,6 +50,8 @@ ABOUT: dict[str, str] = {
     "online_softmax": "The streaming (online) softmax and its rescaling.",
     "optimizers": "The update rules: SGD, momentum, Adam, AdamW, Muon (Baggag & Saad §5.4, "
                   "§5.5).",
+    "scaling": "Scaling laws: the Chinchilla loss and its compute-optimal allocation "
+               "(Hoffmann et al. 2022; Baggag & Saad §3.14).",
     "transformer": "The decoder-only Transformer as a graph and its back-propagation.",
 }
 

@@ -70,6 +70,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.lora",
     "nlaverify.identities.geometry",
     "nlaverify.identities.online_softmax",
+    "nlaverify.identities.scaling",
 )
 
 
