@@ -32,8 +32,8 @@ import numpy as np
 
 from nlaverify.errors import ArgumentError
 
-__all__ = ["LAWS", "ChinchillaLaw", "FitResult", "compute_optimal", "fit_chinchilla",
-           "kaplan_loss_n", "training_flops"]
+__all__ = ["LAWS", "ChinchillaLaw", "FitResult", "compute_optimal", "draw_isoflop",
+           "fit_chinchilla", "kaplan_loss_n", "training_flops"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +145,39 @@ def fit_chinchilla(N: Sequence[float], D: Sequence[float], L: Sequence[float], *
     law = ChinchillaLaw(math.exp(e), math.exp(a), math.exp(b), float(al), float(be),
                         "fitted (Huber on log-loss, Hoffmann et al. 2022 §D.2)")
     return FitResult(law, best[0], best[2])
+
+
+def draw_isoflop(path: str, budgets: Sequence[float] = (1e19, 1e20, 1e21, 1e22, 1e23, 1e24),
+                 laws: Sequence[str] = ("hoffmann2022", "besiroglu2024")) -> str:
+    r"""The iso-FLOP curves of the Chinchilla law (Hoffmann et al. 2022, Fig. 3): for each
+    budget :math:`C`, the loss :math:`L(N, C/(6N))` against the model size :math:`N`, with
+    its minimum at :func:`compute_optimal`'s :math:`N^*` marked; one panel per published
+    fit. The SVG is byte-reproducible (fixed ``svg.hashsalt``, text kept as text, no date).
+    Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "nlaverify", "svg.fonttype": "none", "font.size": 9})
+    fig, axes = plt.subplots(1, len(laws), figsize=(5.2 * len(laws), 3.8), squeeze=False)
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.9, len(budgets)))
+    for ax, name in zip(axes[0], laws, strict=True):
+        law = LAWS[name]
+        for C, color in zip(budgets, colors, strict=True):
+            n_opt, d_opt = compute_optimal(C, law)
+            N = n_opt * np.geomspace(1e-2, 1e2, 200)
+            ax.semilogx(N, law.loss(N, C / (6 * N)), color=color, lw=1.0,
+                        label=f"$C = 10^{{{math.log10(C):.0f}}}$")
+            ax.plot([n_opt], [law.loss(n_opt, d_opt)], "o", color=color, ms=4)
+        ax.set_xlabel("parameters $N$ (tokens $D = C/6N$)")
+        ax.set_ylabel("$L(N, D)$")
+        ax.set_title(f"{law.source}", fontsize=8)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.suptitle(r"Iso-FLOP curves of $L = E + A/N^\alpha + B/D^\beta$; dots: the proved "
+                 r"$N^*(C)$", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
+    return path

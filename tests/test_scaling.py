@@ -84,3 +84,13 @@ def test_the_command(capsys) -> None:
     assert "hoffmann2022" in capsys.readouterr().out
     assert main(["scaling", "--budget", "1e21", "--law", "nope"]) == 2
     assert "unknown law 'nope'" in capsys.readouterr().err
+
+
+def test_the_isoflop_figure_is_reproducible(tmp_path) -> None:
+    """The committed figure is what draw_isoflop writes, byte for byte (fixed hash salt, no
+    date, text kept as text)."""
+    from pathlib import Path
+
+    out = sc.draw_isoflop(str(tmp_path / "iso.svg"))
+    committed = Path(__file__).resolve().parents[1] / "docs/figures/chinchilla_isoflop.svg"
+    assert Path(out).read_bytes() == committed.read_bytes()

@@ -57,6 +57,10 @@ ABOUT: dict[str, str] = {
 
 #: family -> its figures ``(file in docs/figures, caption)``
 FIGURES: dict[str, list[tuple[str, str]]] = {
+    "scaling": [
+        ("chinchilla_isoflop.svg", "Iso-FLOP curves of the Chinchilla law, the proved "
+                                   "compute-optimal size marked (Hoffmann et al. 2022, Fig. 3)."),
+    ],
     "attention": [
         ("nadaraya_watson.svg", "Nadaraya–Watson regression against a cubic least-squares "
                                 "fit (seed Fig. 14)."),
