@@ -88,9 +88,16 @@ def test_the_command(capsys) -> None:
 
 def test_the_isoflop_figure_is_reproducible(tmp_path) -> None:
     """The committed figure is what draw_isoflop writes, byte for byte (fixed hash salt, no
-    date, text kept as text)."""
+    date, text kept as text), with the pinned kernels the figure command uses."""
+    import subprocess
+    import sys
     from pathlib import Path
 
-    out = sc.draw_isoflop(str(tmp_path / "iso.svg"))
+    from nlaverify.reproducible import pinned_environment
+
+    out = tmp_path / "iso.svg"
+    subprocess.run([sys.executable, "-c", "import sys; from nlaverify.scaling import "
+                    "draw_isoflop; draw_isoflop(sys.argv[1])", str(out)],
+                   env=pinned_environment(), check=True)
     committed = Path(__file__).resolve().parents[1] / "docs/figures/chinchilla_isoflop.svg"
-    assert Path(out).read_bytes() == committed.read_bytes()
+    assert out.read_bytes() == committed.read_bytes()
