@@ -15,9 +15,22 @@ from typing import Any
 
 import mpmath
 import numpy as np
-import sympy
 
 from nlaverify.backends.base import Namespace
+
+
+class _LazySympy:
+    """``sympy``, imported on first use: the mpmath namespace and the NumPy-backed paths
+    never touch it (0.2 s of every command's start otherwise)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import sympy as module
+
+        globals()["sympy"] = module
+        return getattr(module, name)
+
+
+sympy: Any = _LazySympy()
 
 
 def _is_bool(v: Any) -> bool:
