@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # the names, for type checkers and IDEs (the literal edges)
     from nlaverify.tolerance import Tolerance, tolerance
     from nlaverify.zoo import ZOO, check_field_effects, field_effect, verify_zoo, zoo_coverage
 
+# ``tolerance`` is also a submodule's name: importing ``nlaverify.tolerance`` sets the package
+# attribute to the module, which a lazy name could never rebind; imported now (48 ms, NumPy)
+from nlaverify.tolerance import Tolerance, tolerance
+
 #: each public name and the module it lives in: imported on first use (PEP 562), so
 #: ``import nlaverify`` costs no SymPy, networkx or JAX
 _LAZY: dict[str, str] = {
@@ -62,8 +66,6 @@ _LAZY: dict[str, str] = {
     'load_catalogue': 'nlaverify.identities',
     'PrecisionReport': 'nlaverify.precision',
     'verify_precision': 'nlaverify.precision',
-    'Tolerance': 'nlaverify.tolerance',
-    'tolerance': 'nlaverify.tolerance',
     'ZOO': 'nlaverify.zoo',
     'check_field_effects': 'nlaverify.zoo',
     'field_effect': 'nlaverify.zoo',
@@ -80,9 +82,13 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'nlaverify' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    loaded = importlib.import_module(module)
+    # bind every public name of that module now: importing a submodule sets the package
+    # attribute of its name (nlaverify.tolerance the module, where the name is the function)
+    for key, where in _LAZY.items():
+        if where == module:
+            globals()[key] = getattr(loaded, key)
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -117,8 +117,11 @@ def fit_chinchilla(N: Sequence[float], D: Sequence[float], L: Sequence[float], *
     if not (n.shape == d.shape == loss.shape and n.ndim == 1 and n.size >= 5):
         raise ArgumentError(f"fit_chinchilla: expected N, D, L of one length >= 5, got shapes "
                             f"{n.shape}, {d.shape}, {loss.shape}")
-    if not (np.all(n > 0) and np.all(d > 0) and np.all(loss > 0)):
-        raise ArgumentError("fit_chinchilla: N, D and L must be positive")
+    if not all(np.all(np.isfinite(x) & (x > 0)) for x in (n, d, loss)):
+        raise ArgumentError("fit_chinchilla: N, D and L must be positive and finite")
+    if grid is not None and len(grid) == 0:
+        raise ArgumentError("fit_chinchilla: argument 'grid': expected at least one initial "
+                            "point (a, b, e, alpha, beta)")
     ln, ld, ll = np.log(n), np.log(d), np.log(loss)
 
     def objective(p: np.ndarray) -> tuple[float, np.ndarray]:
@@ -140,7 +143,8 @@ def fit_chinchilla(N: Sequence[float], D: Sequence[float], L: Sequence[float], *
         res = minimize(objective, np.asarray(p0, np.float64), jac=True, method="L-BFGS-B")
         if best is None or res.fun < best[0]:
             best = (float(res.fun), res.x, tuple(float(v) for v in p0))
-    assert best is not None
+    if best is None:  # pragma: no cover - the grid is not empty
+        raise ArgumentError("fit_chinchilla: no initial point")
     a, b, e, al, be = best[1]
     law = ChinchillaLaw(math.exp(e), math.exp(a), math.exp(b), float(al), float(be),
                         "fitted (Huber on log-loss, Hoffmann et al. 2022 §D.2)")

@@ -165,3 +165,14 @@ def test_a_bad_alignment_is_refused() -> None:
 
     with pytest.raises(CheckError, match="align"):
         check_op(_sdpa_top_left, "causal_attention_kv", static={"align": "top-left"})
+
+
+def test_shapes_the_op_cannot_take_are_refused() -> None:
+    """causal_attention_kv raises n_k to n (no more queries than keys): a shapes= range for
+    n_k that no drawn case could keep is refused, not overridden silently."""
+    from nlaverify.errors import CheckError
+
+    with pytest.raises(CheckError, match="needs n_k = 8"):
+        check_op(_sdpa_bottom_right, "causal_attention_kv", shapes={"n": (8, 12), "n_k": (1, 3)})
+    assert check_op(_sdpa_bottom_right, "causal_attention_kv", shapes={"n": 2, "n_k": (2, 5)},
+                    examples=3).ok

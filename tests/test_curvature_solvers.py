@@ -201,3 +201,24 @@ def test_top_eigenvalues_of_a_low_rank_operator() -> None:
     tol = tolerance("float64", size=40, depth=20)
     assert tol.compare(pairs.values, exact).ok, (pairs.values, exact, tol.reason)
     assert np.all(np.asarray(pairs.residuals) <= tol.rtol * scale), pairs.residuals
+
+
+def test_top_eigenvalues_of_low_rank_indefinite_and_tiny_operators() -> None:
+    """An indefinite rank-2 operator (eigenvalues 5, -3, then 0): the top three are 5, 0, 0
+    (the invariant Krylov space is left by an orthogonal restart, not padded with zeros
+    after a -3), in descending order; an operator at the scale 1e-200 keeps its eigenvalues
+    and honest residuals (norms computed without underflow)."""
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(1)
+    U = np.linalg.qr(rng.standard_normal((50, 2)))[0]
+    M = U @ np.diag([5.0, -3.0]) @ U.T
+    pairs = top_eigenvalues(lambda v: jnp.asarray(M) @ v, 50, k=3)
+    assert np.allclose(pairs.values, [5.0, 0.0, 0.0], atol=1e-12), pairs.values
+    assert np.all(np.diff(pairs.values) <= 0)
+    assert np.all(np.asarray(pairs.residuals) < 1e-12)
+    A = rng.standard_normal((20, 20))
+    S = (A + A.T) / 2
+    exact = np.sort(np.linalg.eigvalsh(S))[::-1][:2]
+    tiny = top_eigenvalues(lambda v: 1e-200 * (jnp.asarray(S) @ v), 20, k=2, krylov=20)
+    assert np.allclose(np.asarray(tiny.values) / 1e-200, exact, rtol=1e-10), tiny.values
+    assert np.all(np.asarray(tiny.residuals) > 0)

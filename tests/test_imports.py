@@ -41,3 +41,21 @@ def test_quick_tier_names_existing_tests() -> None:
     ids = [line.split("[", 1)[0] for line in proc.stdout.splitlines() if "::" in line]
     missing = [q for q in QUICK if not any(i == q or i.startswith(q + "::") for i in ids)]
     assert not missing, f"QUICK names no collected test: {missing}\n{proc.stdout[-2000:]}"
+
+
+def test_lazy_public_names_survive_submodule_imports() -> None:
+    """``nlaverify``'s public names load on first use (PEP 562); a name that is also a
+    submodule's (``tolerance``) would be shadowed by the module once the submodule is
+    imported, so none of the lazy names may be one, and ``tolerance`` stays the function."""
+    import pkgutil
+    import subprocess
+    import sys
+
+    import nlaverify
+
+    submodules = {m.name for m in pkgutil.iter_modules(nlaverify.__path__)}
+    assert not set(nlaverify._LAZY) & submodules
+    code = ("import nlaverify.tolerance, nlaverify; from nlaverify import Tolerance, "
+            "tolerance; assert callable(nlaverify.tolerance) and callable(tolerance); "
+            "assert nlaverify.tolerance('float32').rtol > 0")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -73,6 +73,10 @@ def test_the_fitter_refuses_bad_data() -> None:
         sc.fit_chinchilla([1e9] * 3, [1e10] * 3, [2.0] * 3)
     with pytest.raises(ArgumentError, match="positive"):
         sc.fit_chinchilla([1e9] * 5, [1e10] * 5, [2.0, 2.0, -1.0, 2.0, 2.0])
+    with pytest.raises(ArgumentError, match="finite"):
+        sc.fit_chinchilla([1e9] * 5, [1e10] * 5, [2.0, 2.0, float("inf"), 2.0, 2.0])
+    with pytest.raises(ArgumentError, match="grid"):
+        sc.fit_chinchilla([1e9, 2e9, 3e9, 4e9, 5e9], [1e10] * 5, [2.0] * 5, grid=[])
 
 
 def test_the_command(capsys) -> None:

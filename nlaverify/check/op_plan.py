@@ -60,6 +60,26 @@ def _size_ranges(spec: OpSpec, shapes: Mapping[str, Any] | None) -> dict[str, tu
     return ranges
 
 
+def _check_consistent(spec: OpSpec, ranges: Mapping[str, tuple[int, int]],
+                      shapes: Mapping[str, Any] | None) -> None:
+    """A ``shapes=`` range the op's own constraints (``fix_sizes``: heads dividing the
+    width, no more queries than keys) move every drawn size out of is refused, instead of
+    being overridden without a word."""
+    if not shapes or spec.fix_sizes is None:
+        return
+    for corner in ({k: lo for k, (lo, _) in ranges.items()},
+                   {k: hi for k, (_, hi) in ranges.items()}):
+        fixed = spec.fix_sizes(dict(corner))
+        for k in shapes:
+            lo, hi = ranges[k]
+            if not lo <= fixed[k] <= hi:
+                raise CheckError(
+                    f"argument 'shapes': {op_signature(spec)} needs {k} = {fixed[k]} where the "
+                    f"other sizes are {', '.join(f'{d}={v}' for d, v in corner.items() if d != k)}"
+                    f", outside the range ({lo}, {hi}) given for {k}: the op's sizes must be "
+                    f"consistent (heads dividing the width, no more queries than keys)")
+
+
 def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
     if batch is True:
         return None
@@ -209,6 +229,7 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
         raise CheckError(f"argument 'hostile': expected True, False, 'extreme' or an int >= 0 "
                          f"(the number of hostile seeds), got {hostile!r}")
     ranges = _size_ranges(spec, shapes)
+    _check_consistent(spec, ranges, shapes)
     choices = _batch_choices(batch)
     acc = accumulation if accumulation is not None else (
         "float32" if dtype in ("bfloat16", "float16") else None)

@@ -60,9 +60,12 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
 
     Returns :class:`RitzPairs`; the residuals are recomputed with ``k`` extra matvecs. A
     low-rank operator (rank below the Krylov size: a GGN or Fisher of a small batch) makes
-    the Krylov space invariant early: the run is cut there (:func:`_deflated_ritz`), and
-    eigenvalues beyond its span are the null space's 0 (with their residuals). The Lanczos
-    loop runs as one compiled program.
+    the Krylov space invariant early: Lanczos restarts there orthogonally
+    (:func:`_lanczos`), so the null space's 0, negative eigenvalues and repeated ones are
+    found. Each residual bounds the distance of its value to *some* eigenvalue of the
+    operator; the values are the largest Ritz values, which converge to the largest
+    eigenvalues as the Krylov size grows (a clustered spectrum may need a larger
+    ``krylov``).
     """
     import jax
     import jax.numpy as jnp
@@ -74,19 +77,19 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
     if not isinstance(m, int) or not k <= m <= size:
         raise ArgumentError(f"krylov: expected an integer in [k={k}, size={size}], got {m!r}")
     v0 = np.asarray(jax.random.normal(jax.random.key(seed), (size,), dtype=jnp.float64))
-    v0 = v0 / np.linalg.norm(v0)
+    v0 = v0 / _norm(v0)
 
     def apply(x: np.ndarray) -> np.ndarray:
         return np.asarray(matvec(x), np.float64)
 
     rng = np.random.default_rng(seed + 1)
-    if not float(np.linalg.norm(apply(v0))) > 0:
+    if not _norm(apply(v0)) > 0:
         # the Krylov space of a random start is {0} only for the zero operator (with
         # probability 1): every eigenvalue is 0; Lanczos would divide 0 by 0
         Q = np.linalg.qr(rng.standard_normal((size, k)))[0].T
-        res = np.array([np.linalg.norm(apply(x)) for x in Q])
+        res = np.array([_norm(apply(x)) for x in Q])
         return RitzPairs(np.zeros(k), Q, res, 1 + k)
-    Q, H = _lanczos(apply, v0, m)
+    Q, H = _lanczos(apply, v0, m, rng)
     vals, vecs = _deflated_ritz(Q, H)
     used = Q.shape[0]
     if vals.size == 0:
@@ -96,7 +99,7 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
                              "symmetric")
     order = np.argsort(vals)[::-1][:k]
     vals, vecs = vals[order], vecs[order]
-    vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = vecs / np.array([[_norm(v)] for v in vecs])
     if vals.shape[0] < k:
         # the invariant Krylov space holds every eigencomponent of the random start: the
         # eigenvalues it misses are repeats, for a low-rank PSD operator the zero eigenvalue
@@ -108,7 +111,9 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
         Qx = np.linalg.qr(R)[0].T
         vals = np.concatenate([vals, np.zeros(extra)])
         vecs = np.concatenate([vecs, Qx])
-    res = np.array([np.linalg.norm(apply(x) - t * x) for t, x in zip(vals, vecs, strict=True)])
+        order = np.argsort(vals)[::-1]
+        vals, vecs = vals[order], vecs[order]
+    res = np.array([_norm(apply(x) - t * x) for t, x in zip(vals, vecs, strict=True)])
     return RitzPairs(vals, vecs, res, used + k)
 
 
@@ -117,14 +122,30 @@ def top_eigenvalues(matvec: Matvec, size: int, k: int = 3, *, krylov: int | None
 DEFLATION = 1e-10
 
 
-def _lanczos(matvec: Matvec, v0: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+def _norm(x: np.ndarray) -> float:
+    """The 2-norm without underflow or overflow of its squares (entries near 1e-200 or
+    1e200): scaled by the largest magnitude first."""
+    s = float(np.max(np.abs(x), initial=0.0))
+    if s == 0.0 or not np.isfinite(s):
+        return s
+    return s * float(np.linalg.norm(x / s))
+
+
+def _lanczos(matvec: Matvec, v0: np.ndarray, m: int,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     r"""``m`` steps of Lanczos with full reorthogonalisation (twice, Parlett's "twice is
-    enough") from the unit vector ``v0``: the Krylov vectors as rows :math:`Q` and the
-    tridiagonal :math:`T = Q M Q^\top`; it stops early, with the rows it has, where
-    :math:`\beta_j` vanishes (an invariant space) or turns non-finite. The loop runs on the
-    host over the user's ``matvec`` (a jitted operator is compiled once and reused by every
-    step and by the residuals; the loop under ``jax.jit``, as matfree runs it, compiled the
-    operator into each call's program again: 12 of the 28 s of a curvature report)."""
+    enough") from the unit vector ``v0``: the Krylov vectors as rows :math:`Q` and
+    :math:`T = Q M Q^\top`, tridiagonal. Where the Krylov space becomes invariant
+    (:math:`\beta_j \le` :data:`DEFLATION` :math:`\max|T|`: a low-rank operator after its
+    rank, a repeated eigenvalue), it restarts from a random vector orthogonal to every
+    vector so far, with :math:`\beta_j = 0` (:math:`T` block diagonal, each block exactly
+    :math:`M` on an invariant or Krylov space): the null space's 0, a negative eigenvalue
+    of an indefinite operator and the other copies of a repeated one are then found, not
+    assumed. It stops early, with the rows it has, at a non-finite value. The loop runs on
+    the host over the user's ``matvec`` (a jitted operator is compiled once and reused by
+    every step and by the residuals; the loop under ``jax.jit``, as matfree runs it,
+    compiled the operator into each call's program again: 12 of the 28 s of a curvature
+    report)."""
     size = v0.shape[0]
     Q = np.zeros((m, size))
     alpha, beta = np.zeros(m), np.zeros(m)
@@ -135,41 +156,38 @@ def _lanczos(matvec: Matvec, v0: np.ndarray, m: int) -> tuple[np.ndarray, np.nda
         alpha[j] = Q[j] @ w
         for _ in range(2):
             w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)
+        if not np.isfinite(alpha[j]) or not np.all(np.isfinite(w)):
+            steps = j + 1 if np.isfinite(alpha[j]) else j
+            break
         if j + 1 == m:
             break
-        beta[j] = np.linalg.norm(w)
-        scale = max(np.max(np.abs(alpha[: j + 1])), np.max(beta[: j + 1]))
-        if not np.isfinite(beta[j]) or beta[j] <= DEFLATION * scale:
-            steps = j + 1
+        beta[j] = _norm(w)
+        scale = max(float(np.max(np.abs(alpha[: j + 1]))), float(np.max(beta[: j + 1])))
+        if beta[j] > DEFLATION * scale:
+            Q[j + 1] = w / beta[j]
+            continue
+        beta[j] = 0.0  # invariant: restart orthogonally to the space found so far
+        r = rng.standard_normal(size)
+        n0 = _norm(r)
+        for _ in range(2):
+            r = r - Q[: j + 1].T @ (Q[: j + 1] @ r)
+        n = _norm(r)
+        if not n > 1e-8 * n0:
+            steps = j + 1  # the space is everything: nothing left to find
             break
-        Q[j + 1] = w / beta[j]
+        Q[j + 1] = r / n
     H = np.diag(alpha[:steps]) + np.diag(beta[: steps - 1], 1) + np.diag(beta[: steps - 1], -1)
     return Q[:steps], H
 
 
 def _deflated_ritz(Q: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""Ritz values and vectors of a Lanczos run (``Q``: Krylov vectors as rows, ``H``: the
-    tridiagonal :math:`T`), cut where the Krylov space became invariant: at the first
-    :math:`\beta_j \le` :data:`DEFLATION` :math:`\max|T|` or the first non-finite entry. A
-    low-rank operator (a GGN or Fisher of a small batch) makes the space invariant after
-    its rank :math:`r`; past it the exact :math:`\beta_r = 0` is rounding noise, or 0/0. The
-    leading :math:`r \times r` block is then exactly :math:`Q_r^\top M Q_r` with
-    :math:`M Q_r \subset \operatorname{span} Q_r`, so its eigenvalues are eigenvalues of
-    :math:`M`; a cut at a small but real :math:`\beta_j` moves each Ritz value by at most
-    :math:`\beta_j` (the residuals, recomputed by the caller, show it)."""
-    m = H.shape[0]
-    finite = np.all(np.isfinite(H), axis=1) & np.all(np.isfinite(Q), axis=1)
-    r = int(np.argmin(finite)) if not finite.all() else m
-    if r:
-        beta = np.abs(np.diag(H[:r, :r], 1))
-        scale = float(np.max(np.abs(H[:r, :r])))
-        small = np.nonzero(beta <= DEFLATION * scale)[0]
-        if small.size:
-            r = int(small[0]) + 1
-    if r == 0:
+    r"""Ritz values and vectors of a Lanczos run (``Q``: Krylov vectors as rows, ``H``:
+    :math:`T = Q M Q^\top`; :func:`_lanczos` has already split it into blocks where the
+    space became invariant): the eigenpairs of :math:`T`, lifted by :math:`Q`."""
+    if H.shape[0] == 0:
         return np.zeros(0), np.zeros((0, Q.shape[1]))
-    vals, S = np.linalg.eigh(H[:r, :r])
-    return vals, S.T @ Q[:r]
+    vals, S = np.linalg.eigh(H)
+    return vals, S.T @ Q
 
 
 @dataclass(frozen=True)
