@@ -179,3 +179,45 @@ def test_a_jax_mask_without_the_diagonal_is_named() -> None:
     report = check_op(no_self, "causal_attention", dtype="float32")
     diagnosis = [n for n in report.notes if n.startswith("diagnosis:")]
     assert len(diagnosis) == 1 and "without the diagonal" in diagnosis[0], report.notes
+
+
+def test_no_wrong_name_for_near_misses() -> None:
+    """The review's wrong names, each silent or right now: a kernel returning zeros at n = 1
+    (it equals a mask without the diagonal there; the second case refutes it), an RMSNorm
+    without eps (named as such, not 'eps outside the root'), a LayerNorm backward with the
+    mean term halved in bfloat16 (within a wide bound of both the op and the variant)."""
+    def zeros_at_one(Q, K, V):
+        if Q.shape[-2] < 2:
+            return torch.zeros_like(V)
+        return torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)
+
+    def diagnosis(report):
+        return [n for n in report.notes if n.startswith("diagnosis:")]
+
+    r = check_op(zeros_at_one, "causal_attention", dtype="float32", framework="torch")
+    assert r.failures and not diagnosis(r), r.notes
+    r = check_op(lambda x, g: g * x / (x * x).mean(-1, keepdim=True).sqrt(), "rmsnorm",
+                 dtype="bfloat16", framework="torch", seed=1)
+    assert all("eps outside" not in n for n in diagnosis(r)), r.notes
+    r = check_op(_ln_function(mean_g=False), "layernorm", dtype="float32")
+    assert any("misses the mean of g*gamma" in n for n in diagnosis(r)), r.notes
+
+    class HalfMean(torch.autograd.Function):  # the mean term halved, not dropped
+        @staticmethod
+        def forward(ctx, x, g, b):
+            mu = x.mean(-1, keepdim=True)
+            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+            xh = (x - mu) * rs
+            ctx.save_for_backward(xh, rs, g)
+            return xh * g + b
+
+        @staticmethod
+        def backward(ctx, G):
+            xh, rs, g = ctx.saved_tensors
+            gx = G * g
+            dx = gx - 0.5 * gx.mean(-1, keepdim=True) - xh * (gx * xh).mean(-1, keepdim=True)
+            lead = tuple(range(G.dim() - 1))
+            return rs * dx, (G * xh).sum(lead), G.sum(lead)
+
+    r = check_op(HalfMean.apply, "layernorm", dtype="bfloat16", seed=1)
+    assert not diagnosis(r), r.notes

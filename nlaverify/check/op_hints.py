@@ -61,6 +61,33 @@ def _agrees(plan: OpPlan, probe: _Probe, forward: Any, static: dict[str, Any]
     return row.verdict == "pass", row.error, row.bound
 
 
+def _evaluate(probe: _Probe, forward: Any, static: dict[str, Any]) -> np.ndarray | None:
+    from nlaverify.backends import get_namespace
+
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(forward(get_namespace("numpy"), *probe.case.args, **static),
+                              dtype=np.float64)
+    except Exception:
+        return None
+
+
+def _separated(plan: OpPlan, probe: _Probe, forward: Any, static: dict[str, Any],
+               op_out: np.ndarray | None) -> bool:
+    """The variant ``forward`` differs from the op at the probe's case by at least twice the
+    forward row's bound (so a kernel within the bound of the variant is not also near the
+    op)."""
+    if op_out is None:
+        return False
+    var = _evaluate(probe, forward, static)
+    if var is None:
+        return False
+    from dataclasses import replace
+
+    wide = replace(probe.tol, rtol=2 * probe.tol.rtol)
+    return compare_arrays("", "", var, op_out, wide).verdict != "pass"
+
+
 def _confirming_case(plan: OpPlan, case: OpCaseInput) -> OpCaseInput | None:
     """A second case at the top of the drawn sizes (no batch axes): a mistake named on the
     shrunk minimal case must also explain the kernel there (at ``n = 2, d = 1`` a forgotten
@@ -94,25 +121,34 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
     static = dict(plan.spec.static)
     if _agrees(plan, first, plan.spec.forward, static)[0]:
         return notes + _backward_diagnosis(plan, case)
+    from dataclasses import replace
+
+    op_out = _evaluate(first, plan.spec.forward, static)
+    if op_out is None or compare_arrays("", "", first.out, op_out, replace(
+            first.tol, rtol=2 * first.tol.rtol)).verdict == "pass":
+        return notes  # the kernel is within twice the bound of the op: too close to name
     candidates = []
     for v in variants_of(plan.spec.name):
         if v.forward is None:
             continue
         ok, error, bound = _agrees(plan, first, v.forward, static)
-        if ok:
+        # the variant must also stand apart from the op here (by twice the bound): a kernel
+        # halfway between the two agrees with both in a wide (bfloat16) bound
+        if ok and _separated(plan, first, v.forward, static, op_out):
             candidates.append((v, error, bound))
     if not candidates:
         return notes
     second_case = _confirming_case(plan, case)
     second = _probe(plan, second_case) if second_case is not None else None
-    where = ""
-    if second is not None and not _agrees(plan, second, plan.spec.forward, static)[0]:
-        # the kernel is wrong on ordinary inputs too: the mistake must explain it there
-        candidates = [(v, e, b) for v, e, b in candidates
-                      if _agrees(plan, second, v.forward, static)[0]]
-        where = "; confirmed on a second case at the top of the drawn sizes"
-    # (where the kernel is right on ordinary inputs, its bug shows only on special ones,
-    # as a missing max shift on huge logits: the failing case alone decides)
+    if second is None:
+        return notes
+    # the mistake must explain the kernel on a second case at the top of the drawn sizes
+    # too, whether or not the kernel fails there: a kernel wrong only at n = 1 (zeros) agrees
+    # there with a mask without the diagonal, which the second case refutes; a missing max
+    # shift, wrong only on huge logits, equals the op (and the kernel) on the second case
+    candidates = [(v, e, b) for v, e, b in candidates
+                  if _agrees(plan, second, v.forward, static)[0]]
+    where = "; confirmed on a second case at the top of the drawn sizes"
     if len(candidates) == 1:
         v, error, bound = candidates[0]
         notes.append(f"diagnosis: your forward equals {v.op} with {v.what} (error "
@@ -162,6 +198,8 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
     its cotangents equal within the VJP rows' bound, on the failing case and on a second
     case at the top of the drawn sizes, and the only one; where the op's own VJP agrees
     under the same comparison nothing is claimed."""
+    from dataclasses import replace
+
     from nlaverify.check.op_reference import _derived_condition
     from nlaverify.ops.variants import variants_of
 
@@ -186,10 +224,13 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
         if tol.rtol >= 1:
             continue  # a bound that resolves nothing here tells no variant apart
         used += 1
-        if _vjp_agrees(plan, c, got, plan.spec.vjp, tol)[0]:
-            if k == 0:
-                return []  # the op's own VJP explains the kernel here: nothing to name
-            continue  # right on ordinary inputs: the failing case alone decides
+        if k == 0 and _vjp_agrees(plan, c, got, plan.spec.vjp,
+                                  replace(tol, rtol=2 * tol.rtol))[0]:
+            # the op's own VJP explains the kernel here, or the kernel is not clearly away
+            # from it (within twice the bound): nothing to name
+            return []
+        # on the second case too, whether or not the kernel fails there: a kernel right on
+        # ordinary inputs keeps only the mistakes that are right there as well
         kept = []
         probe = None
         for v in candidates:
@@ -197,8 +238,11 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
                 probe = probe or _probe(plan, c)
                 if probe is None or not _agrees(plan, probe, v.forward, dict(c.static))[0]:
                     continue
-            ok, error, bound = _vjp_agrees(plan, c, got, v.vjp or _autodiff_vjp(plan, v), tol)
-            if ok:
+            vjp = v.vjp or _autodiff_vjp(plan, v)
+            ok, error, bound = _vjp_agrees(plan, c, got, vjp, tol)
+            # on the failing case the mistake must stand apart from the op by twice the
+            # bound: a backward with a term halved is within a wide bound of both
+            if ok and (k > 0 or _vjps_separated(plan, c, vjp, tol)):
                 kept.append(v)
                 found.setdefault(id(v), (error, bound))
         candidates = kept
@@ -213,6 +257,26 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
                 f"of the drawn sizes)"]
     return [f"diagnosis: your VJP equals {v.op}'s with {v.what} (error {error:.2g}, bound "
             f"{bound:.2g}; on the failing case and a second at the top of the drawn sizes)"]
+
+
+def _vjps_separated(plan: OpPlan, case: OpCaseInput, vjp: Any, tol: Tolerance) -> bool:
+    """Some cotangent of ``vjp`` differs from the op's at the case by twice the bound."""
+    from dataclasses import replace
+
+    from nlaverify.backends import get_namespace
+
+    xp = get_namespace("numpy")
+    try:
+        with np.errstate(all="ignore"):
+            ref = [np.asarray(r, np.float64) for r in plan.spec.vjp(
+                xp, case.cotangent, *case.args, **dict(case.static))]
+            var = [np.asarray(r, np.float64) for r in vjp(
+                xp, case.cotangent, *case.args, **dict(case.static))]
+    except Exception:
+        return False
+    wide = replace(tol, rtol=2 * tol.rtol)
+    return any(compare_arrays("", "", a, b, wide).verdict != "pass"
+               for a, b in zip(var, ref, strict=True))
 
 
 def _autodiff_vjp(plan: OpPlan, v: Any) -> Any:

@@ -151,7 +151,17 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     den = sum(float(np.sum(u * u)) for us in ref for u in us.values())
     alpha = num / den if den > 0 else 1.0
     scaled = [{k: alpha * u for k, u in us.items()} for us in ref]
-    lr_fits = abs(alpha - 1) > 1e-3 and agrees(scaled) is not None
+    # one factor at every step: the factors fitted step by step agree to 2 % (a mistake
+    # whose factor drifts, a bias correction off by one step, is not a learning rate)
+    per_step = []
+    for s in range(1, steps + 1):
+        n_s = sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
+                               * u)) for k, u in ref[s - 1].items())
+        d_s = sum(float(np.sum(u * u)) for u in ref[s - 1].values())
+        if d_s > 0:
+            per_step.append(n_s / d_s)
+    steady = bool(per_step) and max(abs(a - alpha) for a in per_step) <= 0.02 * abs(alpha)
+    lr_fits = abs(alpha - 1) > 1e-3 and steady and agrees(scaled) is not None
     candidates = ([(what, lambda opts=opts: rule_variant_updates(rule, h, opts, grads[:steps],
                                                                   trajectory[:steps]))
                    for what, opts in RULE_VARIANTS.get(rule, ())] +

@@ -53,6 +53,14 @@ def _rms_eps_outside(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
     return gamma * x / (xp.sqrt(_mean_rows(xp, x * x)) + eps)
 
 
+def _rms_no_eps(xp: Namespace, x: Any, gamma: Any, eps: Any) -> Any:
+    return gamma * x / xp.sqrt(_mean_rows(xp, x * x))
+
+
+def _ln_no_eps(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any) -> Any:
+    return _ln(xp, x, gamma, beta, 0.0)
+
+
 def _ln(xp: Namespace, x: Any, gamma: Any, beta: Any, eps: Any, *, ddof: int = 0,
         eps_outside: bool = False) -> Any:
     c = x - _mean_rows(xp, x)
@@ -156,17 +164,22 @@ def _swiglu_swapped(xp: Namespace, a: Any, b: Any) -> Any:
 VARIANTS: dict[str, tuple[Variant, ...]] = {
     "rmsnorm": (Variant("rmsnorm", "the sum of squares for their mean (no 1/d)", _rms_sum),
                 Variant("rmsnorm", "eps outside the square root", _rms_eps_outside),
+                Variant("rmsnorm", "no eps at all", _rms_no_eps),
                 Variant("rmsnorm", "a backward whose x-bar sums g*gamma*x-hat where the mean "
                                    "belongs (the 1/d dropped)", None, _rms_vjp_sum)),
     "layernorm": (Variant("layernorm", "the unbiased variance (1/(d-1), torch.var's default)",
                           _ln_unbiased),
                   Variant("layernorm", "eps outside the square root", _ln_eps_outside),
+                  Variant("layernorm", "no eps at all", _ln_no_eps),
                   Variant("layernorm", "a backward whose x-bar misses the mean of g*gamma "
                                        "(the mean subtraction's term)", None,
                           lambda *a, **k: _ln_vjp(*a, **k, mean_g=False)),
                   Variant("layernorm", "a backward whose x-bar misses the x-hat * "
                                        "mean(g*gamma*x-hat) term (the variance's)", None,
-                          lambda *a, **k: _ln_vjp(*a, **k, xhat_term=False))),
+                          lambda *a, **k: _ln_vjp(*a, **k, xhat_term=False)),
+                  Variant("layernorm", "a backward whose x-bar misses both terms "
+                                       "(x-bar = g*gamma/sigma)", None,
+                          lambda *a, **k: _ln_vjp(*a, **k, mean_g=False, xhat_term=False))),
     "softmax": (Variant("softmax", "no max shift (exp overflows)", _softmax_no_shift),
                 Variant("softmax", "a backward whose <g, p> is summed over every axis, not "
                                    "per row", None, _softmax_vjp_all_axes)),
