@@ -92,10 +92,11 @@ def diagnosis_notes(plan: OpPlan, case: OpCaseInput) -> list[str]:
     """What a failing case says about the bug, one line each: the conventions in force
     and the ones the kernel follows (:func:`convention_notes`), and the classic mistake its
     forward equals within the same bound (:data:`nlaverify.ops.variants.VARIANTS`): on the
-    failing case and, where the kernel is wrong on ordinary inputs too, on a second case
-    at the top of the drawn sizes; and the only variant that does. Nothing is claimed for a
-    kernel whose forward agrees with the op (its bug is in a derivative), or where no
-    variant or more than one agrees."""
+    failing case, where the kernel must also sit within a quarter of its distance to the op
+    from the mistake, and on a second case at the top of the drawn sizes; and the only
+    variant that does. For a kernel whose forward agrees with the op, the mistakes of a
+    backward (:func:`_backward_diagnosis`). Nothing is claimed where no variant or more than
+    one agrees."""
     from nlaverify.ops.variants import variants_of
 
     first = _probe(plan, case)
