@@ -1,5 +1,5 @@
 """Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
-train | scaling``."""
+train | scaling | tokenize``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from nlaverify.commands import (
     _cmd_newton_schulz,
     _cmd_params,
     _cmd_scaling,
+    _cmd_tokenize,
     _cmd_train,
     _cmd_verify,
 )
@@ -168,6 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(hoffmann2022, besiroglu2024) or all")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=_cmd_scaling)
+
+    tk = sub.add_parser("tokenize", help="byte-pair encoding: train merges on a text, encode "
+                                         "a text to ids, decode ids to text")
+    tk.add_argument("action", choices=("train", "encode", "decode"))
+    tk.add_argument("--merges", required=True, metavar="FILE",
+                    help="the merges (JSON): written by train, read by encode and decode")
+    tk.add_argument("--vocab-size", type=_bounded_int(256), default=512,
+                    help="for train: bytes + merges (default 512)")
+    tk.add_argument("--text", default=None, metavar="FILE",
+                    help="for train: the training text (default: the shipped passage)")
+    tk.add_argument("--input", default=None,
+                    help="for encode: the text; for decode: the ids, comma-separated")
+    tk.set_defaults(func=_cmd_tokenize)
 
     c = sub.add_parser("curvature", help="per block: top eigenvalues of Hessian, GGN, Fisher, "
                                          "empirical Fisher; K-FAC error against the exact GGN")

@@ -212,6 +212,45 @@ def _cmd_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tokenize(args: argparse.Namespace) -> int:
+    """``nlaverify tokenize train|encode|decode`` (:mod:`nlaverify.tokenize`)."""
+    from nlaverify.tokenize import BPE, train_bpe
+
+    if args.action == "train":
+        if args.input is not None:
+            raise ArgumentError("tokenize train: --input is for encode and decode (train "
+                                "reads --text FILE)")
+        if args.text is None:
+            from importlib import resources
+
+            text = (resources.files("nlaverify") / "data" / "baggag_saad.txt").read_text(
+                encoding="utf-8")
+        else:
+            try:
+                with open(args.text, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ArgumentError(f"tokenize train: --text {args.text!r}: {exc}") from exc
+        bpe = train_bpe(text, args.vocab_size)
+        bpe.save(args.merges)
+        print(f"{len(bpe.merges)} merges ({len(bpe.vocab)} tokens) written to {args.merges}")
+        return 0
+    if args.input is None:
+        raise ArgumentError(f"tokenize {args.action}: expected --input (a text for encode, "
+                            "comma-separated ids for decode)")
+    bpe = BPE.load(args.merges)
+    if args.action == "encode":
+        print(",".join(str(i) for i in bpe.encode(args.input)))
+        return 0
+    try:
+        ids = [int(x) for x in args.input.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ArgumentError(f"tokenize decode: expected comma-separated integers, got "
+                            f"{args.input!r}") from exc
+    print(bpe.decode(ids).decode("utf-8", errors="replace"))
+    return 0
+
+
 def _cmd_params(args: argparse.Namespace) -> int:
     from nlaverify.config import preset
     from nlaverify.graph.build import build_transformer, parameter_counts
