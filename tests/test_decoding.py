@@ -1,0 +1,116 @@
+"""Decoding strategies (issue 21, item 2, part): nlaverify.decoding's temperature, top-k,
+top-p, min-p, typical and repetition penalty as exact transformations of the next-token
+distribution, against Hugging Face's logits processors on the same logits (float64, under
+the tolerance model) and against their defining properties (hypothesis).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nlaverify import decoding as D
+from nlaverify.errors import ArgumentError
+from nlaverify.tolerance import tolerance
+
+LOGITS = st.tuples(st.integers(1, 3), st.integers(2, 30)).flatmap(
+    lambda shape: st.lists(st.floats(-30, 30, allow_nan=False), min_size=shape[0] * shape[1],
+                           max_size=shape[0] * shape[1]).map(
+        lambda v: np.array(v, dtype=np.float64).reshape(shape)))
+
+
+def _distribution(q: np.ndarray) -> None:
+    assert np.all(q >= 0)
+    assert np.allclose(q.sum(-1), 1.0, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(LOGITS, st.floats(0.05, 1.0))
+def test_top_p_keeps_the_smallest_prefix_reaching_p(z, p) -> None:
+    q = D.top_p(z, p)
+    _distribution(q)
+    probs = D.softmax_rows(z)
+    for row, kept in zip(probs, q > 0, strict=True):
+        mass = row[kept].sum()
+        assert mass >= p * (1 - 1e-9)
+        # the least probable kept token is needed: without it the mass is below p
+        least = row[kept].min()
+        assert mass - least < p or np.sum(kept) == 1
+        # every dropped token is at most as probable as every kept one
+        assert row[~kept].max(initial=0.0) <= least
+
+
+@settings(max_examples=150, deadline=None)
+@given(LOGITS, st.integers(1, 40), st.floats(0.01, 1.0))
+def test_every_strategy_renormalises_the_kept_tokens(z, k, p) -> None:
+    """Each truncation is the softmax restricted to its kept tokens and renormalised: on
+    every row, the kept probabilities are proportional to the original ones."""
+    probs = D.softmax_rows(z)
+    for q in (D.top_k(z, k), D.min_p(z, p), D.typical(z, p), D.top_p(z, p)):
+        _distribution(q)
+        for row_q, row_p in zip(q, probs, strict=True):
+            kept = row_q > 0
+            assert kept.any()
+            assert np.allclose(row_q[kept], row_p[kept] / row_p[kept].sum(), rtol=1e-9)
+    _distribution(D.temperature(z, 0.5))
+
+
+def test_the_limits_are_greedy() -> None:
+    z = np.array([[0.3, 2.0, -1.0, 1.9]])
+    greedy = np.array([[0.0, 1.0, 0.0, 0.0]])
+    assert np.array_equal(D.top_k(z, 1), greedy)
+    assert np.array_equal(D.min_p(z, 1.0), greedy)
+    assert np.allclose(D.temperature(z, 1e-3), greedy, atol=1e-40)
+    assert np.array_equal(D.top_p(z, 1e-9), greedy)
+    # top-k keeps ties at its boundary, as Hugging Face does; top-p orders ties by id
+    tied = np.array([[1.0, 1.0, 0.0]])
+    assert np.count_nonzero(D.top_k(tied, 1)) == 2
+    assert np.array_equal(D.top_p(tied, 0.3) > 0, [[True, False, False]])
+
+
+def test_repetition_penalty() -> None:
+    z = np.array([2.0, -1.0, 0.5, -3.0])
+    out = D.repetition_penalty(z, [0, 1, 1], 2.0)
+    assert np.array_equal(out, [1.0, -2.0, 0.5, -3.0])
+    with pytest.raises(ArgumentError, match="previous"):
+        D.repetition_penalty(z, [4], 2.0)
+    with pytest.raises(ArgumentError, match="'p'"):
+        D.top_p(z, 1.5)
+    with pytest.raises(ArgumentError, match="'k'"):
+        D.top_k(z, 0)
+
+
+#: continuous logits (standard normal times a scale, drawn from a seed): no ties
+CONTINUOUS = st.tuples(st.integers(1, 3), st.integers(2, 30), st.integers(0, 2**32 - 1),
+                       st.floats(0.1, 10.0)).map(
+    lambda t: np.random.default_rng(t[2]).standard_normal((t[0], t[1])) * t[3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(CONTINUOUS, st.integers(1, 40), st.floats(0.05, 0.95), st.floats(0.1, 3.0))
+def test_hugging_face_logits_processors_agree(z, k, p, T) -> None:
+    """The distributions after Hugging Face's warpers (float64 torch) equal ours under the
+    float64 tolerance model; continuous logits (ties have probability 0 here: the two order
+    ties differently at a top-p boundary)."""
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    zt = torch.tensor(z)
+    ids = torch.zeros((z.shape[0], 1), dtype=torch.long)
+    tol = tolerance("float64", size=z.shape[-1], depth=4)
+
+    def hf(warper) -> np.ndarray:
+        return torch.softmax(warper(ids, zt.clone()), -1).numpy()
+
+    for ours, theirs in ((D.temperature(z, T), lp.TemperatureLogitsWarper(T)),
+                         (D.top_k(z, k), lp.TopKLogitsWarper(k)),
+                         (D.top_p(z, p), lp.TopPLogitsWarper(p)),
+                         (D.min_p(z, p), lp.MinPLogitsWarper(p)),
+                         (D.typical(z, p), lp.TypicalLogitsWarper(p))):
+        got = hf(theirs)
+        assert np.array_equal(got > 0, ours > 0), (theirs, got, ours)
+        assert tol.compare(got, ours).ok, (theirs, tol.compare(got, ours))
+    prev = torch.tensor([[0, 1, 1]])
+    assert np.array_equal(lp.RepetitionPenaltyLogitsProcessor(1.3)(prev, zt[:1].clone())
+                          .numpy()[0], D.repetition_penalty(z[0], [0, 1, 1], 1.3))
