@@ -32,8 +32,8 @@ import numpy as np
 
 from nlaverify.errors import ArgumentError
 
-__all__ = ["min_p", "repetition_penalty", "softmax_rows", "temperature", "top_k", "top_p",
-           "typical"]
+__all__ = ["min_p", "repetition_penalty", "sample", "softmax_rows", "temperature", "top_k",
+           "top_p", "typical"]
 
 
 def softmax_rows(z: np.ndarray) -> np.ndarray:
@@ -129,3 +129,24 @@ def repetition_penalty(z: np.ndarray, previous: Sequence[int], theta: float) -> 
                             f"[0, {z.shape[0]}), got {seen}")
     z[seen] = np.where(z[seen] > 0, z[seen] / theta, z[seen] * theta)
     return z
+
+
+def sample(q: np.ndarray, seed: int | np.random.Generator, n: int = 1) -> np.ndarray:
+    r"""``n`` token ids drawn from the distribution ``q`` (one row, ``(V,)``) by inversion:
+    :math:`u \sim U[0, 1)` (NumPy's PCG64 from ``seed``), the id :math:`i` with
+    :math:`F_{i-1} \le u < F_i`, :math:`F` the cumulative sums. The same seed gives the same
+    ids; a token of probability 0 is never drawn (its interval is empty)."""
+    q = np.asarray(q, np.float64)
+    if q.ndim != 1 or not np.all(q >= 0) or not abs(q.sum() - 1.0) <= 1e-9:
+        raise ArgumentError(f"sample: argument 'q': expected one row of probabilities "
+                            f"summing to 1, got shape {q.shape}, sum {q.sum() if q.size else 0}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ArgumentError(f"sample: argument 'n': expected an integer >= 1, got {n!r}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    cdf = np.cumsum(q)
+    cdf[-1] = 1.0 if cdf[-1] > 0 else cdf[-1]
+    u = rng.random(n)
+    idx = np.searchsorted(cdf, u, side="right")
+    # the last token of positive probability takes u beyond a rounded total
+    last = int(np.flatnonzero(q > 0)[-1])
+    return np.minimum(idx, last)
