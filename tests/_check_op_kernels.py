@@ -34,3 +34,29 @@ def causal_attention_scaled_by_d(q, k, v):  # 1/d instead of 1/sqrt(d)
     s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
     return torch.softmax(s, -1) @ v
 
+
+
+def layernorm_function(mean_g: float = 1.0, xhat_term: float = 1.0, scale: float = 1.0):
+    """A fused LayerNorm with a hand-written backward, x̄ = scale · (g γ − mean_g · mean(g γ)
+    − xhat_term · x̂ mean(g γ x̂)) / σ: the defaults are right; 0 drops a term, 0.5 halves it,
+    scale ≠ 1 scales x̄ (the planted backward bugs of the diagnosis and resolution tests)."""
+
+    class LayerNormFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, g, b):
+            mu = x.mean(-1, keepdim=True)
+            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+            xh = (x - mu) * rs
+            ctx.save_for_backward(xh, rs, g)
+            return xh * g + b
+
+        @staticmethod
+        def backward(ctx, G):
+            xh, rs, g = ctx.saved_tensors
+            gx = G * g
+            dx = gx - mean_g * gx.mean(-1, keepdim=True) - xhat_term * xh * (gx * xh).mean(
+                -1, keepdim=True)
+            lead = tuple(range(G.dim() - 1))
+            return scale * rs * dx, (G * xh).sum(lead), G.sum(lead)
+
+    return LayerNormFunction.apply

@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _check_op_kernels import layernorm_function  # noqa: E402
+
 from nlaverify.check import check_op  # noqa: E402
 
 
@@ -98,30 +100,6 @@ def test_a_backward_bug_gets_no_forward_diagnosis() -> None:
     assert report.failures and not [n for n in report.notes if n.startswith("diagnosis:")]
 
 
-def _ln_function(mean_g: bool = True, xhat_term: bool = True, scale: float = 1.0):
-    """A fused LayerNorm with a hand-written backward, optionally missing a term."""
-
-    class LN(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, g, b):
-            mu = x.mean(-1, keepdim=True)
-            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
-            xh = (x - mu) * rs
-            ctx.save_for_backward(xh, rs, g)
-            return xh * g + b
-
-        @staticmethod
-        def backward(ctx, G):
-            xh, rs, g = ctx.saved_tensors
-            gx = G * g
-            dx = gx - (gx.mean(-1, keepdim=True) if mean_g else 0.0)
-            dx = dx - (xh * (gx * xh).mean(-1, keepdim=True) if xhat_term else 0.0)
-            lead = tuple(range(G.dim() - 1))
-            return scale * rs * dx, (G * xh).sum(lead), G.sum(lead)
-
-    return LN.apply
-
-
 def _rms_function(mean: bool):
     class RMS(torch.autograd.Function):
         @staticmethod
@@ -142,8 +120,8 @@ def _rms_function(mean: bool):
 
 BACKWARD = [
     (_rms_function(False), "rmsnorm", "sums g*gamma*x-hat where the mean belongs"),
-    (_ln_function(mean_g=False), "layernorm", "misses the mean of g*gamma"),
-    (_ln_function(xhat_term=False), "layernorm", "misses the x-hat * mean(g*gamma*x-hat)"),
+    (layernorm_function(mean_g=0.0), "layernorm", "misses the mean of g*gamma"),
+    (layernorm_function(xhat_term=0.0), "layernorm", "misses the x-hat * mean(g*gamma*x-hat)"),
 ]
 
 
@@ -159,8 +137,8 @@ def test_a_backward_mistake_is_named(kernel, op, words) -> None:
 
 
 def test_an_unrelated_backward_bug_gets_no_diagnosis() -> None:
-    for kernel, op in ((_ln_function(scale=1.2), "layernorm"), (_rms_function(True), "rmsnorm"),
-                       (_ln_function(), "layernorm")):
+    for kernel, op in ((layernorm_function(scale=1.2), "layernorm"),
+                       (_rms_function(True), "rmsnorm"), (layernorm_function(), "layernorm")):
         report = check_op(kernel, op, dtype="float32")
         assert not [n for n in report.notes if n.startswith("diagnosis:")], report.notes
 
@@ -199,25 +177,9 @@ def test_no_wrong_name_for_near_misses() -> None:
     r = check_op(lambda x, g: g * x / (x * x).mean(-1, keepdim=True).sqrt(), "rmsnorm",
                  dtype="bfloat16", framework="torch", seed=1)
     assert all("eps outside" not in n for n in diagnosis(r)), r.notes
-    r = check_op(_ln_function(mean_g=False), "layernorm", dtype="float32")
+    r = check_op(layernorm_function(mean_g=0.0), "layernorm", dtype="float32")
     assert any("misses the mean of g*gamma" in n for n in diagnosis(r)), r.notes
 
-    class HalfMean(torch.autograd.Function):  # the mean term halved, not dropped
-        @staticmethod
-        def forward(ctx, x, g, b):
-            mu = x.mean(-1, keepdim=True)
-            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
-            xh = (x - mu) * rs
-            ctx.save_for_backward(xh, rs, g)
-            return xh * g + b
-
-        @staticmethod
-        def backward(ctx, G):
-            xh, rs, g = ctx.saved_tensors
-            gx = G * g
-            dx = gx - 0.5 * gx.mean(-1, keepdim=True) - xh * (gx * xh).mean(-1, keepdim=True)
-            lead = tuple(range(G.dim() - 1))
-            return rs * dx, (G * xh).sum(lead), G.sum(lead)
-
-    r = check_op(HalfMean.apply, "layernorm", dtype="bfloat16", seed=1)
+    # the mean term halved, not dropped
+    r = check_op(layernorm_function(mean_g=0.5), "layernorm", dtype="bfloat16", seed=1)
     assert not diagnosis(r), r.notes

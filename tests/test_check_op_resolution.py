@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _check_op_kernels import layernorm_function  # noqa: E402
+
 from nlaverify.check import check_op  # noqa: E402
 
 
@@ -94,27 +96,10 @@ def test_a_bfloat16_pass_states_its_resolution() -> None:
     resolution note whose bound covers the 20 %; float32 kills the bug and has no such note."""
     import re
 
-    class ScaledLN(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, g, b):
-            mu = x.mean(-1, keepdim=True)
-            rs = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
-            xh = (x - mu) * rs
-            ctx.save_for_backward(xh, rs, g)
-            return xh * g + b
-
-        @staticmethod
-        def backward(ctx, G):
-            xh, rs, g = ctx.saved_tensors
-            gx = G * g
-            dx = 1.2 * rs * (gx - gx.mean(-1, keepdim=True)
-                             - xh * (gx * xh).mean(-1, keepdim=True))
-            lead = tuple(range(G.dim() - 1))
-            return dx, (G * xh).sum(lead), G.sum(lead)
-
-    r = check_op(ScaledLN.apply, "layernorm", dtype="bfloat16")
+    scaled = layernorm_function(scale=1.2)
+    r = check_op(scaled, "layernorm", dtype="bfloat16")
     notes = [n for n in r.notes if n.startswith("resolution in bfloat16")]
     assert not r.failures and notes, r
     assert float(re.search(r"up to ([0-9.e+-]+) of", notes[0]).group(1)) >= 0.2
-    r32 = check_op(ScaledLN.apply, "layernorm", dtype="float32")
+    r32 = check_op(scaled, "layernorm", dtype="float32")
     assert r32.failures and not any(n.startswith("resolution") for n in r32.notes)
