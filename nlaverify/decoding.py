@@ -86,8 +86,9 @@ def top_p(z: np.ndarray, p: float) -> np.ndarray:
     probs = softmax_rows(z)
     flat = probs.reshape(-1, probs.shape[-1])
     order = np.argsort(-flat, axis=-1, kind="stable")
-    mass = np.cumsum(np.take_along_axis(flat, order, axis=-1), axis=-1)
-    cut = np.argmax(mass >= p * (1 - 1e-12), axis=-1)  # the first index reaching p
+    reach = np.cumsum(np.take_along_axis(flat, order, axis=-1), axis=-1) >= p
+    reach[:, -1] = True  # every token together has mass 1 >= p, whatever the rounded sum
+    cut = np.argmax(reach, axis=-1)  # the first index reaching p
     keep = _prefix_keep(order, cut)
     return _keep(flat, keep).reshape(probs.shape)
 

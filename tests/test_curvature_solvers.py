@@ -213,12 +213,15 @@ def test_top_eigenvalues_of_low_rank_indefinite_and_tiny_operators() -> None:
     U = np.linalg.qr(rng.standard_normal((50, 2)))[0]
     M = U @ np.diag([5.0, -3.0]) @ U.T
     pairs = top_eigenvalues(lambda v: jnp.asarray(M) @ v, 50, k=3)
-    assert np.allclose(pairs.values, [5.0, 0.0, 0.0], atol=1e-12), pairs.values
+    # Lanczos in float64: 20 Krylov steps (the default for k = 3) of length-50 products
+    tol = tolerance("float64", size=50, depth=20)
+    assert tol.compare(pairs.values, [5.0, 0.0, 0.0]).ok, (pairs.values, tol.reason)
     assert np.all(np.diff(pairs.values) <= 0)
-    assert np.all(np.asarray(pairs.residuals) < 1e-12)
+    assert np.all(np.asarray(pairs.residuals) <= tol.rtol * 5.0), pairs.residuals
     A = rng.standard_normal((20, 20))
     S = (A + A.T) / 2
     exact = np.sort(np.linalg.eigvalsh(S))[::-1][:2]
     tiny = top_eigenvalues(lambda v: 1e-200 * (jnp.asarray(S) @ v), 20, k=2, krylov=20)
-    assert np.allclose(np.asarray(tiny.values) / 1e-200, exact, rtol=1e-10), tiny.values
+    tol20 = tolerance("float64", size=20, depth=20)  # Weyl: |d lambda| <= ||dS||
+    assert tol20.compare(np.asarray(tiny.values) / 1e-200, exact).ok, tiny.values
     assert np.all(np.asarray(tiny.residuals) > 0)

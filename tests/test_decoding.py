@@ -22,8 +22,10 @@ LOGITS = st.tuples(st.integers(1, 3), st.integers(2, 30)).flatmap(
 
 
 def _distribution(q: np.ndarray) -> None:
+    """Non-negative rows summing to 1 within the float64 rounding of a V-term sum."""
     assert np.all(q >= 0)
-    assert np.allclose(q.sum(-1), 1.0, rtol=0, atol=1e-12)
+    tol = tolerance("float64", size=q.shape[-1], depth=2)
+    assert tol.compare(q.sum(-1), np.ones(q.shape[:-1])).ok, tol.compare(q.sum(-1), 1.0)
 
 
 @settings(max_examples=150, deadline=None)
@@ -34,7 +36,8 @@ def test_top_p_keeps_the_smallest_prefix_reaching_p(z, p) -> None:
     probs = D.softmax_rows(z)
     for row, kept in zip(probs, q > 0, strict=True):
         mass = row[kept].sum()
-        assert mass >= p * (1 - 1e-9)
+        # reaches p up to the rounding of the sum (the whole vocabulary always reaches it)
+        assert mass >= p - tolerance("float64", size=row.size, depth=2).rtol or kept.all()
         # the least probable kept token is needed: without it the mass is below p
         least = row[kept].min()
         assert mass - least < p or np.sum(kept) == 1
@@ -53,7 +56,8 @@ def test_every_strategy_renormalises_the_kept_tokens(z, k, p) -> None:
         for row_q, row_p in zip(q, probs, strict=True):
             kept = row_q > 0
             assert kept.any()
-            assert np.allclose(row_q[kept], row_p[kept] / row_p[kept].sum(), rtol=1e-9)
+            tol = tolerance("float64", size=row_p.size, depth=3)
+            assert tol.compare(row_q[kept], row_p[kept] / row_p[kept].sum(), floor=0).ok
     _distribution(D.temperature(z, 0.5))
 
 
@@ -62,7 +66,8 @@ def test_the_limits_are_greedy() -> None:
     greedy = np.array([[0.0, 1.0, 0.0, 0.0]])
     assert np.array_equal(D.top_k(z, 1), greedy)
     assert np.array_equal(D.min_p(z, 1.0), greedy)
-    assert np.allclose(D.temperature(z, 1e-3), greedy, atol=1e-40)
+    # T = 1e-4: every other exponential is exp(-1000) or less, 0 in float64: exactly greedy
+    assert np.array_equal(D.temperature(z, 1e-4), greedy)
     assert np.array_equal(D.top_p(z, 1e-9), greedy)
     # top-k keeps ties at its boundary, as Hugging Face does; top-p orders ties by id
     tied = np.array([[1.0, 1.0, 0.0]])
