@@ -309,6 +309,25 @@ def _hostile_sizes(op: str) -> dict[str, int]:
     return {"n": 2, "d": 8}  # pointwise activations: 16 entries, every special value
 
 
+def _hostile_scores(rng: np.random.Generator, shape: tuple[int, ...],
+                   role: str = "either") -> np.ndarray:
+    r"""Queries or keys of attention whose scores :math:`q\cdot k/\sqrt{d}` reach
+    :math:`\pm 10^4` (entries :math:`\pm 100\,d^{1/4}` times :math:`U[0.5, 1]`): for a
+    ``"query"``, one zero row (its scores all equal); for a ``"key"``, half the time rows
+    sharing one huge component (scores of order :math:`10^4` a few units apart);
+    ``"either"`` (a user's op, whose argument's role is not known) one or the other."""
+    M = 100.0 * rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 1.0, shape) \
+        * np.sqrt(np.sqrt(shape[-1]))
+    if len(shape) < 2:
+        return M
+    zero_row = role == "query" or (role == "either" and rng.random() < 0.5)
+    if zero_row:
+        M[..., rng.integers(0, shape[-2]), :] = 0.0
+    elif role == "either" or rng.random() < 0.5:
+        M = M[..., :1, :] + 0.02 * rng.standard_normal(shape)
+    return M
+
+
 def _hostile_args(spec: OpSpec, sizes: dict[str, int], rng: np.random.Generator,
                   dtype: str) -> list[Any]:
     op = spec.name
@@ -330,15 +349,8 @@ def _hostile_args(spec: OpSpec, sizes: dict[str, int], rng: np.random.Generator,
         elif op == "cross_entropy" or (op.startswith("moe") and a.name == "scores"):
             args.append(hostile_logit_array(rng, shape, dtype, LOGIT_ROWS[:3]))
         elif op in ATTENTION_OPS and a.name in ("Q", "K"):
-            # scores q.k/sqrt(d_k) of order 1e4; a zero query row gives equal scores; keys
-            # that share a huge component give scores of order 1e4 a few units apart
-            M = 100.0 * rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 1.0, shape) \
-                * np.sqrt(np.sqrt(shape[-1]))
-            if a.name == "Q":
-                M[rng.integers(0, shape[0])] = 0.0
-            elif rng.random() < 0.5:
-                M = M[:1] + 0.02 * rng.standard_normal(shape)
-            args.append(_exact_in(M, dtype))
+            role = "query" if a.name == "Q" else "key"
+            args.append(_exact_in(_hostile_scores(rng, shape, role), dtype))
         elif op in ("layernorm", "rmsnorm") and a.name == "x":
             args.append(_hostile_norm_array(rng, shape[0], shape[1], dtype))
         elif op in ("silu", "gelu_erf", "gelu_tanh", "tanh", "relu") or (

@@ -13,6 +13,7 @@ from nlaverify.cases.hostile import (
     LOGIT_ROWS,
     _hostile_activation_array,
     _hostile_norm_array,
+    _hostile_scores,
     hostile_logit_array,
     realistic_norm_rows,
 )
@@ -32,21 +33,6 @@ HOSTILE_KINDS: dict[str, str] = {
     "activations": "pre-activations in the tails (-88, -100, +-1e-30, subnormal, 0): a "
                    "naive exp or erf overflows or loses its sign",
 }
-
-
-def _hostile_scores(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Queries or keys of attention whose scores :math:`q\\cdot k/\\sqrt{d}` reach
-    :math:`\\pm 10^4`: one zero row (equal scores) or, half the time, rows sharing a huge
-    component (scores of order :math:`10^4` a few units apart)."""
-    M = 100.0 * rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 1.0, shape) \
-        * np.sqrt(np.sqrt(shape[-1]))
-    if len(shape) < 2:
-        return M
-    if rng.random() < 0.5:
-        M[..., rng.integers(0, shape[-2]), :] = 0.0
-    else:
-        M = M[..., :1, :] + 0.02 * rng.standard_normal(shape)
-    return M
 
 
 def hostile_array(kind: str, rng: np.random.Generator, shape: tuple[int, ...], dtype: str,

@@ -49,19 +49,16 @@ def _agrees(plan: OpPlan, probe: _Probe, forward: Any, static: dict[str, Any]
             ) -> tuple[bool, float, float]:
     """``forward`` (against ``xp``) on the probe's case in float64 NumPy against the user's
     output, under the forward row's bound: ``(agrees, error, bound)``."""
-    from nlaverify.backends import get_namespace
-
-    try:
-        with np.errstate(all="ignore"):
-            ref = np.asarray(forward(get_namespace("numpy"), *probe.case.args, **static),
-                             dtype=np.float64)
-    except Exception:
+    ref = _evaluate(probe, forward, static)
+    if ref is None:
         return False, float("nan"), probe.tol.rtol
     row = compare_arrays(plan.settings.subject, "forward", probe.out, ref, probe.tol)
     return row.verdict == "pass", row.error, row.bound
 
 
 def _evaluate(probe: _Probe, forward: Any, static: dict[str, Any]) -> np.ndarray | None:
+    """``forward`` (against ``xp``) on the probe's case in float64 NumPy, or ``None`` where
+    it raises."""
     from nlaverify.backends import get_namespace
 
     try:
@@ -240,20 +237,18 @@ def _backward_diagnosis(plan: OpPlan, case: OpCaseInput) -> list[str]:
 
 def _autodiff_vjp(plan: OpPlan, v: Any) -> Any:
     """The VJP of a forward variant ``v`` by JAX autodiff in float64 (as a ``vjp(xp, G,
-    *args, **static)`` on NumPy arrays)."""
+    *args, **static)`` on NumPy arrays): the reference autodiff of a user's op
+    (:func:`~nlaverify.check.op_reference._autodiff`) on the variant's spec."""
     from dataclasses import replace
 
-    from nlaverify.backends import get_namespace
-    from nlaverify.backends.host import to_float64 as f64
+    from nlaverify.check.op_reference import _autodiff
 
     spec = replace(plan.spec, forward=v.forward)
 
     def vjp(xp: Any, G: Any, *args: Any, **static: Any) -> list[np.ndarray]:
-        jxp = get_namespace("jax")  # float64 enabled
-        jargs = [jxp.asarray(x) if a.kind != "real" else jxp.asarray(x, dtype=jxp.float64)
-                 for a, x in zip(spec.args, args, strict=True)]
-        _, cots = spec.autodiff_vjp(jargs, jxp.asarray(G, dtype=jxp.float64), **static)
-        return [f64(c) for c in cots]
+        case = OpCaseInput(spec, list(args), G, [], dict(static), "variant")
+        cots, _ = _autodiff(case, False, {"vjp": "autodiff", "jvp": None})
+        return cots or []
 
     return vjp
 

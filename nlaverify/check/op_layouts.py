@@ -15,6 +15,7 @@ write stride-blind kernels; its arrays are handed as given), and JAX has no layo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,7 @@ def layout_rows(s: _Settings, case: OpCaseInput, args: list[Any], ref_out: np.nd
         if single.verdict != "pass":
             name, kind = case.spec.args[k].name, views[k][1]
             strides = tuple(getattr(views[k][0], "stride", lambda: ())())
-            raised = single.bound != single.bound  # an error row: the kernel raised
+            raised = math.isnan(single.bound)  # an error row: the kernel raised
             s.note(f"diagnosis: your kernel {'requires' if raised else 'reads'} {name}'s "
                    f"storage {'to be' if raised else 'as'} contiguous row-major: it "
                    f"{'raises' if raised else 'fails'} on a {kind} view of {name} (strides "

@@ -146,20 +146,15 @@ def optimizer_diagnosis(rule: str, hyper: Mapping[str, Any], step: int,
     ref = list(reference)[:steps]
     if len(ref) < steps:
         return None
-    num = sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
-                           * u)) for s in range(1, steps + 1) for k, u in ref[s - 1].items())
-    den = sum(float(np.sum(u * u)) for us in ref for u in us.values())
-    alpha = num / den if den > 0 else 1.0
+    # the least-squares factor of the user's updates against the rule's, per step and over
+    # all steps; one factor at every step: the per-step ones agree to 2 % (a mistake whose
+    # factor drifts, a bias correction off by one step, is not a learning rate)
+    nums = [sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
+                             * u)) for k, u in ref[s - 1].items()) for s in range(1, steps + 1)]
+    dens = [sum(float(np.sum(u * u)) for u in ref[s - 1].values()) for s in range(1, steps + 1)]
+    alpha = sum(nums) / sum(dens) if sum(dens) > 0 else 1.0
     scaled = [{k: alpha * u for k, u in us.items()} for us in ref]
-    # one factor at every step: the factors fitted step by step agree to 2 % (a mistake
-    # whose factor drifts, a bias correction off by one step, is not a learning rate)
-    per_step = []
-    for s in range(1, steps + 1):
-        n_s = sum(float(np.sum((np.asarray(trajectory[s][k]) - np.asarray(trajectory[s - 1][k]))
-                               * u)) for k, u in ref[s - 1].items())
-        d_s = sum(float(np.sum(u * u)) for u in ref[s - 1].values())
-        if d_s > 0:
-            per_step.append(n_s / d_s)
+    per_step = [n / d for n, d in zip(nums, dens, strict=True) if d > 0]
     steady = bool(per_step) and max(abs(a - alpha) for a in per_step) <= 0.02 * abs(alpha)
     lr_fits = abs(alpha - 1) > 1e-3 and steady and agrees(scaled) is not None
     candidates = ([(what, lambda opts=opts: rule_variant_updates(rule, h, opts, grads[:steps],
