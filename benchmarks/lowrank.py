@@ -7,6 +7,12 @@
   V^\\top` with random orthogonal factors: the time ratio (full over randomized), and the
   randomized error in the spectral norm over :math:`\\sigma_{k+1}` (1 is Eckart–Young's
   optimum; HMT's expected-error bound is printed next to it).
+* The same randomized SVD against scikit-learn's ``randomized_svd`` (the peer a user would
+  otherwise pick; NumPy + LAPACK, float32 in, same ``k``, ``p``, ``q``), with its power
+  iterations normalised by QR (the same algorithm: HMT Alg. 4.4) and with its default
+  (LU normalisation): medians of interleaved calls, and the spectral error of each over
+  :math:`\\sigma_{k+1}`, at ``--sizes`` (2048 and 4096). Needs ``pip install scikit-learn``
+  (the ``bench`` extra); without it that table says so and is skipped.
 * LoRA: one forward + backward of the ``mid`` config (float32, JAX ``jit``, the graph's
   hand-derived VJPs) returning the gradients of the LoRA adapters only (rank ``r`` on
   ``q, v``; the frozen weights' gradients are dead code that XLA removes) over the same
@@ -14,7 +20,8 @@
 
 Every function is compiled once (reported apart) and timed with ``block_until_ready``,
 best of ``--repeats``. Run from the repository root:
-``python benchmarks/lowrank.py [--size 4096] [--repeats 3] [--json out.json]``.
+``python benchmarks/lowrank.py [--size 4096] [--sizes 2048 4096] [--repeats 3] [--json out.json]
+[--write]`` (``--write`` writes ``benchmarks/lowrank.md``).
 Baggag & Saad §4.1, §4.2; Halko, Martinsson & Tropp 2011; Hu et al. 2022.
 """
 
@@ -25,7 +32,7 @@ import json
 from typing import Any
 
 import numpy as np
-from _timing import best_time, progress
+from _timing import best_time, progress, publish
 
 
 def test_matrix(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -63,6 +70,73 @@ def randomized_vs_full(n: int, k: int, p: int, q: int, repeats: int) -> dict[str
             "full_over_randomized": t_full / t_rand, "error_spectral": err,
             "sigma_k_plus_1": float(s[k]), "error_over_sigma_k_plus_1": err / s[k],
             "hmt_expected_bound_over_sigma_k_plus_1": spectral_bound / s[k]}
+
+
+def spectral_error(A64: np.ndarray, U: Any, s: Any, Vh: Any) -> float:
+    r""":math:`\|A - U\operatorname{diag}(s)V^\top\|_2` in float64 (LAPACK)."""
+    U, s, Vh = (np.asarray(a, dtype=np.float64) for a in (U, s, Vh))
+    return float(np.linalg.norm(A64 - (U * s) @ Vh, 2))
+
+
+def randomized_vs_sklearn(n: int, k: int, p: int, q: int, repeats: int) -> dict[str, Any]:
+    """nlaverify's randomized SVD under ``jax.jit`` against scikit-learn's on the same
+    float32 matrix: medians of ``repeats`` interleaved calls after a warm-up each."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from nlaverify.backends import get_namespace
+    from nlaverify.lowrank import randomized_svd
+
+    try:
+        from sklearn.utils.extmath import randomized_svd as sk_svd
+    except ImportError:
+        return {"n": n, "skipped": "scikit-learn is not installed (pip install scikit-learn)"}
+    xp = get_namespace("jax")
+    A_host, s = test_matrix(n)
+    A64 = A_host.astype(np.float64)
+    A = jnp.asarray(A_host)
+    ours = jax.jit(lambda M: randomized_svd(xp, M, k, p, q, seed=0))
+    calls = {
+        "nlaverify_jax": lambda: jax.block_until_ready(ours(A)),
+        "sklearn_qr": lambda: sk_svd(A_host, k, n_oversamples=p, n_iter=q,
+                                     power_iteration_normalizer="QR", random_state=0),
+        "sklearn_default": lambda: sk_svd(A_host, k, n_oversamples=p, n_iter=q,
+                                          random_state=0),
+    }
+    progress(f"randomized SVD on {n}x{n}: nlaverify (JAX jit) vs scikit-learn ...")
+    out = {name: f() for name, f in calls.items()}  # warm-up (and compilation)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: float(np.median(v)) for name, v in times.items()}
+    err = {name: spectral_error(A64, *res) / s[k] for name, res in out.items()}
+    return {"n": n, "k": k, "p": p, "q": q, "seconds": med,
+            "error_over_sigma_k_plus_1": err,
+            "ours_over_sklearn_qr": med["nlaverify_jax"] / med["sklearn_qr"],
+            "ours_over_sklearn_default": med["nlaverify_jax"] / med["sklearn_default"]}
+
+
+def sklearn_table(rows: list[dict[str, Any]], load: float) -> str:
+    """The Markdown table of :func:`randomized_vs_sklearn` over sizes."""
+    head = ("| n | nlaverify JAX jit (s) | scikit-learn QR (s) | ratio | scikit-learn default "
+            "(s) | ratio | error / sigma_(k+1): ours, sklearn QR, sklearn default |\n"
+            "|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['n']} | skipped: {r['skipped']} | | | | | |")
+            continue
+        t, e = r["seconds"], r["error_over_sigma_k_plus_1"]
+        lines.append(f"| {r['n']} | {t['nlaverify_jax']:.3f} | {t['sklearn_qr']:.3f} | "
+                     f"{r['ours_over_sklearn_qr']:.2f} | {t['sklearn_default']:.3f} | "
+                     f"{r['ours_over_sklearn_default']:.2f} | {e['nlaverify_jax']:.3f}, "
+                     f"{e['sklearn_qr']:.3f}, {e['sklearn_default']:.3f} |")
+    return head + "\n".join(lines) + "\n"
 
 
 def lora_vs_full(rank: int, batch: int, seq_len: int, repeats: int) -> dict[str, Any]:
@@ -113,6 +187,7 @@ def lora_vs_full(rank: int, batch: int, seq_len: int, repeats: int) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
     ap.add_argument("--rank", type=int, default=64)
     ap.add_argument("--oversampling", type=int, default=10)
     ap.add_argument("--power", type=int, default=2)
@@ -121,7 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--write", action="store_true")
     a = ap.parse_args(argv)
+    import os
+    from datetime import date
+    from pathlib import Path
+
+    load = os.getloadavg()[0]
+    peer = [randomized_vs_sklearn(n, a.rank, a.oversampling, a.power, max(5, a.repeats))
+            for n in a.sizes]
     svd = randomized_vs_full(a.size, a.rank, a.oversampling, a.power, a.repeats)
     lora = lora_vs_full(a.lora_rank, a.batch, a.seq_len, a.repeats)
     print(f"randomized SVD (k={svd['k']}, p={svd['p']}, q={svd['q']}) on {svd['n']}^2 float32:"
@@ -132,9 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"LoRA forward+grad (mid, r={lora['rank']} on q,v, {lora['trainable_lora']:,} of "
           f"{lora['trainable_full']:,} parameters): {1e3 * lora['lora_s']:.1f} ms; full "
           f"{1e3 * lora['full_s']:.1f} ms; LoRA/full = {lora['lora_over_full']:.3f}")
+    text = (f"# Randomized SVD: nlaverify (JAX jit) against scikit-learn\n\nGenerated by "
+            f"`python benchmarks/lowrank.py --write` ({date.today()}; load average {load:.2f} "
+            f"when it started; {os.cpu_count()} cores, no GPU). Rank k = {a.rank}, "
+            f"oversampling p = {a.oversampling}, q = {a.power} power iterations, float32, "
+            f"the matrix U diag(1/j) V^T; medians of interleaved calls.\n\n"
+            + sklearn_table(peer, load)
+            + f"\nAgainst LAPACK's full SVD at {svd['n']}^2: full/randomized = "
+            f"{svd['full_over_randomized']:.1f}x. LoRA forward+grad over full fine-tuning "
+            f"(mid): {lora['lora_over_full']:.3f}.\n")
+    publish(text, Path(__file__).with_name("lowrank.md"), a.write)
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"randomized_svd": svd, "lora": lora}, fh, indent=1)
+            json.dump({"randomized_svd": svd, "sklearn": peer, "lora": lora}, fh, indent=1)
     return 0
 
 

@@ -251,3 +251,22 @@ def test_padding_is_left_out_of_the_input_factor() -> None:
     unmasked, _ = kfac_factors(problem.xp, problem.values["blocks.0.norm1"],
                                np.zeros((1, *a.shape[:-1], 1)), bias=True)
     assert not tol.compare(to_float64(unmasked), to_float64(f.A)).ok
+
+
+def test_subsampled_positions_on_a_transformer() -> None:
+    """``positions`` = every position is the full factors; fewer keep the shapes and are
+    refused in the reduce mode (the subsampling is tested exactly in test_kronecker_kfac)."""
+    cfg = preset("tiny")
+    g = build_transformer(cfg)
+    problem = curvature_problem(g, BACKEND, init_params(g, 0), sample_data(cfg.vocab_size, 5, 0))
+    full = layer_factors(problem, samples=2, seed=1)
+    same = layer_factors(problem, samples=2, seed=1, positions=5)
+    some = layer_factors(problem, samples=2, seed=1, positions=2)
+    for node, f in full.items():
+        tol = tolerance("float64", size=int(np.shape(f.G)[0]), depth=3)
+        assert tol.compare(to_float64(same[node].G), to_float64(f.G)).ok, node
+        assert tol.compare(to_float64(same[node].A), to_float64(f.A)).ok, node
+        assert np.shape(some[node].G) == np.shape(f.G)
+        assert not np.allclose(to_float64(some[node].A), to_float64(f.A)), node
+    with pytest.raises(ArgumentError, match="mode='expand'"):
+        layer_factors(problem, mode="reduce", positions=2)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nlaverify.backends import get_namespace
 from nlaverify.curvature import kfac
+from nlaverify.errors import ArgumentError
 from nlaverify.strategies import seeds
 from nlaverify.tolerance import tolerance
 
@@ -105,3 +106,48 @@ def test_kfac_against_a_jax_ggn(nonlinear: bool, pool: bool, mode: str, exact: b
     # exact: within rounding; not exact: far outside it (not a near miss)
     assert gap.ok if exact else gap.normwise > 1e6 * tol.rtol, gap
 
+
+
+def test_subsampled_factors_are_unbiased_exactly() -> None:
+    """The mean of the subsampled factors over every subset I of |I| = 2 of the 6 positions
+    is the full factors, exactly (SymPy, integer statistics): kills a missing NR/|I| scale of
+    G_f (off by 3x), a sum for A_f's mean (off by 2x) or a subset drawn from the wrong axis."""
+    from itertools import combinations
+
+    import sympy
+
+    sp = get_namespace("sympy")
+    rng = _rng(11)
+    S, N, R, d_in, d_out = 2, 2, 3, 2, 3
+    A = np.vectorize(sympy.Integer, otypes=[object])(rng.integers(-3, 4, (N, R, d_in)))
+    G = np.vectorize(sympy.Integer, otypes=[object])(rng.integers(-3, 4, (S, N, R, d_out)))
+    A_full, G_full = kfac.kfac_factors(sp, A, G, bias=True)
+    subsets = list(combinations(range(N * R), 2))
+    A_sum, G_sum = 0 * A_full, 0 * G_full
+    for rows in subsets:
+        A_s, G_s = kfac.kfac_factors(sp, A, G, bias=True, rows=np.array(rows))
+        A_sum, G_sum = A_sum + A_s, G_sum + G_s
+    k = sympy.Rational(1, len(subsets))
+    assert all(sympy.simplify(v) == 0 for v in (A_sum * k - A_full).ravel())
+    assert all(sympy.simplify(v) == 0 for v in (G_sum * k - G_full).ravel())
+    # every position, in any order, is the full statistics (with a mask too)
+    every = _rng(1).permutation(N * R)
+    mask = np.array([[1, 1, 0], [1, 0, 1]])
+    for m in (None, mask):
+        full = kfac.kfac_factors(sp, A, G, mask=m)
+        sub = kfac.kfac_factors(sp, A, G, mask=m, rows=every)
+        assert all((x - y == 0).all() for x, y in zip(full, sub, strict=True))
+
+
+def test_subsampled_factors_refuse_bad_rows() -> None:
+    A, G = np.ones((2, 3, 2)), np.ones((1, 2, 3, 2))
+    for rows, match in ((np.array([0, 6]), r"distinct positions in \[0, 6\)"),
+                        (np.array([1, 1]), "distinct"), (np.array([0.5]), "integer"),
+                        (np.array([], dtype=int), "non-empty")):
+        with pytest.raises(ArgumentError, match=match):
+            kfac.kfac_factors(NP, A, G, rows=rows)
+    with pytest.raises(ArgumentError, match="mode='expand'"):
+        kfac.kfac_factors(NP, A, G, mode="reduce", rows=np.array([0]))
+    with pytest.raises(ArgumentError, match=r"1 <= count <= 6"):
+        kfac.subsample_rows(6, 7)
+    assert list(kfac.subsample_rows(6, 6)) == list(range(6))

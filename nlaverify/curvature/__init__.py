@@ -22,6 +22,7 @@ from nlaverify.curvature.kfac import (
     kfac_gradient,
     kfac_precondition,
     per_sample_gradients,
+    subsample_rows,
 )
 from nlaverify.curvature.kfac_graph import (
     exact_blocks,
@@ -127,6 +128,7 @@ __all__ = [
     "shampoo_direction",
     "shampoo_init",
     "shampoo_statistics",
+    "subsample_rows",
     "top_eigenvalues",
     "trace_norm_pi",
     "unvec",

@@ -92,7 +92,7 @@ def _gram(xp: Namespace, rows: Any) -> Any:
 
 
 def kfac_factors(xp: Namespace, A: Any, G: Any, *, mode: Mode = "expand", bias: bool = False,
-                 mask: Any = None) -> tuple[Any, Any]:
+                 mask: Any = None, rows: Any = None) -> tuple[Any, Any]:
     r"""The two Kronecker factors of K-FAC for one linear layer (Baggag & Saad §5.3).
 
     *expand* (weight sharing over positions treated as more data; per-position losses):
@@ -116,6 +116,18 @@ def kfac_factors(xp: Namespace, A: Any, G: Any, *, mode: Mode = "expand", bias: 
         mask: ``(N, R)`` 0/1; positions with 0 (padding) are left out of the :math:`A`
             average (expand: divided by the number kept; reduce: :math:`\bar a_n` is the mean
             over the kept positions of sequence :math:`n`). Their cotangents should be 0.
+        rows: *expand* only: the statistics from a subset :math:`I` of the :math:`NR`
+            positions (indices into the flattened ``(N, R)``, distinct; see
+            :func:`subsample_rows`), the cheap factors of amortised K-FAC:
+
+            .. math:: A_f^I = \frac{1}{|I|}\sum_{i\in I} a_i a_i^\top,\qquad
+                      G_f^I = \frac{NR}{|I|}\sum_{s}\sum_{i\in I} g_{si}g_{si}^\top,
+
+            each an unbiased estimate of the full factor when :math:`I` is drawn
+            uniformly among the subsets of its size (every position is in :math:`I` with
+            probability :math:`|I|/NR`); with a mask, :math:`A_f^I` divides by the kept
+            positions of :math:`I` (a ratio estimate). The Gram matrices cost
+            :math:`2|I|(d_{in}^2 + d_{out}^2)` flops instead of :math:`2NR(\dots)`.
 
     Returns:
         ``(A_factor (d_in[+1], d_in[+1]), G_factor (d_out, d_out))``.
@@ -129,6 +141,21 @@ def kfac_factors(xp: Namespace, A: Any, G: Any, *, mode: Mode = "expand", bias: 
         A = _with_bias(xp, A)
     d_a = A.shape[-1]
     m = None if mask is None else _mask_values("kfac_factors", xp, mask, A)
+    if rows is not None:
+        if mode != "expand":
+            raise ArgumentError("kfac_factors: argument 'rows': expected mode='expand' (the "
+                                f"reduce mode sums each sequence's positions), got {mode!r}")
+        idx = _row_indices(rows, N * R)
+        at = idx if xp.object_arrays else xp.asarray(idx)
+        flat_m = None if m is None else xp.take(xp.reshape(m, (N * R,)), at, axis=0)
+        kept = xp.take(xp.reshape(A, (N * R, d_a)), at, axis=0)
+        kept = kept if flat_m is None else kept * xp.reshape(flat_m, (len(idx), 1))
+        A_factor = _gram(xp, kept)
+        A_factor = (A_factor * xp.rational(1, len(idx)) if flat_m is None
+                    else A_factor / xp.sum(flat_m))
+        G_rows = xp.reshape(xp.take(xp.reshape(G, (S, N * R, d_out)), at, axis=1),
+                            (S * len(idx), d_out))
+        return A_factor, _gram(xp, G_rows) * xp.rational(N * R, len(idx))
     if mode == "expand":
         rows = A if m is None else A * xp.reshape(m, (N, R, 1))
         A_factor = _gram(xp, xp.reshape(rows, (N * R, d_a)))
@@ -142,6 +169,32 @@ def kfac_factors(xp: Namespace, A: Any, G: Any, *, mode: Mode = "expand", bias: 
     A_factor = _gram(xp, mean) * xp.rational(1, N)
     G_factor = _gram(xp, xp.reshape(xp.sum(G, axis=2), (S * N, d_out)))
     return A_factor, G_factor
+
+
+def _row_indices(rows: Any, total: int) -> np.ndarray:
+    """``rows`` as a sorted host array of distinct indices in ``[0, total)``."""
+    idx = np.asarray(rows)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise ArgumentError(f"kfac_factors: argument 'rows': expected a non-empty 1-D array of "
+                            f"integer positions, got shape {idx.shape} and dtype {idx.dtype}")
+    if idx.min() < 0 or idx.max() >= total or np.unique(idx).size != idx.size:
+        raise ArgumentError(f"kfac_factors: argument 'rows': expected distinct positions in "
+                            f"[0, {total}), got {idx.size} entries in [{idx.min()}, {idx.max()}]")
+    return np.sort(idx)
+
+
+def subsample_rows(total: int, count: int, seed: int = 0) -> np.ndarray:
+    r"""``count`` distinct positions of ``total``, uniformly at random
+    (``numpy.random.default_rng(seed)``, sorted): the subset :math:`I` of
+    :func:`kfac_factors`' ``rows``, with which its subsampled factors are unbiased.
+
+    Raises:
+        ArgumentError: ``count`` not in ``[1, total]``.
+    """
+    if not 1 <= count <= total:
+        raise ArgumentError(f"subsample_rows: argument 'count': expected 1 <= count <= "
+                            f"{total} (the positions), got {count}")
+    return np.sort(np.random.default_rng(seed).choice(total, size=count, replace=False))
 
 
 def kfac_block(xp: Namespace, A_factor: Any, G_factor: Any) -> Any:

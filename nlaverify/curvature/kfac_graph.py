@@ -32,7 +32,14 @@ import numpy as np
 
 from nlaverify.backends.host import to_float64
 from nlaverify.curvature.graph import CurvatureProblem, draw_noise, sampled_gradients
-from nlaverify.curvature.kfac import MODES, Mode, exact_layer_block, kfac_block, kfac_factors
+from nlaverify.curvature.kfac import (
+    MODES,
+    Mode,
+    exact_layer_block,
+    kfac_block,
+    kfac_factors,
+    subsample_rows,
+)
 from nlaverify.errors import ArgumentError
 from nlaverify.graph.core import _arguments, backprop, needed_nodes
 
@@ -150,10 +157,14 @@ def _cotangent_rows(xp: Any, g: Any) -> Any:
 
 
 def layer_factors(problem: CurvatureProblem, *, mode: Mode = "expand", samples: int | None = None,
-         seed: int = 0) -> dict[str, LayerFactors]:
+                  seed: int = 0, positions: int | None = None) -> dict[str, LayerFactors]:
     r"""K-FAC factors :math:`(A_f, G_f)` of every selected linear layer (Baggag & Saad §5.3),
     from exact seeds or ``samples`` Monte-Carlo draws; ``mode`` ``"expand"`` or
-    ``"reduce"`` (Eschenhagen et al. 2023)."""
+    ``"reduce"`` (Eschenhagen et al. 2023). With ``positions`` (*expand* only), the
+    statistics of ``positions`` positions drawn uniformly (``subsample_rows(P, positions,
+    seed)``, :math:`P` the positions): unbiased estimates of the factors at
+    ``positions / P`` of the Gram matrices' cost (:func:`~nlaverify.curvature.kfac.kfac_factors`,
+    ``rows``); the back-propagation still runs on every position."""
     if mode not in MODES:
         raise ArgumentError(f"layer_factors: argument 'mode': expected one of "
                             f"{', '.join(MODES)}, got {mode!r}")
@@ -162,20 +173,26 @@ def layer_factors(problem: CurvatureProblem, *, mode: Mode = "expand", samples: 
         raise ArgumentError(f"layer_factors: none of the {len(problem.params)} selected "
                             "parameters is the weight of a linear or affine node")
     seeds = output_seeds(problem, samples=samples, seed=seed)
-    factors = factors_from_seeds(problem, problem.values, seeds, layers, mode)
+    rows = None
+    if positions is not None:
+        shape = np.shape(problem.values[layers[0].input])
+        rows = subsample_rows(math.prod(shape[:-1]), positions, seed)
+    factors = factors_from_seeds(problem, problem.values, seeds, layers, mode, rows=rows)
     return {layer.node: LayerFactors(layer, mode, *factors[layer.node]) for layer in layers}
 
 
 def factors_from_seeds(problem: CurvatureProblem, values: dict[str, Any], seeds: Any,
-                       layers: tuple[LinearLayer, ...], mode: Mode) -> dict[str, tuple[Any, Any]]:
+                       layers: tuple[LinearLayer, ...], mode: Mode, *, rows: Any = None
+                       ) -> dict[str, tuple[Any, Any]]:
     """``{layer node: (A_factor, G_factor)}`` from forward ``values`` and logit ``seeds``: a
-    pure function of its arguments (one ``jax.jit`` covers it on JAX)."""
+    pure function of its arguments (one ``jax.jit`` covers it on JAX); ``rows``, the
+    positions whose statistics are kept (:func:`~nlaverify.curvature.kfac.kfac_factors`)."""
     xp = problem.xp
     cots = layer_cotangents(problem, seeds, layers, values)
     mask = position_mask(problem)
     return {layer.node: kfac_factors(xp, _sequences(xp, values[layer.input]),
                                      _cotangent_rows(xp, cots[layer.node]), mode=mode,
-                                     bias=layer.bias is not None, mask=mask)
+                                     bias=layer.bias is not None, mask=mask, rows=rows)
             for layer in layers}
 
 
