@@ -1,5 +1,5 @@
 """Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
-train | scaling | tokenize``."""
+train | scaling | cost | tokenize``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from nlaverify.commands import (
     _cmd_verify,
 )
 from nlaverify.commands import checkout_proofs as checkout_proofs
+from nlaverify.cost.command import _cmd_cost
 from nlaverify.errors import NlaverifyError
 
 
@@ -169,6 +170,23 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(hoffmann2022, besiroglu2024) or all")
     sc.add_argument("--json", action="store_true")
     sc.set_defaults(func=_cmd_scaling)
+
+    co = sub.add_parser("cost", help="FLOPs, bytes and memory of a preset or a config file: "
+                                     "per node, component, block; against Kaplan and 6N")
+    co.add_argument("--preset", default=None, help="a preset (nlaverify.config.PRESETS)")
+    co.add_argument("--config", default=None,
+                    help="a Hugging Face config.json (or a checkpoint folder holding one), or a "
+                         "JSON file of TransformerConfig fields")
+    co.add_argument("--seq-len", type=_bounded_int(1), default=None,
+                    help="tokens per sequence (default: the config's context)")
+    co.add_argument("--batch", type=_bounded_int(1), default=1, help="sequences per batch")
+    co.add_argument("--dtype", default="float32",
+                    choices=("float32", "bfloat16", "float16", "float64"),
+                    help="the working dtype, for bytes")
+    co.add_argument("--xla", action="store_true",
+                    help="also compile the forward and report XLA's cost analysis")
+    co.add_argument("--json", action="store_true")
+    co.set_defaults(func=_cmd_cost)
 
     tk = sub.add_parser("tokenize", help="byte-pair encoding: train merges on a text, encode "
                                          "a text to ids, decode ids to text")
