@@ -28,7 +28,9 @@ def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
         outputs: further node values to return (e.g. ``("logits",)``).
 
     The graph's constant inputs (:func:`~nlaverify.graph.build.graph_constants`) are
-    supplied unless ``data`` gives them.
+    supplied unless ``data`` gives them. The returned function's attribute ``jitted`` is the
+    compiled program without the host-side token check (for timing, or for ids already
+    checked: an out-of-range id is not an error inside the program).
     """
     import jax
 
@@ -56,4 +58,5 @@ def lower(graph: nx.DiGraph, output: str = "loss", *, gradient: bool = True,
         check_token_values(graph, data, token_args)
         return jitted(params, data)
 
+    checked.jitted = jitted  # type: ignore[attr-defined]
     return checked
