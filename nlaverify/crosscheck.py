@@ -13,19 +13,21 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nlaverify.backends import BackendUnavailable, dtype_name, get_namespace
 from nlaverify.ops.registry import OPS, OpSpec
-from nlaverify.strategies import OpCase, make_case
 from nlaverify.tolerance import (
     Tolerance,
     finite_difference_tolerance,
     magnitude_condition,
     tolerance,
 )
+
+if TYPE_CHECKING:  # hypothesis (0.2 s) is imported where a case is drawn, not by every command
+    from nlaverify.strategies import OpCase
 
 
 @dataclass(frozen=True)
@@ -316,6 +318,8 @@ def _flat(out_cot: tuple[Any, Sequence[Any]]) -> list[Any]:
 def default_case(spec: OpSpec, seed: int) -> OpCase:
     """The case ``verify`` runs: the largest sizes of the op's ranges, seeded."""
     sizes = {k: hi for k, (_, hi) in spec.size_ranges.items()}
+    from nlaverify.strategies import make_case
+
     return make_case(spec, spec.fix_sizes(sizes) if spec.fix_sizes else sizes, seed)
 
 

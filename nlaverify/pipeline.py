@@ -103,7 +103,7 @@ def verify_pipeline(config: TransformerConfig, backends: Sequence[str] = ("numpy
     for backend in dict.fromkeys(backends):  # each backend once, in the given order
         try:
             ev = run_graph(graph, backend, params, data, digits=digits if backend == "mpmath"
-                           else None)
+                           else None, jit=backend == "jax")
         except BackendUnavailable as exc:
             report.skipped.append((backend, str(exc)))
             continue

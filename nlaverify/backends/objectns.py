@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,13 @@ class _LazySympy:
 
 
 sympy: Any = _LazySympy()
+
+
+def _is_sympy(v: Any) -> bool:
+    """``v`` is a SymPy expression (never true before SymPy is imported, so the mpmath
+    namespace can ask without importing it)."""
+    module = sys.modules.get("sympy")
+    return module is not None and isinstance(v, module.Basic)
 
 
 def _is_bool(v: Any) -> bool:
@@ -143,6 +151,12 @@ class ObjectNamespace(Namespace):
         """Elementwise ``a > b`` as an object array (symbolic relations stay unevaluated)."""
         return np.frompyfunc(operator.gt, 2, 1)(np.asarray(a, dtype=object), b)
 
+    def equal(self, a: Any, b: Any) -> np.ndarray:
+        """Elementwise ``a == b`` as an object array: a SymPy ``Eq`` (``true``/``false``
+        when decidable, else unevaluated, so that ``where`` builds a ``Piecewise``) on the
+        exact namespace, a ``bool`` on mpmath."""
+        return np.frompyfunc(self._equal, 2, 1)(np.asarray(a, dtype=object), b)
+
     def isfinite(self, x: Any) -> np.ndarray:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -170,6 +184,14 @@ class ObjectNamespace(Namespace):
     def erf(self, x: Any) -> np.ndarray:
         return self._map(self._erf, x)
 
+    def expm1(self, x: Any) -> np.ndarray:
+        r""":math:`e^x - 1` (exact on SymPy; mpmath's ``expm1``, without cancellation)."""
+        return self._map(self._expm1, x)
+
+    def log1p(self, x: Any) -> np.ndarray:
+        r""":math:`\log(1 + x)` (exact on SymPy; mpmath's ``log1p``, without cancellation)."""
+        return self._map(self._log1p, x)
+
     _exp: Callable[[Any], Any]
     _log: Callable[[Any], Any]
     _sqrt: Callable[[Any], Any]
@@ -177,6 +199,9 @@ class ObjectNamespace(Namespace):
     _sin: Callable[[Any], Any]
     _cos: Callable[[Any], Any]
     _erf: Callable[[Any], Any]
+    _expm1: Callable[[Any], Any]
+    _log1p: Callable[[Any], Any]
+    _equal: Callable[[Any, Any], Any]
 
 
 class SympyNamespace(ObjectNamespace):
@@ -190,6 +215,9 @@ class SympyNamespace(ObjectNamespace):
         self.inf = sympy.oo
         self._exp, self._log, self._sqrt = sympy.exp, sympy.log, self._exact_sqrt
         self._tanh, self._sin, self._cos, self._erf = sympy.tanh, sympy.sin, sympy.cos, sympy.erf
+        self._expm1 = lambda v: sympy.exp(v) - 1
+        self._log1p = lambda v: sympy.log(1 + v)
+        self._equal = sympy.Eq
         self._shift_count = 0
         self._scales: dict[tuple[Any, ...], sympy.Symbol] = {}
 
@@ -308,6 +336,7 @@ class MpmathNamespace(ObjectNamespace):
         self.inf = ctx.inf
         self._exp, self._log, self._sqrt = ctx.exp, ctx.log, ctx.sqrt
         self._tanh, self._sin, self._cos, self._erf = ctx.tanh, ctx.sin, ctx.cos, ctx.erf
+        self._expm1, self._log1p, self._equal = ctx.expm1, ctx.log1p, operator.eq
 
     def __repr__(self) -> str:
         return f"<nlaverify namespace mpmath ({self.digits} digits)>"
@@ -316,7 +345,7 @@ class MpmathNamespace(ObjectNamespace):
         """``v`` as an ``mpf`` of this context (a float converts exactly)."""
         if _is_bool(v):
             return bool(v)
-        if isinstance(v, sympy.Basic):
+        if _is_sympy(v):
             return self.ctx.mpf(sympy.N(v, self.digits + 10).__str__()) if v.is_number else v
         if isinstance(v, numbers.Integral):
             return self.ctx.mpf(int(v))

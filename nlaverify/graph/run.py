@@ -99,15 +99,24 @@ def graph_inputs(graph: nx.DiGraph, xp: Any, params: Mapping[str, Any],
 def run_graph(
     graph: nx.DiGraph, backend: str, params: Mapping[str, np.ndarray],
     data: Mapping[str, np.ndarray], *, dtype: str | None = None, digits: int | None = None,
-    output: str = "loss",
+    output: str = "loss", jit: bool = False,
 ) -> Evaluation:
     """Evaluate ``graph`` on ``backend`` and back-propagate from ``output`` with the
-    ops' hand-derived VJPs. Parameters keep their dtype unless ``dtype`` casts them."""
+    ops' hand-derived VJPs. Parameters keep their dtype unless ``dtype`` casts them.
+
+    With ``jit`` (JAX only), forward and backward run as one ``jax.jit`` program returning
+    every node's value, cotangent and per-edge contribution (one compilation instead of one
+    per eager primitive; the token ids are checked on the host first, as
+    :func:`~nlaverify.graph.lower.lower` does; the ops' other value checks, which need
+    concrete arrays, are not made)."""
     xp = get_namespace(backend, digits=digits)
     inputs = graph_inputs(graph, xp, params, data, dtype)
-    values = evaluate(graph, xp, inputs)
-    contributions: dict[tuple[str, str], Any] = {}
-    cot = backprop(graph, xp, values, output, contributions=contributions)
+    if jit and backend == "jax":
+        values, cot, contributions = _jitted_run(graph, xp, inputs, output)
+    else:
+        values = evaluate(graph, xp, inputs)
+        contributions = {}
+        cot = backprop(graph, xp, values, output, contributions=contributions)
     label = backend if backend != "mpmath" else f"mpmath{xp.digits}"
     if backend == "mpmath":
         kept = "mpmath"
@@ -115,6 +124,31 @@ def run_graph(
         kept = dtype or next((dtype_name(v.dtype) for k, v in inputs.items()
                               if graph.nodes[k]["kind"] == "param"), "float64")
     return Evaluation(label, kept, values, cot, contributions)
+
+
+def _jitted_run(graph: nx.DiGraph, xp: Any, inputs: dict[str, Any], output: str
+                ) -> tuple[dict[str, Any], dict[str, Any], dict[tuple[str, str], Any]]:
+    """Values, cotangents and contributions of the graph in one ``jax.jit``."""
+    import jax
+
+    from nlaverify.graph.core import check_token_values
+
+    check_token_values(graph, inputs)
+
+    def run(inp: dict[str, Any]) -> Any:
+        values = evaluate(graph, xp, inp)
+        contributions: dict[tuple[str, str], Any] = {}
+        cot = backprop(graph, xp, values, output, contributions=contributions)
+        return values, cot, contributions
+
+    values, cot, contributions = jax.jit(run)(inputs)
+    return _in_order(graph, values), cot, contributions
+
+
+def _in_order(graph: nx.DiGraph, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` in topological order (a jitted function returns its dicts sorted by key;
+    :func:`evaluate` returns them in the order it computed them)."""
+    return {n: values[n] for n in nx.topological_sort(graph) if n in values}
 
 
 def autodiff_reference(
@@ -130,9 +164,12 @@ def autodiff_reference(
     """
     import jax
 
+    from nlaverify.graph.core import check_token_values
+
     xp = get_namespace("jax")
     inputs = graph_inputs(graph, xp, params, data, "float64")
-    values = evaluate(graph, xp, inputs)
+    check_token_values(graph, inputs)
+    values = _in_order(graph, jax.jit(lambda inp: evaluate(graph, xp, inp))(inputs))
     ops = [n for n in values if graph.nodes[n]["kind"] == "op" and n != output]
     float_inputs = {k: v for k, v in inputs.items() if graph.nodes[k]["kind"] == "param"}
 
