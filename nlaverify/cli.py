@@ -1,5 +1,5 @@
 """Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
-train | scaling | cost | tokenize``."""
+train | scaling | cost | generate | tokenize``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from nlaverify.commands import (
 from nlaverify.commands import checkout_proofs as checkout_proofs
 from nlaverify.cost.command import _cmd_cost
 from nlaverify.errors import NlaverifyError
+from nlaverify.strategy import STRATEGIES, _cmd_generate
 
 
 def _positive_float(text: str) -> float:
@@ -187,6 +188,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also compile the forward and report XLA's cost analysis")
     co.add_argument("--json", action="store_true")
     co.set_defaults(func=_cmd_cost)
+
+    gn = sub.add_parser("generate", help="extend a prompt of token ids with a decoding "
+                                         "strategy (greedy, temperature, top-k, top-p, min-p, "
+                                         "typical, beam) on a preset with seeded weights")
+    gn.add_argument("--preset", default="tiny")
+    gn.add_argument("--prompt", required=True, help="comma-separated token ids, e.g. 1,5,2")
+    gn.add_argument("--steps", type=_bounded_int(1), default=8, help="new tokens at most")
+    gn.add_argument("--strategy", default="greedy", choices=tuple(STRATEGIES))
+    gn.add_argument("--temperature", type=_positive_number, default=1.0)
+    gn.add_argument("--k", type=_bounded_int(1), default=None, help="top-k's k")
+    gn.add_argument("--p", type=_positive_float, default=None,
+                    help="top-p's p, min-p's p_min, typical's mass (in (0, 1])")
+    gn.add_argument("--repetition-penalty", type=_positive_number, default=1.0)
+    gn.add_argument("--beams", type=_bounded_int(1), default=4)
+    gn.add_argument("--length-penalty", type=float, default=1.0)
+    gn.add_argument("--eos", type=_bounded_int(0), default=None, help="end-of-sequence id")
+    gn.add_argument("--seed", type=_bounded_int(0, 2**32 - 1), default=0,
+                    help="the sampling seed")
+    gn.add_argument("--params-seed", type=_bounded_int(0, 2**32 - 1), default=0,
+                    help="the seed of the random weights")
+    gn.add_argument("--json", action="store_true")
+    gn.set_defaults(func=_cmd_generate)
 
     tk = sub.add_parser("tokenize", help="byte-pair encoding: train merges on a text, encode "
                                          "a text to ids, decode ids to text")

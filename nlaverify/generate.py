@@ -64,6 +64,27 @@ def generate_from_graph(graph: nx.DiGraph, params: Mapping[str, np.ndarray],
     return _generate(last, prompt, steps, temperature, seed, cfg.context)
 
 
+def graph_next_logits(graph: nx.DiGraph, params: Mapping[str, np.ndarray], *,
+                      backend: str = "numpy") -> Callable[[np.ndarray], np.ndarray]:
+    """``(B, t)`` token ids to the ``(B, V)`` logits of the next token, from the graph (one
+    sequence at a time, float64): the ``next_logits`` of :func:`nlaverify.beam.beam_search`."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.core import evaluate
+    from nlaverify.graph.run import graph_inputs
+
+    xp = get_namespace(backend)
+    out = "logits_tempered" if "logits_tempered" in graph else "logits"
+
+    def next_logits(tokens: np.ndarray) -> np.ndarray:
+        rows = []
+        for seq in np.asarray(tokens, dtype=np.int64):
+            inputs = graph_inputs(graph, xp, params, {"tokens": seq}, "float64")
+            rows.append(to_host(evaluate(graph, xp, inputs, outputs=[out])[out])[-1])
+        return np.stack(rows).astype(np.float64)
+
+    return next_logits
+
+
 def generate_from_model(config: TransformerConfig, params: Mapping[str, Any],
                         prompt: Sequence[int], steps: int, *, temperature: float = 0.0,
                         seed: int = 0) -> list[int]:
