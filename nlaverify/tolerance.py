@@ -229,6 +229,24 @@ def finite_difference_tolerance(
                            f"kappa={condition:.3g}, k={size}, u={u:.1e}")
 
 
+def extrapolated_difference_tolerance(
+    digits: int, step: float, *, condition: float = 1.0, size: int = 1
+) -> Tolerance:
+    r"""Tolerance of the Richardson-extrapolated central difference
+    :math:`(4D(h/2) - D(h))/3` in ``digits``-digit arithmetic: :math:`C(\kappa^5 h^4 +
+    3\kappa\sqrt{k}\,u/h)`. With :math:`D(h) = f' + h^2 f^{(3)}/6 + h^4 f^{(5)}/120 + \dots`
+    the extrapolation cancels the :math:`h^2` term and leaves :math:`-h^4 f^{(5)}/480`
+    (the fifth derivative bounded through the condition estimate, as the third is in
+    :func:`finite_difference_tolerance`); the rounding of the two differences,
+    :math:`u/h` and :math:`2u/h`, combines to :math:`(4\cdot 2 + 1)u/(3h) = 3u/h`. The step
+    :math:`h = u^{1/5}` balances the two: the error is :math:`O(u^{4/5})`, where a plain
+    central difference at that step keeps an :math:`h^2 = u^{2/5}` truncation."""
+    u = unit_roundoff("mpmath", digits)
+    rtol = SAFETY * (condition**5 * step**4 + 3 * condition * math.sqrt(size) * u / step)
+    return Tolerance(rtol, f"C={SAFETY:g} x (kappa^5 h^4 + 3 kappa sqrt(k) u/h), h={step:.1e}, "
+                           f"kappa={condition:.3g}, k={size}, u={u:.1e}")
+
+
 def magnitude_condition(*arrays: Any, power: int = 2) -> float:
     r"""A generic condition estimate from input magnitudes,
     :math:`\kappa = \max(1, \max|a|)^{p}`: exponentials, products and cubic terms of the

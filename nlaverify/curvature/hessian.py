@@ -20,7 +20,7 @@ import numpy as np
 from nlaverify.curvature.problem import CurvatureProblem, cached_jit, params_cotangent
 from nlaverify.errors import ArgumentError
 from nlaverify.graph.core import evaluate
-from nlaverify.tolerance import Tolerance, finite_difference_tolerance, unit_roundoff
+from nlaverify.tolerance import Tolerance, extrapolated_difference_tolerance, unit_roundoff
 
 
 def _hessian_jax(problem: CurvatureProblem, inputs: dict[str, Any],
@@ -38,25 +38,27 @@ def _hessian_jax(problem: CurvatureProblem, inputs: dict[str, Any],
 
 
 def fd_step(digits: int) -> float:
-    r"""The central-difference step :math:`h = u^{1/3}` of ``digits``-digit arithmetic: it
-    balances the plain difference's truncation :math:`h^2` and rounding :math:`u/h`."""
-    return unit_roundoff("mpmath", digits) ** (1 / 3)
+    r"""The step :math:`h = u^{1/5}` of the Richardson-extrapolated central difference in
+    ``digits``-digit arithmetic: it balances the extrapolated truncation :math:`h^4` and the
+    rounding :math:`u/h` (:func:`~nlaverify.tolerance.extrapolated_difference_tolerance`)."""
+    return unit_roundoff("mpmath", digits) ** (1 / 5)
 
 
 def hessian_fd_tolerance(problem: CurvatureProblem, condition: float = 1.0) -> Tolerance:
     r"""The error bound of the mpmath :func:`hessian_vp` (relative to :math:`\lVert
-    v\rVert_\infty`): :func:`~nlaverify.tolerance.finite_difference_tolerance` at the step
-    :func:`fd_step`. It counts the :math:`h^2` truncation of a plain central difference,
-    which the Richardson extrapolation removes, so it is conservative."""
+    v\rVert_\infty`): :func:`~nlaverify.tolerance.extrapolated_difference_tolerance` at the
+    step :func:`fd_step`, :math:`O(u^{4/5})`: the error model of the extrapolated
+    differences (without the extrapolation the :math:`h^2 = u^{2/5}` truncation would
+    exceed it by about :math:`u^{-2/5}`)."""
     if problem.digits is None:
         raise ArgumentError("hessian_fd_tolerance: the problem is not on the mpmath backend")
     from nlaverify.graph.compare import accumulation_length
 
     n = int(np.shape(problem.values[problem.logits])[-2]) if len(
         np.shape(problem.values[problem.logits])) > 1 else 1
-    return finite_difference_tolerance(problem.digits, fd_step(problem.digits),
-                                       condition=condition,
-                                       size=accumulation_length(problem.graph, n))
+    return extrapolated_difference_tolerance(problem.digits, fd_step(problem.digits),
+                                             condition=condition,
+                                             size=accumulation_length(problem.graph, n))
 
 
 def _hessian_fd(problem: CurvatureProblem, v: dict[str, Any]) -> dict[str, Any]:
