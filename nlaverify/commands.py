@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,15 @@ def _proof_root(args: argparse.Namespace, command: str) -> Path:
     """``--root`` when given; else the checkout's proof folder (whatever the current folder);
     else an error that says so (nothing is created in the current folder)."""
     if args.root is not None:
-        return Path(args.root)
+        root = Path(args.root)
+        if command == "derive" and not args.check:
+            from nlaverify.outputs import probe_folder
+
+            probe_folder(root, "--root", command)
+        elif not (root / "index.json").is_file():
+            raise ArgumentError(f"{command}: --root {args.root!r} holds no proofs (no "
+                                "index.json there)")
+        return root
     found = checkout_proofs()
     if found is None:
         raise ArgumentError(f"{command}: no proof documents: nlaverify is not running from a "
@@ -231,6 +238,9 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
                     text = fh.read()
             except (OSError, UnicodeDecodeError) as exc:
                 raise ArgumentError(f"tokenize train: --text {args.text!r}: {exc}") from exc
+        from nlaverify.outputs import probe_output
+
+        probe_output(args.merges, "--merges", "tokenize train")
         bpe = train_bpe(text, args.vocab_size)
         bpe.save(args.merges)
         print(f"{len(bpe.merges)} merges ({len(bpe.vocab)} tokens) written to {args.merges}")
@@ -386,11 +396,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "
                             "uses its default rate")
     if args.figure:  # before training: an unwritable figure used to lose the results
-        target = Path(args.figure).resolve().parent
-        if not target.is_dir() or not os.access(target, os.W_OK):
-            raise ArgumentError(f"train: --figure {args.figure}: the folder {str(target)!r} "
-                                "does not exist or is not writable")
+        from nlaverify.outputs import probe_output
         from nlaverify.reproducible import pin_process
+
+        probe_output(args.figure, "--figure", "train")
 
         pin_process()  # the figure's losses must not depend on the machine's kernels
     corpus = load_corpus()

@@ -215,8 +215,9 @@ def test_train_refuses_before_training(capsys):
     from nlaverify.cli import main
     from nlaverify.train import char_config, load_corpus, step_memory
 
-    assert main(["train", "--steps", "1", "--figure", "/proc/nonexistent/x.svg"]) == 2
-    assert "not writable" in capsys.readouterr().err
+    for bad in ("/proc/nonexistent/x.svg", "/proc/x.svg"):  # /proc/x.svg passed os.access
+        assert main(["train", "--steps", "1", "--figure", bad]) == 2
+        assert "cannot write a file in '/proc" in capsys.readouterr().err
     assert main(["train", "--steps", "1", "--batch", "100000000"]) == 2
     assert "GiB of activations" in capsys.readouterr().err
     cfg = char_config("tiny", load_corpus().vocab_size)
@@ -262,3 +263,21 @@ def test_the_command_turns_on_a_persistent_jax_cache(tmp_path) -> None:
     assert persistent_jax_cache(mine) == "/mine" and len(mine) == 1
     off = {"NLAVERIFY_JAX_CACHE": "0"}
     assert persistent_jax_cache(off) is None and "JAX_COMPILATION_CACHE_DIR" not in off
+
+
+def test_output_paths_are_probed_and_empty_roots_named(tmp_path, capsys):
+    """Every output path is tried (a file created and removed) before any work; a --root
+    without proofs is named in one line (it used to list every identity as 'not derived')."""
+    from nlaverify.cli import main
+
+    assert main(["list", "--root", str(tmp_path)]) == 2
+    assert "holds no proofs (no index.json there)" in capsys.readouterr().err
+    assert main(["derive", "--check", "--root", "/dev/null", "rmsnorm_vjp"]) == 2
+    assert "holds no proofs" in capsys.readouterr().err
+    assert main(["derive", "--root", "/proc/x", "rmsnorm_vjp"]) == 2
+    assert "cannot write a file in '/proc/x'" in capsys.readouterr().err
+    assert main(["tokenize", "train", "--merges", "/proc/m.txt"]) == 2
+    assert "--merges '/proc/m.txt': cannot write" in capsys.readouterr().err
+    assert main(["tokenize", "train", "--merges", str(tmp_path)]) == 2
+    assert "expected a file, got a folder" in capsys.readouterr().err
+    assert not any(p.name.startswith(".nlaverify-probe") for p in tmp_path.iterdir())
