@@ -71,6 +71,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.geometry",
     "nlaverify.identities.online_softmax",
     "nlaverify.identities.scaling",
+    "nlaverify.identities.interpretability",
 )
 
 
