@@ -5,11 +5,13 @@ statistics' decay and epsilon."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import scipy.linalg
 from _kronecker_helpers import NP, SIZES, _assert_close, _cond, _rng, _spd
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nlaverify.backends import get_namespace
 from nlaverify.curvature import shampoo
 from nlaverify.strategies import seeds
 from nlaverify.tolerance import tolerance
@@ -81,3 +83,28 @@ def test_shampoo_statistics_decay_and_epsilon() -> None:
     np.testing.assert_array_equal(L, 0.25 * (L0 + G1 @ G1.T) + G2 @ G2.T)
     np.testing.assert_array_equal(R, 0.25 * (R0 + G1.T @ G1) + G2.T @ G2)
 
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_inverse_root_exact_on_irreducible_cubics(p: int) -> None:
+    """Integer matrices whose characteristic polynomial has an irreducible cubic factor
+    (casus irreducibilis: no real radical form) get exact real algebraic roots: no
+    Piecewise left, every entry evaluates, and (M^{+1/p})^p M is the projector onto the
+    range of M to 40 digits (SymPy's diagonalization took ~120 s and left 27 Piecewise
+    atoms that evalf could not evaluate)."""
+    import mpmath
+    import sympy
+
+    sp = get_namespace("sympy")
+    G = np.array([[2, 1, 0], [1, 1, 1], [0, 1, 2], [1, 0, 1]])  # rank 3 in R^4
+    cases = [np.array([[6, 2, 1], [2, 5, 2], [1, 2, 4]]), G @ G.T]
+    for M in cases:
+        n = M.shape[0]
+        R = shampoo.inverse_root(sp, M.astype(object) * sympy.Integer(1), p)
+        assert not any(x.has(sympy.Piecewise) for x in R.ravel())
+        with mpmath.workdps(50):
+            Rm = mpmath.matrix([[sympy.N(x, 50) for x in row] for row in R])
+            P = Rm**p * mpmath.matrix(M.tolist())
+            assert mpmath.norm(P * P - P) < mpmath.mpf(10) ** -40
+            rank = int(np.linalg.matrix_rank(M))
+            assert abs(sum(P[i, i] for i in range(n)) - rank) < mpmath.mpf(10) ** -40

@@ -80,6 +80,10 @@ def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh | None = None,
     elif xp.exact and rtol != 0:
         raise ArgumentError(f"inverse_root: argument 'rtol': expected 0 on the exact namespace "
                             f"(exact zeros only), got {rtol!r}")
+    if xp.exact and eigh is None:
+        roots = _irreducible_roots(M)
+        if roots is not None:
+            return _sylvester_inverse_root(M, roots, int(p))
     w, Q = (_kr.symmetric_eigh if eigh is None else eigh)(xp, M)
     check_args("inverse_root", xp, {"w": (w, (n,)), "Q": (Q, (n, n))})
     threshold = 0 if xp.exact else rtol * xp.max(w)
@@ -87,6 +91,53 @@ def inverse_root(xp: Namespace, M: Any, p: int, *, eigh: Eigh | None = None,
     safe = xp.where(keep, w, xp.ones_like(w))
     f = xp.where(keep, safe ** xp.rational(-1, int(p)), xp.zeros_like(w))
     return xp.matmul(Q * xp.reshape(f, (1, n)), xp.matrix_transpose(Q))
+
+
+def _irreducible_roots(M: Any) -> list[Any] | None:
+    r"""The eigenvalues of a rational symmetric ``M`` as exact real roots (``CRootOf``) when
+    its characteristic polynomial has an irreducible factor of degree :math:`\ge 3`, else
+    ``None``. Such roots have no real radical form (*casus irreducibilis*): SymPy's
+    diagonalization writes them with complex radicals whose sign it cannot decide (the
+    threshold then stays a ``Piecewise`` that ``evalf`` cannot evaluate, after minutes)."""
+    import sympy
+
+    entries = [sympy.sympify(v) for v in np.asarray(M).reshape(-1)]
+    if not all(v.is_Rational for v in entries):
+        return None
+    n = int(np.shape(M)[0])
+    x = sympy.Symbol("x")
+    char = sympy.Matrix(n, n, entries).charpoly(x)
+    if all(sympy.degree(f, x) <= 2 for f, _ in sympy.factor_list(char.as_expr())[1]):
+        return None
+    return list(sympy.Poly(char, x).all_roots())
+
+
+def _sylvester_inverse_root(M: Any, roots: list[Any], p: int) -> Any:
+    r""":math:`M^{+1/p} = \sum_{\lambda_j > 0}\lambda_j^{-1/p} P_j` with the spectral
+    projectors :math:`P_j = \prod_{k
+e j}(M - \lambda_k I)/(\lambda_j - \lambda_k)` over the
+    distinct eigenvalues (Sylvester's formula; :math:`M` symmetric, so diagonalizable). The
+    roots are exact real algebraic numbers, so the signs are decided exactly and every
+    entry evaluates to any precision."""
+    import sympy
+
+    n = int(np.shape(M)[0])
+    A = sympy.Matrix(n, n, [sympy.sympify(v) for v in np.asarray(M).reshape(-1)])
+    distinct = list(dict.fromkeys(roots))
+    if any(r.is_negative for r in distinct):
+        raise ArgumentError("inverse_root: argument 'M': expected a positive semi-definite "
+                            "matrix, got a negative eigenvalue")
+    out = sympy.zeros(n, n)
+    eye = sympy.eye(n)
+    for j, lam in enumerate(distinct):
+        if lam.is_zero:
+            continue
+        P = eye
+        for k, mu in enumerate(distinct):
+            if k != j:
+                P = P * (A - mu * eye) / (lam - mu)
+        out += lam ** sympy.Rational(-1, p) * P
+    return np.array(out.tolist(), dtype=object)
 
 
 def _order(op: str, G: Any) -> int:
