@@ -71,6 +71,9 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.geometry",
     "nlaverify.identities.online_softmax",
     "nlaverify.identities.scaling",
+    "nlaverify.identities.ssm",
+    "nlaverify.identities.ssm_duality",
+    "nlaverify.identities.ssm_derivatives",
     "nlaverify.identities.interpretability",
 )
 
