@@ -229,10 +229,10 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
             error, bound, note = 0.0, 1.0, f"skipped: {row.reason}"
         elif not np.isfinite(error):
             note = row.reason
+        b32 = mc.bound.linear("float32", node, False).rtol if judge32 else None
         report.rows.append(HFNodeRow(node, mc.graph.nodes[node]["op"], sources[node],
-                                     error, bound, note))
-        if (judge32 and report.first_beyond_float32 is None
-                and not error <= mc.bound.linear("float32", node, False).rtol):
+                                     error, bound, note, b32))
+        if b32 is not None and report.first_beyond_float32 is None and not error <= b32:
             report.first_beyond_float32 = node
     report.first_divergence = mc.first
     report.unmapped = list(mc.unmapped)
@@ -250,8 +250,10 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
             check = HFCheck(key, math.inf, math.nan, failed.reason)
         else:
             worst = max((grad_rows[g] for g in graph_params), key=lambda r: r.ratio)
+            b32 = min(mc.bound.linear("float32", g, True).rtol
+                      for g in graph_params) if judge32 else None
             check = HFCheck(key, worst.error, worst.bound, "" if len(graph_params) == 1 else
-                            f"worst of {', '.join(graph_params)}: {worst.check}")
+                            f"worst of {', '.join(graph_params)}: {worst.check}", b32)
         report.gradients.append(check)
         if not check.ok and report.first_gradient_divergence is None:
             report.first_gradient_divergence = key
@@ -271,7 +273,9 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
 def hf_verify_command(source: Any, *, seq_len: int = 6, seed: int = 0, exact: bool = False,
                       as_json: bool = False, max_params: int | None = None) -> int:
     """``nlaverify verify --hf PATH_OR_CONFIG [--hf-exact]``: print the report (or JSON)
-    and return the exit status (0: every node, the loss and every gradient agree)."""
+    and return the exit status (0: every node, the loss and every gradient agree; in stock
+    mode on a float64 model, within float32's bound, HF's own rounding:
+    :attr:`HFVerifyReport.verdict`)."""
     from nlaverify import jsonout
 
     report = verify_hf(source, seq_len=seq_len, seed=seed, exact=exact, max_params=max_params)
@@ -279,4 +283,4 @@ def hf_verify_command(source: Any, *, seq_len: int = 6, seed: int = 0, exact: bo
         jsonout.dump(report.as_dict())
     else:
         print(format_hf_report(report))
-    return 0 if report.ok else 1
+    return 0 if report.verdict else 1
