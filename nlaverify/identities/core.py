@@ -75,6 +75,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.ssm_duality",
     "nlaverify.identities.ssm_derivatives",
     "nlaverify.identities.interpretability",
+    "nlaverify.identities.objectives",
 )
 
 
