@@ -366,22 +366,49 @@ def draw_gradient_spectra(spectra: Mapping[str, np.ndarray], path: str | Path,
     from nlaverify.symbolic.document import save_svg
 
     with matplotlib.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        fig, ax = plt.subplots(figsize=(7.0, 4.0))
         _spectra_axes(ax, spectra, title)
         return save_svg(fig, path)
 
 
 def _spectra_axes(ax: Any, spectra: Mapping[str, np.ndarray], title: str) -> None:
+    """One curve per weight: the colour its block (a sequential map, with a colour bar),
+    the line style its matrix (a legend outside the axes): 24 curves stay readable."""
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+
+    def split(name: str) -> tuple[int, str]:
+        parts = name.split(".")
+        block = int(parts[1]) if parts[0] == "blocks" and parts[1].isdigit() else 0
+        return block, ".".join(parts[2:]) if parts[0] == "blocks" else name
+
+    keyed = {name: split(name) for name in spectra}
+    blocks = sorted({b for b, _ in keyed.values()})
+    kinds = list(dict.fromkeys(k for _, k in keyed.values()))
+    styles = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2))]
+    cmap = plt.get_cmap("viridis")
+    norm = mpl.colors.Normalize(vmin=min(blocks) - 0.5, vmax=max(blocks) + 0.5)
     for name, s in spectra.items():
+        block, kind = keyed[name]
         share = np.cumsum(s**2) / np.sum(s**2)
-        short = name.replace("blocks.", "b").replace(".attn.", ".").replace(".mlp.", ".")
-        ax.plot(np.arange(1, len(s) + 1), share, lw=1, label=short)
-    ax.axhline(0.9, color="k", ls=":", lw=1)
+        ax.plot(np.arange(1, len(s) + 1), share, lw=1.1,
+                color=cmap(norm(block) * 0.9), ls=styles[kinds.index(kind) % len(styles)])
+    ax.axhline(0.9, color="k", ls=":", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("k (leading singular values)")
     ax.set_ylabel("share of the gradient's Frobenius energy")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=5, ncol=3)
+    handles = [mpl.lines.Line2D([], [], color="0.3", lw=1.1,
+                                ls=styles[i % len(styles)], label=k)
+               for i, k in enumerate(kinds)]
+    # the lower right is empty: every share reaches 0.9 well before k = 20
+    ax.legend(handles=handles, fontsize=6, title="matrix", title_fontsize=6,
+              loc="lower right", ncol=2, frameon=False)
+    sm = mpl.cm.ScalarMappable(norm=norm, cmap=mpl.colors.ListedColormap(
+        [cmap(norm(b) * 0.9) for b in blocks]))
+    bar = plt.colorbar(sm, ax=ax, ticks=blocks, fraction=0.05, pad=0.02)
+    bar.set_label("block", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
 
 
 @dataclass
