@@ -67,25 +67,29 @@ def draw_maps(path: Path | str, steps: int = STEPS, lower: Any = LOWER) -> Path:
         for ax, (name, plan) in zip(axes.flat, sets.items(), strict=True):
             cert = certified_interval(plan, steps, lower, 1)
             ax.axhspan(cert.lo, cert.hi, color="0.85", zorder=0,
-                       label=f"certified after {steps}: [{cert.lo:.4g}, {cert.hi:.4g}]")
+                       label=f"certified after {steps} steps")
             ax.axvspan(float(lower), 1.0, color="#fff3cd", zorder=0, alpha=0.6,
                        label=f"inputs [ε, 1], ε = {float(lower):g}")
             for k in range(1, steps + 1):
                 ax.plot(x, _compose(plan, x, k), lw=1.0, color=_COLOURS[(k - 1) % 5],
                         label=f"$p^{{{k}}}$")
             ax.axhline(1.0, color="k", lw=0.5, ls=":")
-            ax.set_title(f"{name}: worst error {cert.error:.3g}", fontsize=9)
+            ax.set_title(f"{name}: certified [{cert.lo:.4g}, {cert.hi:.4g}], worst error "
+                         f"{cert.error:.3g}", fontsize=8)
             ax.set_xlim(0.0, 1.3)
             ax.set_ylim(-0.1, 2.1)
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+        # one legend for the four panels, below them: none covers a curve
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+                   frameon=False)
         for ax in axes[1]:
             ax.set_xlabel("singular value $x$")
         for ax in axes[:, 0]:
             ax.set_ylabel("$p_k \\circ \\dots \\circ p_1(x)$")
         fig.suptitle("Newton–Schulz scalar maps and their certified intervals "
                      "(Baggag & Saad §5.5)", fontsize=10)
-        fig.tight_layout(rect=(0, 0, 1, 0.96))
+        fig.tight_layout(rect=(0, 0.05, 1, 0.96))
         out = save_svg(fig, path)
         plt.close(fig)
     return out
@@ -143,12 +147,12 @@ def draw_spectra(path: Path | str, steps: int = STEPS, lower: Any = LOWER,
                     bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
             pad = 0.05 * (cert.hi - cert.lo) + 1e-3
             ax.set_ylim(cert.lo - pad, cert.hi + pad)
-            ax.legend(fontsize=7, loc="upper right")
         for ax in axes:
             ax.set_xlabel("index (sorted)")
             ax.grid(True, alpha=0.3)
-        fig.suptitle(f"Spectra before and after {steps} Newton–Schulz steps (float64), "
-                     "with the certified interval (Baggag & Saad §5.5)", fontsize=10)
+        fig.suptitle(f"Spectra before and after {steps} Newton–Schulz steps (float64, dots), "
+                     "with the certified interval (grey band; Baggag & Saad §5.5)",
+                     fontsize=10)
         fig.tight_layout(rect=(0, 0, 1, 0.93))
         out = save_svg(fig, path)
         plt.close(fig)
