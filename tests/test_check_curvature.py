@@ -243,3 +243,46 @@ def test_low_precision_bound_is_not_vacuous_and_monte_carlo_is_refused(cases):
     with pytest.raises(CheckError, match=r"argument 'samples'.*mc_fisher"):
         check_curvature(lambda p, b, v: v, None, params, batch, model_fn=model,
                         kind="fisher", samples=16)
+
+
+def test_failing_product_is_diagnosed(cases):
+    """The note names what a wrong GGN product equals (issue 24, item 2): the loss Hessian
+    left out, its diagonal only, the Hessian for the GGN, a sum for the mean, a factor; a
+    correct product gets no note, and a product matching none gets none."""
+    model, params, batch = cases["mlp"]
+    loss = ce_loss(model)
+    f_of = lambda b: (lambda q: model(q, b["inputs"]))  # noqa: E731
+
+    def ggn(diag_only=False, hessian=True, scale=1.0):
+        @jax.jit
+        def product(p, b, v):
+            f = f_of(b)
+            z, Jv = jax.jvp(f, (p,), (v,))
+            pr = jax.nn.softmax(z, -1)
+            HJv = pr * Jv - (0 if diag_only else pr * (pr * Jv).sum(-1, keepdims=True))
+            HJv = (HJv if hessian else Jv) / z[..., 0].size
+            return jax.tree.map(lambda a: scale * a, jax.vjp(f, p)[1](HJv)[0])
+        return product
+
+    @jax.jit
+    def hvp(p, b, v):
+        return jax.jvp(jax.grad(lambda q: loss(q, b)), (p,), (v,))[1]
+
+    @jax.jit
+    def noise(p, b, v):
+        return jax.tree.map(lambda a: a + 0.3 * jnp.sin(a), ggn()(p, b, v))
+
+    expect = {"J^T W J v: the loss Hessian H_l left out": ggn(hessian=False),
+              "only the diagonal of the categorical loss Hessian": ggn(diag_only=True),
+              "the hessian product (kind='hessian'), not the ggn": hvp,
+              "without the position weights": ggn(scale=float(np.size(batch["targets"]))),
+              }
+    for note, fn in expect.items():
+        rep = check_curvature(fn, loss, params, batch, model_fn=model)
+        assert not rep.ok and any(note in n for n in rep.notes), (note, rep.notes)
+    rep = check_curvature(ggn(scale=2.0), loss, params, batch, model_fn=model)
+    assert any("is 2 times the ggn product" in n for n in rep.notes), rep.notes
+    ok = check_curvature(ggn(), loss, params, batch, model_fn=model)
+    assert ok and not any(n.startswith("your product") for n in ok.notes)
+    rep = check_curvature(noise, loss, params, batch, model_fn=model)
+    assert not rep.ok and not any(n.startswith("your product") for n in rep.notes), rep.notes

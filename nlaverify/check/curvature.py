@@ -454,6 +454,7 @@ def check_curvature(
                          notes=[f"reference: the {kind} product of model_curvature "
                                 f"({mc.size} parameters), {probes} probes from seed {seed}"])
     key = jax.random.key(seed)
+    hinted: list[str] = []
     for k in range(probes):
         v = jax.random.normal(jax.random.fold_in(key, k), (mc.size,), jnp.float64)
         v = v.astype(jdt).astype(jnp.float64)
@@ -471,6 +472,11 @@ def check_curvature(
         row = compare_arrays(report.subject, check, np.asarray(actual), expected, tol,
                              label="Cv")
         report.rows.append(replace(row, where=_leaf_where(row.where, names, sizes, shapes)))
+        if not row.ok and not hinted:
+            from nlaverify.check.curvature_hints import curvature_hints
+
+            hinted = curvature_hints(mc, kind, v, np.asarray(actual), expected, tol)
+            report.notes.extend(hinted)
     return report
 
 
