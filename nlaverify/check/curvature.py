@@ -475,7 +475,7 @@ def check_curvature(
         if not row.ok and not hinted:
             from nlaverify.check.curvature_hints import curvature_hints
 
-            hinted = curvature_hints(mc, kind, v, np.asarray(actual), expected, tol)
+            hinted = curvature_hints(mc, kind, v, np.asarray(actual), expected, tol, KINDS)
             report.notes.extend(hinted)
     return report
 

@@ -20,16 +20,14 @@ from nlaverify.errors import NlaverifyError
 __all__ = ["curvature_hints"]
 
 
-def _variants(mc: Any, kind: str) -> dict[str, Callable[[Any], Any]]:
+def _variants(mc: Any, kind: str, kinds: tuple[str, ...]) -> dict[str, Callable[[Any], Any]]:
     """Flat maps ``v -> C'v`` of the mistakes, by the note that names them."""
     import jax
-    import jax.numpy as jnp
 
-    from nlaverify.check.curvature import KINDS
     from nlaverify.curvature.likelihoods import Likelihood
 
     out: dict[str, Callable[[Any], Any]] = {}
-    for other in KINDS:
+    for other in kinds:
         if other == kind:
             continue
         try:
@@ -56,17 +54,17 @@ def _variants(mc: Any, kind: str) -> dict[str, Callable[[Any], Any]]:
         xp = get_namespace("jax")
         out["J^T H_l J v without the position weights (a sum where the mean is meant)"] = \
             through(lambda u: lik.hvp(xp, z, u))
-    del jnp
     return out
 
 
 def curvature_hints(mc: Any, kind: str, v: Any, actual: np.ndarray, expected: np.ndarray,
-                    tol: Any) -> list[str]:
+                    tol: Any, kinds: tuple[str, ...]) -> list[str]:
     """Notes naming what ``actual`` (the user's flat product on probe ``v``) equals, where
     the reference ``expected`` of ``kind`` is not met: each classic mistake of
-    :func:`_variants` within ``tol``, else a constant factor fitted by least squares."""
+    :func:`_variants` (the other ``kinds`` among them) within ``tol``, else a constant
+    factor fitted by least squares."""
     notes = []
-    for label, op in _variants(mc, kind).items():
+    for label, op in _variants(mc, kind, kinds).items():
         ref = np.asarray(op(v))
         if np.any(ref != expected) and tol.compare(actual, ref).ok:
             notes.append(f"your product equals {label}")
