@@ -1,0 +1,167 @@
+"""The planted-bug audit nlaverify runs on itself (issue 24, item 3): each mutant is a small
+source edit (a dropped term, a flipped order, a wrong constant) in a throw-away copy of the
+checkout (``git worktree``), judged by the command that should kill it. A mutant is
+*killed* when that command fails, and *localized* when its output names the place (the
+node, block, tensor, estimator, identity or note given as ``where``).
+
+Run nightly, not in CI (each mutant runs its own tests: minutes in all)::
+
+    python scripts/mutants.py [--only NAME ...] [--write]   # --write: scripts/mutants.md
+
+The worktree is created from HEAD, so commit before auditing; the checkout is never edited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: ``old`` replaced by ``new`` (once) in ``path``; ``command`` (run in
+    the mutated copy) must fail, and its output should contain ``where``."""
+
+    area: str
+    name: str
+    path: str
+    old: str
+    new: str
+    command: tuple[str, ...]
+    where: str
+
+
+def _pytest(*nodes: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *nodes)
+
+
+def _derive(*ids: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "nlaverify", "derive", "--check", "--jobs", "1", *ids)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("ops", "rmsnorm VJP: the x-hat projection dropped", "nlaverify/ops/norms.py",
+           "dx = (gx - xhat * _mean(xp, gx * xhat, d)) / rho / s", "dx = gx / rho / s",
+           _derive("rmsnorm_vjp"), "rmsnorm_vjp"),
+    Mutant("pipeline", "tanh GELU's cubic coefficient halved", "nlaverify/ops/activations.py",
+           "(1 + xp.tanh(k * (x + a * x * x * x)))", "(1 + xp.tanh(k * (x + a / 2 * x * x * x)))",
+           (sys.executable, "-m", "nlaverify", "verify", "--preset", "tiny"), "mlp.act"),
+    Mutant("curvature", "Hessian product: Richardson step dropped",
+           "nlaverify/curvature/hessian.py",
+           "return {p: (4 * fine[p] - coarse[p]) / 3 * s for p in problem.params}",
+           "return {p: fine[p] * s for p in problem.params}",
+           _pytest("tests/test_curvature_graph.py::"
+                   "test_mpmath_hessian_by_extrapolated_differences_matches_jax"), "fd_step"),
+    Mutant("curvature", "Hutchinson: normal probes under the name rademacher",
+           "nlaverify/curvature/solvers.py",
+           'make = {"rademacher": stochtrace.sampler_signs,',
+           'make = {"rademacher": stochtrace.sampler_normal,',
+           _pytest("tests/test_power.py"), "rademacher"),
+    Mutant("curvature", "K-FAC subsampled G without its NR/#I scale",
+           "nlaverify/curvature/kfac.py",
+           "return A_factor, _gram(xp, G_rows) * xp.rational(N * R, len(idx))",
+           "return A_factor, _gram(xp, G_rows)",
+           _pytest("tests/test_kronecker_kfac.py::test_subsampled_factors_are_unbiased_exactly"),
+           "G_sum"),
+    Mutant("interop", "RoPE permutation: HF's halves taken as pairs",
+           "nlaverify/interop/weights_layout.py",
+           "return np.stack([np.arange(half), np.arange(half) + half], axis=1).reshape(-1)",
+           "return np.arange(2 * half)",
+           _pytest("tests/test_interop_weights.py::test_rope_permutation_pairs_hf_halves"),
+           "rope_permutation"),
+    Mutant("scaling", "Chinchilla: N* with the exponent alpha/(alpha+beta)",
+           "nlaverify/scaling.py", "N = G * (C / 6) ** (law.beta / s)",
+           "N = G * (C / 6) ** (law.alpha / s)", _derive("chinchilla_compute_optimal"),
+           "chinchilla_compute_optimal"),
+    Mutant("ssm", "phi1 dropped (Euler for A in ZOH's B)", "nlaverify/ops/ssm.py",
+           "return xp.where(zero, 1 + z / 2, xp.expm1(z) / xp.where(zero, xp.ones_like(z), z))",
+           "return xp.ones_like(z)", _derive("ssm_zoh_exact"), "ssm_zoh_exact"),
+    Mutant("objectives", "KL computed as sum p log q only", "nlaverify/objectives.py",
+           "return xp.sum(_p_log_q(\"kl\", xp, p, p) - _p_log_q(\"kl\", xp, p, q), axis=-1)",
+           "return xp.sum(_p_log_q(\"kl\", xp, q, q) - _p_log_q(\"kl\", xp, q, p), axis=-1)",
+           _derive("cross_entropy_kl_entropy"), "cross_entropy_kl_entropy"),
+    Mutant("interpretability", "norm bias folded without the reader's bias",
+           "nlaverify/transform/weights.py", "    return beta @ W + b", "    return beta @ W",
+           _pytest("tests/test_transform.py"), "blocks.0"),
+    Mutant("decoding", "beam search: every candidate may finish, not the first B",
+           "nlaverify/beam.py", "just = stops & (np.arange(keep) < B)", "just = stops",
+           _pytest("tests/test_beam.py"), "test_equals_hugging_face_generate"),
+    Mutant("decoding", "top-p filter before the temperature", "nlaverify/strategy.py",
+           "        return dec.top_p(z, p)  # type: ignore[arg-type]",
+           "        return dec._keep(dec.softmax_rows(z), dec.top_p(z * temperature, p) > 0)",
+           _pytest("tests/test_strategy.py"), "top-p"),
+    Mutant("check", "check_curvature: a GGN without the loss Hessian goes unnamed",
+           "nlaverify/check/curvature_hints.py",
+           'out["J^T W J v: the loss Hessian H_l left out (taken as the identity)"]',
+           'out["J^T W J v: (unnamed)"]',
+           _pytest("tests/test_check_curvature.py::test_failing_product_is_diagnosed"),
+           "the loss Hessian H_l left out"),
+)
+
+
+def _run(m: Mutant, tree: Path, timeout: int) -> tuple[bool, bool, float, str]:
+    target = tree / m.path
+    src = target.read_text(encoding="utf-8")
+    if src.count(m.old) != 1:
+        return (False, False, 0.0,
+                f"the mutation site is not unique in {m.path} ({src.count(m.old)})")
+    target.write_text(src.replace(m.old, m.new), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(tree), NLAVERIFY_JAX_CACHE="0")
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(m.command, cwd=tree, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        out, failed = done.stdout + done.stderr, done.returncode != 0
+    except subprocess.TimeoutExpired:
+        out, failed = "timeout", False
+    finally:
+        target.write_text(src, encoding="utf-8")
+    return failed, failed and m.where in out, time.perf_counter() - t0, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="*", default=None, help="substrings of mutant names")
+    ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if not a.only or any(s in m.name for s in a.only)]
+    tree = Path(tempfile.mkdtemp(prefix="nlaverify-mutants-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), "HEAD"], cwd=ROOT,
+                   check=True)
+    rows = []
+    try:
+        for m in chosen:
+            print(f"{m.area}: {m.name} ...", file=sys.stderr, flush=True)
+            killed, localized, seconds, problem = _run(m, tree, a.timeout)
+            rows.append((m, killed, localized, seconds, problem))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+        shutil.rmtree(tree.parent, ignore_errors=True)
+    lines = ["| area | planted bug | killed | localized (named) | s |", "|---|---|---|---|---|"]
+    for m, killed, localized, seconds, problem in rows:
+        lines.append(f"| {m.area} | {m.name} | {'yes' if killed else 'NO'} | "
+                     f"{('yes: ' + m.where) if localized else 'no'} | {seconds:.0f} |"
+                     + (f" {problem}" if problem else ""))
+    k = sum(r[1] for r in rows)
+    loc = sum(r[2] for r in rows)
+    text = ("# The planted-bug audit\n\nGenerated by `python scripts/mutants.py --write` "
+            f"({time.strftime('%Y-%m-%d')}).\n\n" + "\n".join(lines)
+            + f"\n\nKilled {k}/{len(rows)}, localized {loc}/{len(rows)}.\n")
+    print(text)
+    if a.write:
+        (ROOT / "scripts" / "mutants.md").write_text(text, encoding="utf-8")
+    return 0 if k == len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
