@@ -10,7 +10,10 @@ of :mod:`nlaverify.ops.ssm`, :mod:`nlaverify.ops.rwkv` and :mod:`nlaverify.ops.p
 
 The derivations live in :mod:`nlaverify.identities.ssm`,
 :mod:`nlaverify.identities.ssm_duality` and :mod:`nlaverify.identities.ssm_derivatives`.
-No figure yet. Run from the repository root: ``python derivations/ssm.py [--check]``.
+Figure: ``docs/figures/ssm.svg`` (:mod:`nlaverify.ssm_figures`): the FLOPs of the selective
+scan and of causal attention against the sequence length, counted in the running code, and
+the one-step error of each discretization against the exact ODE. Run from the repository
+root: ``python derivations/ssm.py [--check] [--figure-only]``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,13 @@ import nlaverify.identities.ssm_derivatives  # registers the family (all three p
 import nlaverify.identities.ssm_duality  # noqa: F401
 from nlaverify.proofs import family_script
 
+FIGURE = "docs/figures/ssm.svg"
+
 
 def draw() -> None:
-    """No figure for this family yet."""
+    from nlaverify.ssm_figures import draw_ssm_figure
+
+    print(f"wrote {draw_ssm_figure(FIGURE)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
