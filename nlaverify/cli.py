@@ -268,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out loss every this many steps (default: steps // 20)")
     t.add_argument("--figure", default=None,
                    help="write the loss curves to this SVG (e.g. docs/figures/training.svg)")
+    t.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
+                   help="characters (default), or byte-pair tokens learned on the training "
+                        "split (nlaverify.tokenize)")
+    t.add_argument("--bpe-vocab", type=_bounded_int(257), default=384,
+                   help="the byte-pair vocabulary: 256 bytes and BPE_VOCAB - 256 merges")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_cmd_train)
     return p

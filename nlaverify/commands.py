@@ -395,6 +395,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.lr is not None and len(names) > 1:
         raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "
                             "uses its default rate")
+    if args.figure and args.tokenizer != "char":
+        raise ArgumentError("train: --figure draws the next-character figure; it is not drawn "
+                            f"with --tokenizer {args.tokenizer}")
     if args.figure:  # before training: an unwritable figure used to lose the results
         from nlaverify.outputs import probe_output
         from nlaverify.reproducible import pin_process
@@ -402,7 +405,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
         probe_output(args.figure, "--figure", "train")
 
         pin_process()  # the figure's losses must not depend on the machine's kernels
-    corpus = load_corpus()
+    if args.tokenizer == "bpe":
+        from nlaverify.corpus import load_bpe_corpus
+
+        corpus = load_bpe_corpus(args.bpe_vocab)
+    else:
+        corpus = load_corpus()
     progress = not args.json and sys.stderr.isatty()
     results = [train(args.preset, o, args.steps, seq_len=args.seq_len, batch=args.batch,
                      lr=args.lr, seed=args.seed, eval_every=args.eval_every, corpus=corpus,
@@ -412,17 +420,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
     h1, h2 = entropies(corpus.train, corpus.vocab_size)
     levels = {"uniform_log_v": math.log(corpus.vocab_size), "unigram_entropy": h1,
               "bigram_entropy": h2}
+    # bits per byte of the held-out text: comparable between characters and BPE tokens
+    held_bytes = len(corpus.decode(corpus.val).encode("utf-8"))
+    per_token = held_bytes / len(corpus.val)
+    bpb = {r.optimizer: float(r.val_losses[-1]) / math.log(2) / per_token for r in results}
+    unit = "tokens" if args.tokenizer == "bpe" else "characters"
     if args.json:
-        jsonout.dump({"preset": args.preset, "vocab_size": corpus.vocab_size,
-                      "train_chars": len(corpus.train), "heldout_chars": len(corpus.val),
+        jsonout.dump({"preset": args.preset, "tokenizer": args.tokenizer,
+                      "vocab_size": corpus.vocab_size,
+                      "train_tokens": len(corpus.train), "heldout_tokens": len(corpus.val),
+                      "heldout_bytes_per_token": per_token, "heldout_bits_per_byte": bpb,
                       "levels": levels, "figure": args.figure,
                       "runs": [r.as_dict() for r in results]})
         return 0
     print(f"{results[0].config.name}: {len(corpus.train)} training and {len(corpus.val)} "
-          f"held-out characters, V = {corpus.vocab_size}; log V = {levels['uniform_log_v']:.3f}, "
+          f"held-out {unit}, V = {corpus.vocab_size}; log V = {levels['uniform_log_v']:.3f}, "
           f"unigram H1 = {h1:.3f}, bigram H2 = {h2:.3f} nats")
     for r in results:
-        print(format_result(r))
+        print(format_result(r) + f"  held-out {bpb[r.optimizer]:.3f} bits/byte "
+              f"({per_token:.2f} bytes/token)")
     if args.figure:
         print(f"figure: {args.figure}")
     return 0

@@ -49,20 +49,26 @@ def extract_passage(text: str) -> str:
 
 @dataclass(frozen=True)
 class Corpus:
-    """A character-level text: ``vocab[i]`` is the character of token id ``i``; ``train``
-    and ``val`` are the id arrays of the training and held-out splits."""
+    """A tokenized text: ``vocab[i]`` is the text of token id ``i`` (a character; with a
+    byte-pair encoding, :attr:`bpe`, its bytes read as Latin-1); ``train`` and ``val`` are the
+    id arrays of the training and held-out splits."""
 
     text: str
-    vocab: str
+    vocab: str | tuple[str, ...]
     train: np.ndarray
     val: np.ndarray
+    #: the byte-pair encoding of :func:`load_bpe_corpus` (``None``: characters)
+    bpe: Any = None
 
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
 
     def encode(self, text: str) -> np.ndarray:
-        """The token ids of ``text`` (every character must be in :attr:`vocab`)."""
+        """The token ids of ``text`` (every character must be in :attr:`vocab`; any text
+        with a byte-pair encoding)."""
+        if self.bpe is not None:
+            return np.asarray(self.bpe.encode(text), dtype=np.int64)
         index = {c: i for i, c in enumerate(self.vocab)}
         missing = sorted(set(text) - set(index))
         if missing:
@@ -70,6 +76,9 @@ class Corpus:
         return np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
 
     def decode(self, ids: Any) -> str:
+        if self.bpe is not None:
+            return self.bpe.decode(np.asarray(ids).ravel().tolist()).decode(
+                "utf-8", errors="replace")
         return "".join(self.vocab[int(i)] for i in np.asarray(ids).ravel())
 
 
@@ -85,6 +94,27 @@ def load_corpus(text: str | None = None, val_fraction: float = 0.1) -> Corpus:
     ids = np.fromiter((vocab.index(c) for c in text), dtype=np.int64, count=len(text))
     cut = len(ids) - math.ceil(val_fraction * len(ids))
     return Corpus(text, vocab, ids[:cut], ids[cut:])
+
+
+def load_bpe_corpus(vocab_size: int = 384, text: str | None = None,
+                    val_fraction: float = 0.1) -> Corpus:
+    r"""The shipped passage (or ``text``) tokenized by byte-pair encoding
+    (:func:`nlaverify.tokenize.train_bpe`, Baptista, Stuart & Tran §2.2): the merges are
+    learned on the training split only (the last ``val_fraction`` of the characters held
+    out, as :func:`load_corpus` splits), and both splits are encoded with them; the
+    vocabulary is the 256 bytes and ``vocab_size - 256`` merged tokens."""
+    from nlaverify.tokenize import train_bpe
+
+    if not 0 < val_fraction < 1:
+        raise ArgumentError(f"load_bpe_corpus: val_fraction: expected a number in (0, 1), got "
+                            f"{val_fraction!r}")
+    if text is None:
+        text = (resources.files("nlaverify") / "data" / CORPUS_FILE).read_text(encoding="utf-8")
+    cut = len(text) - math.ceil(val_fraction * len(text))
+    bpe = train_bpe(text[:cut], vocab_size)
+    vocab = tuple(t.decode("latin-1") for t in bpe.vocab)
+    return Corpus(text, vocab, np.asarray(bpe.encode(text[:cut]), dtype=np.int64),
+                  np.asarray(bpe.encode(text[cut:]), dtype=np.int64), bpe)
 
 
 def entropies(ids: np.ndarray, vocab_size: int) -> tuple[float, float]:

@@ -123,3 +123,29 @@ def test_the_command_trains_encodes_and_decodes(tmp_path, capsys) -> None:
     assert main(["tokenize", "encode", "--merges", str(tmp_path / "bad.json"), "--input",
                  "a"]) == 2
     assert "expected a JSON file" in capsys.readouterr().err
+
+
+def test_bpe_corpus_for_training(capsys) -> None:
+    """The passage as byte-pair tokens (nlaverify.corpus.load_bpe_corpus): merges learned on
+    the training split only, both splits decoding back to the text exactly, and `nlaverify
+    train --tokenizer bpe` reporting held-out bits per byte (comparable with characters)."""
+    import json
+
+    from nlaverify.cli import main
+    from nlaverify.corpus import load_bpe_corpus, load_corpus
+
+    chars = load_corpus()
+    c = load_bpe_corpus(300)
+    assert c.vocab_size == 300 and c.bpe is not None
+    cut = len(c.text) - len(chars.decode(chars.val))
+    assert c.decode(c.train) == c.text[:cut] and c.decode(c.val) == c.text[cut:]
+    assert len(c.train) < len(chars.train)  # merges shorten the text
+    # learned on the training split only: the held-out text leaves no trace in the merges
+    assert c.bpe.merges == train_bpe(c.text[:cut], 300).merges
+    assert main(["train", "--tokenizer", "bpe", "--bpe-vocab", "300", "--steps", "2",
+                 "--optimizer", "sgd", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokenizer"] == "bpe" and out["vocab_size"] == 300
+    assert out["heldout_bytes_per_token"] > 1.0 and out["heldout_bits_per_byte"]["sgd"] > 0
+    assert main(["train", "--tokenizer", "bpe", "--steps", "1", "--figure", "/tmp/x.svg"]) == 2
+    assert "not drawn with --tokenizer bpe" in capsys.readouterr().err
