@@ -53,10 +53,25 @@ ABOUT: dict[str, str] = {
     "scaling": "Scaling laws: the Chinchilla loss and its compute-optimal allocation "
                "(Hoffmann et al. 2022; Baggag & Saad §3.14).",
     "transformer": "The decoder-only Transformer as a graph and its back-propagation.",
+    "ssm": "State-space models: discretization, selective and associative scans, the "
+           "state-space duality, RWKV's WKV, the set transformer (Baptista, Stuart & Tran "
+           "§5.2, §5.3.4, App. C).",
+    "interpretability": "Weight transformations that leave the model unchanged (folded norms, "
+                        "centered writers, rotations) and the residual stream's additive "
+                        "decomposition (Baggag & Saad §3.15–3.16).",
+    "objectives": "The training objectives: the KL chain rule, forward and reverse KL, the "
+                  "KL-regularised RL optimum, DPO, REINFORCE (Baptista, Stuart & Tran §3–4).",
+    "diffusion": "Discrete (masked) diffusion: the forward process, the time reversal of a "
+                 "finite-state chain, the ELBO as a weighted cross-entropy (Baptista, Stuart & "
+                 "Tran §9, App. D).",
 }
 
 #: family -> its figures ``(file in docs/figures, caption)``
 FIGURES: dict[str, list[tuple[str, str]]] = {
+    "ssm": [
+        ("ssm.svg", "The selective scan's FLOPs against causal attention's, counted in the "
+                    "running code, and the discretizations' one-step errors."),
+    ],
     "scaling": [
         ("chinchilla_isoflop.svg", "Iso-FLOP curves of the Chinchilla law, the proved "
                                    "compute-optimal size marked (Hoffmann et al. 2022, Fig. 3)."),
