@@ -61,6 +61,9 @@ ABOUT: dict[str, str] = {
                         "decomposition (Baggag & Saad §3.15–3.16).",
     "objectives": "The training objectives: the KL chain rule, forward and reverse KL, the "
                   "KL-regularised RL optimum, DPO, REINFORCE (Baptista, Stuart & Tran §3–4).",
+    "sharding": "Sharding made exact: tensor, data, vocabulary and sequence (ring) "
+                "parallelism, ZeRO, and why Muon needs the Gram all-reduce (Megatron-LM; "
+                "ZeRO; Ring Attention).",
     "diffusion": "Discrete (masked) diffusion: the forward process, the time reversal of a "
                  "finite-state chain, the ELBO as a weighted cross-entropy (Baptista, Stuart & "
                  "Tran §9, App. D).",
