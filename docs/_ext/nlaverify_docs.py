@@ -64,6 +64,8 @@ ABOUT: dict[str, str] = {
     "sharding": "Sharding made exact: tensor, data, vocabulary and sequence (ring) "
                 "parallelism, ZeRO, and why Muon needs the Gram all-reduce (Megatron-LM; "
                 "ZeRO; Ring Attention).",
+    "architectures": "The mathematics of the model types beyond the seed's decoder: "
+                     "multi-head latent attention's absorption (DeepSeek-V2).",
     "diffusion": "Discrete (masked) diffusion: the forward process, the time reversal of a "
                  "finite-state chain, the ELBO as a weighted cross-entropy (Baptista, Stuart & "
                  "Tran §9, App. D).",

@@ -78,6 +78,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.objectives",
     "nlaverify.identities.sharding",
     "nlaverify.identities.diffusion",
+    "nlaverify.identities.architectures",
 )
 
 
