@@ -1,5 +1,5 @@
 """Command line: ``nlaverify derive | list | verify | params | curvature | newton-schulz |
-train | scaling | cost | generate | tokenize``."""
+train | scaling | cost | generate | transform | tokenize``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,12 @@ def _version() -> str:
         from nlaverify import __version__
 
         return __version__
+
+
+def _cmd_transform(args: argparse.Namespace) -> int:
+    from nlaverify.transform.command import transform_command
+
+    return transform_command(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,6 +216,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the seed of the random weights")
     gn.add_argument("--json", action="store_true")
     gn.set_defaults(func=_cmd_generate)
+
+    tf = sub.add_parser("transform", help="weight transformations that claim to leave the "
+                                          "model unchanged (fold norms, center, rotate), each "
+                                          "checked node by node")
+    tf.add_argument("--preset", default="tiny", help="a preset with seeded weights")
+    tf.add_argument("--hf", default=None, metavar="DIR",
+                    help="a Hugging Face checkpoint directory instead of a preset")
+    tf.add_argument("--steps", required=True,
+                    help="comma-separated: fold-norms, center-writers, center-unembedding, "
+                         "fold-value-bias, rotate (Hadamard), rotate:random")
+    tf.add_argument("--seed", type=_bounded_int(0, 2**32 - 1), default=0,
+                    help="the weights' (preset), the data's and the random rotation's seed")
+    tf.add_argument("--out", default=None, metavar="DIR",
+                    help="write the transformed model there (config.json, model.safetensors) "
+                         "when every check passes")
+    tf.add_argument("--json", action="store_true")
+    tf.set_defaults(func=_cmd_transform)
 
     tk = sub.add_parser("tokenize", help="byte-pair encoding: train merges on a text, encode "
                                          "a text to ids, decode ids to text")
