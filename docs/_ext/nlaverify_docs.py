@@ -97,6 +97,9 @@ FIGURES: dict[str, list[tuple[str, str]]] = {
                        "exact density (seed Fig. 24)."),
         ("jl_distortion.svg", "Johnson–Lindenstrauss distortion, measured against the "
                               "bound."),
+        ("intrinsic_dimension.svg", "Intrinsic dimension and anisotropy of the tiny model's "
+                                    "residual stream, before and after training "
+                                    "(`python derivations/intrinsic.py --figure-only`)."),
     ],
     "jacobians": [
         ("precision_depth.svg", "Error and bound through the depth of the network "

@@ -7,6 +7,8 @@ Johnson–Lindenstrauss projections (Baggag & Saad §3.14.1, Fig. 24, Table 5).
   on SymPy), seeded unit vectors and streamed pairwise-angle statistics;
 * :mod:`~nlaverify.geometry.jl`: Gaussian and Achlioptas projections, the moments of
   :math:`\|Px\|^2`, the Dasgupta–Gupta bound and target dimension, measured distortion;
+* :mod:`~nlaverify.geometry.intrinsic`: intrinsic dimension (TwoNN, Levina–Bickel, PCA at an
+  energy) and anisotropy (mean pairwise cosine) of point clouds, with known-answer samplers;
 * :mod:`~nlaverify.geometry.figures`: the seed's Fig. 24 (angles) and JL distortion against
   the bound.
 """
@@ -25,6 +27,23 @@ from nlaverify.geometry.angles import (
     cosine_moment,
     pairwise_cosines,
     random_unit_vectors,
+)
+from nlaverify.geometry.intrinsic import (
+    IntrinsicEstimate,
+    anisotropy,
+    knn_distances,
+    levina_bickel,
+    levina_bickel_from_distances,
+    neighbour_ratios,
+    pca_dimension,
+    pca_energies,
+    sphere_samples,
+    subspace_samples,
+    swiss_roll_samples,
+    twonn,
+    twonn_fit,
+    twonn_fit_from_ratios,
+    twonn_from_ratios,
 )
 from nlaverify.geometry.jl import (
     ACHLIOPTAS,
@@ -52,11 +71,13 @@ __all__ = [
     "RADEMACHER",
     "AngleStatistics",
     "EntryLaw",
+    "IntrinsicEstimate",
     "achlioptas_projection",
     "angle_band_normal_approximation",
     "angle_band_probability",
     "angle_density",
     "angle_statistics",
+    "anisotropy",
     "band_fraction",
     "band_probability",
     "band_probability_increment",
@@ -70,11 +91,24 @@ __all__ = [
     "gaussian_projection",
     "jl_epsilon",
     "jl_min_dimension",
+    "knn_distances",
+    "levina_bickel",
+    "levina_bickel_from_distances",
+    "neighbour_ratios",
     "pair_distortions",
     "pairwise_cosines",
     "pairwise_sq_distances",
+    "pca_dimension",
+    "pca_energies",
     "projected_sq_norm",
     "random_projection",
     "random_unit_vectors",
+    "sphere_samples",
     "sq_norm_ratio_variance",
+    "subspace_samples",
+    "swiss_roll_samples",
+    "twonn",
+    "twonn_fit",
+    "twonn_fit_from_ratios",
+    "twonn_from_ratios",
 ]
