@@ -21,6 +21,7 @@ from nlaverify.config_options import (
     BIDIRECTIONAL_ATTENTIONS,
     GATED_MLPS,
     LORA_TARGETS,
+    MIXERS,
     MLPS,
     NORMS,
     PLACEMENTS,
@@ -34,7 +35,8 @@ from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED,
 from nlaverify.errors import UnknownNameError
 
 __all__ = [
-    "ATTENTIONS", "BIDIRECTIONAL_ATTENTIONS", "GATED_MLPS", "LORA_TARGETS", "MLPS", "NORMS",
+    "ATTENTIONS", "BIDIRECTIONAL_ATTENTIONS", "GATED_MLPS", "LORA_TARGETS", "MIXERS", "MLPS",
+    "NORMS",
     "PLACEMENTS", "POSITIONS", "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS",
     "RANDOM_FEATURE_ATTENTIONS", "ROPE_SCALINGS", "UNPUBLISHED", "ConfigError", "Figure",
     "RopeScaling", "TransformerConfig", "preset", "preset_mismatches",
@@ -83,6 +85,13 @@ class TransformerConfig:
     training is the trainer's schedule: every :math:`s` steps it passes draw
     :math:`\lfloor t/s \rfloor` (:func:`nlaverify.graph.build.feature_inputs`), so a run
     stays a pure function of the config, the schedule and the step.
+
+    ``mixer`` (:data:`MIXERS`, or one per block: a hybrid, as Jamba interleaves them) puts
+    Mamba's selective state-space block (Gu & Dao 2023; Baptista, Stuart & Tran §5.3.4) in
+    place of attention: :math:`d_{in}` = ``ssm_expand`` :math:`\cdot d` channels, a causal
+    depthwise convolution of width ``ssm_conv``, a state of ``ssm_state`` per channel,
+    :math:`\Delta` of rank ``ssm_dt_rank`` (``None``: :math:`\lceil d/16\rceil`, Hugging
+    Face's ``"auto"``); the MLP sublayer stays.
     """
 
     vocab_size: int
@@ -121,6 +130,11 @@ class TransformerConfig:
     lora_rank: int = 0
     lora_alpha: float | None = None
     lora_targets: tuple[str, ...] = ("q", "v")
+    mixer: str | tuple[str, ...] = "attention"
+    ssm_state: int = 16
+    ssm_conv: int = 4
+    ssm_expand: int = 2
+    ssm_dt_rank: int | None = None
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -170,6 +184,42 @@ class TransformerConfig:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
         self._check_attention()
         self._check_architecture_options()
+        self._check_mixer()
+
+    def _check_mixer(self) -> None:
+        """``mixer`` a name of :data:`MIXERS` or one per block (a list becomes a tuple); the
+        state-space sizes positive integers (``ssm_dt_rank`` may be ``None``)."""
+        m = self.mixer
+        if isinstance(m, list):
+            m = tuple(m)
+            object.__setattr__(self, "mixer", m)
+        ok = m in MIXERS if isinstance(m, str) else (
+            isinstance(m, tuple) and len(m) == self.n_blocks and all(x in MIXERS for x in m))
+        if not ok:
+            raise ConfigError(f"TransformerConfig.mixer: expected one of {', '.join(MIXERS)} "
+                              f"or a tuple of n_blocks={self.n_blocks} of them, got {m!r}")
+        for f in ("ssm_state", "ssm_conv", "ssm_expand", "ssm_dt_rank"):
+            v = getattr(self, f)
+            if (v is not None or f != "ssm_dt_rank") and (
+                    isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                none = " or None" if f == "ssm_dt_rank" else ""
+                raise ConfigError(f"TransformerConfig.{f}: expected a positive integer{none}, "
+                                  f"got {v!r}")
+
+    def block_mixer(self, layer: int) -> str:
+        """The token mixer of block ``layer`` (:data:`MIXERS`)."""
+        return self.mixer if isinstance(self.mixer, str) else self.mixer[layer]
+
+    @property
+    def d_inner(self) -> int:
+        """The channels of a Mamba block, ``ssm_expand * d_model``."""
+        return self.ssm_expand * self.d_model
+
+    @property
+    def dt_rank(self) -> int:
+        r"""The rank of :math:`\Delta`'s projection: ``ssm_dt_rank`` or :math:`\lceil
+        d/16\rceil` (Hugging Face ``MambaConfig``'s ``"auto"``)."""
+        return self.ssm_dt_rank if self.ssm_dt_rank is not None else -(-self.d_model // 16)
 
     def _check_architecture_options(self) -> None:
         """RoPE scaling only with RoPE, a window >= 1 on causal softmax attention; the
@@ -330,6 +380,10 @@ PRESETS: dict[str, TransformerConfig] = {
     "tiny": TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=2, d_mlp=16,
                               positions="learned", context=16, mlp="gelu", attn_bias=True,
                               mlp_bias=True, name="tiny"),
+    # tiny's sizes with Mamba's block in place of attention (Gu & Dao 2023; issue 37)
+    "tiny-mamba": TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=2, d_mlp=16,
+                                    positions="none", context=16, mlp="swiglu", norm="rmsnorm",
+                                    mixer="mamba", ssm_state=4, ssm_conv=3, name="tiny-mamba"),
     # a mid-sized model for precision and speed checks (d=256, 4 blocks, V=2048)
     "mid": TransformerConfig(vocab_size=2048, d_model=256, n_heads=8, n_blocks=4, d_mlp=1024,
                              positions="learned", context=256, mlp="gelu", attn_bias=True,

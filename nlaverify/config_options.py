@@ -30,6 +30,10 @@ ROPE_SCALINGS = ("linear", "llama3")
 ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
 #: attentions with random features (the draws are part of the config, see feature_draws)
 RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
+#: the token mixer of a block (issue 37): softmax-family attention (``attention``) or Mamba's
+#: selective state-space block (``mamba``; Gu & Dao 2023); a per-block tuple mixes them
+#: (a hybrid, as Jamba does)
+MIXERS = ("attention", "mamba")
 #: attentions that are bidirectional only (no causal form)
 BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
 

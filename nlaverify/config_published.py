@@ -49,10 +49,16 @@ _SOFTMAX = {
     "lora_rank": Figure(0, "the pre-trained model (no LoRA adapter)"),
     "lora_alpha": Figure(None, _UNUSED),
     "lora_targets": Figure(("q", "v"), _UNUSED),
+    "mixer": Figure("attention", "every block mixes tokens by attention (no state-space "
+                                 "block)"),
+    "ssm_state": Figure(16, _UNUSED),
+    "ssm_conv": Figure(4, _UNUSED),
+    "ssm_expand": Figure(2, _UNUSED),
+    "ssm_dt_rank": Figure(None, _UNUSED),
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)
-UNPUBLISHED = frozenset({"tiny", "mid"})
+UNPUBLISHED = frozenset({"tiny", "tiny-mamba", "mid"})
 
 #: Published hyper-parameters of each preset that models a published Transformer, field
 #: by field (every field of :class:`TransformerConfig` but ``name``), with the source.

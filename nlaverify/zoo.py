@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: eleven named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: thirteen named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -19,7 +19,8 @@ large. The zoo is that set of configurations:
   it is off by 5-20 %), RoPE base 7 (frequencies :math:`7^{-2i/d_h}` against
   :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
   embeddings, no final norm, bidirectional attention, biases on and off,
-  :math:`d_h \ne d/h`; FAVOR+ and Linformer attention (Baggag & Saad §4.4; the other
+  :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
+  attention (Gu & Dao 2023); FAVOR+ and Linformer attention (Baggag & Saad §4.4; the other
   attention variants are verified node by node in ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
@@ -117,6 +118,13 @@ ZOO: tuple[TransformerConfig, ...] = (
     # LoRA of rank 2, scale alpha/r = 3, on every projection: biased (Q, K, V, O) and not (MLP)
     _member("lora-r2-all", lora_rank=2, lora_alpha=6.0,
             lora_targets=("q", "k", "v", "o", "mlp"), attn_bias=True),
+    # Mamba's block in place of attention (Gu & Dao 2023): a state of 3 per channel, a
+    # convolution of width 3 < n, d_inner = 3 d, Delta of rank 2; pre-RMSNorm, no positions
+    _member("mamba-rmsnorm", mixer="mamba", ssm_state=3, ssm_conv=3, ssm_expand=3,
+            ssm_dt_rank=2, norm="rmsnorm", positions="none", mlp="swiglu"),
+    # a hybrid as Jamba interleaves them: Mamba in block 0, RoPE attention in block 1
+    _member("hybrid-mamba-attention", n_blocks=2, mixer=("mamba", "attention"),
+            positions="rope", ssm_state=2, ssm_expand=1),
 )
 
 #: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
@@ -161,6 +169,12 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "lora_rank": (("lora-r2-all", 0),),
     "lora_alpha": (("lora-r2-all", None),),
     "lora_targets": (("lora-r2-all", ("q", "v")),),
+    "mixer": (("mamba-rmsnorm", "attention"), ("hybrid-mamba-attention",
+                                               ("attention", "mamba"))),
+    "ssm_state": (("mamba-rmsnorm", 5),),
+    "ssm_conv": (("mamba-rmsnorm", 1),),
+    "ssm_expand": (("mamba-rmsnorm", 1),),
+    "ssm_dt_rank": (("mamba-rmsnorm", None),),
 }
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

@@ -102,6 +102,45 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
     return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O", "o")
 
 
+def _mamba(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    r"""Mamba's block (Gu & Dao 2023, Figure 3; Hugging Face ``MambaMixer``'s parameter
+    layout, its ``in_proj`` and ``x_proj`` split by output): with :math:`E` = ``d_inner``,
+
+    .. math:: u = \operatorname{silu}(\operatorname{conv}(x W_x)),\quad \delta = (u W_{\Delta,
+       \text{low}}) W_\Delta,\quad B = u W_B,\quad C = u W_C,
+
+    ``scan`` :math:`= \operatorname{mamba\_scan}(u, \delta, A_{\log}, B, C, D, x W_z,
+    b_\Delta)` (:func:`nlaverify.ops.ssm.mamba_scan`: :math:`A = -e^{A_{\log}}`,
+    :math:`\Delta = \operatorname{softplus}(\delta + b_\Delta)`, gate
+    :math:`\operatorname{silu}(xW_z)`), ``out`` :math:`= \text{scan}\, W_{out}`. Nodes
+    ``{p}.in_x``, ``in_z``, ``conv``, ``conv_act``, ``dt_low``, ``B``, ``C``, ``dt``,
+    ``scan``, ``out``."""
+    d, E, N, R, k = cfg.d_model, cfg.d_inner, cfg.ssm_state, cfg.dt_rank, cfg.ssm_conv
+    xi = b.project(f"{p}.in_x", x, d, E, False, "mamba.in_proj", block)
+    z = b.project(f"{p}.in_z", x, d, E, False, "mamba.in_proj", block)
+    w = b.param(f"{p}.conv.w", (E, k), "mamba.conv.w", ("normal", k**-0.5), block)
+    cb = b.param(f"{p}.conv.b", (E,), "mamba.conv.b", ("normal", 0.1), block)
+    c = b.op(f"{p}.conv", "causal_conv1d", [xi, w, cb], ("n", E))
+    u = b.op(f"{p}.conv_act", "silu", [c], ("n", E))
+    low = b.project(f"{p}.dt_low", u, E, R, False, "mamba.x_proj", block)
+    Bm = b.project(f"{p}.B", u, E, N, False, "mamba.x_proj", block)
+    Cm = b.project(f"{p}.C", u, E, N, False, "mamba.x_proj", block)
+    dt = b.project(f"{p}.dt", low, R, E, False, "mamba.dt_proj", block)
+    dt_b = b.param(f"{p}.dt.b", (E,), "mamba.dt_proj.b", ("normal", 0.5), block)
+    A_log = b.param(f"{p}.A_log", (E, N), "mamba.A_log", ("normal", 0.5), block)
+    D = b.param(f"{p}.D", (E,), "mamba.D", ("one_plus", 0.1), block)
+    y = b.op(f"{p}.scan", "mamba_scan", [u, dt, A_log, Bm, Cm, D, z, dt_b], ("n", E))
+    return b.project(f"{p}.out", y, E, d, False, "mamba.out_proj", block)
+
+
+def _mixer(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    """Block ``block``'s token mixer (``cfg.block_mixer``): attention at ``{p}.attn`` or
+    Mamba's block at ``{p}.mamba``."""
+    if cfg.block_mixer(block) == "mamba":
+        return _mamba(b, f"{p}.mamba", x, cfg, block)
+    return _attention(b, f"{p}.attn", x, cfg, block)
+
+
 #: the activation op of each dense (ungated) MLP
 DENSE_ACTIVATIONS = {"gelu": "gelu_tanh", "gelu_erf": "gelu_erf", "relu": "relu"}
 
@@ -153,7 +192,7 @@ def feature_inputs(config: TransformerConfig, draw: int = 0, *,
     :math:`s` steps passes ``draw`` :math:`= \lfloor t/s \rfloor`) or to plant the
     unfixed-QR bias (``fix_signs=False``)."""
     return {f"blocks.{layer}.attn.features.{key}": value
-            for layer in range(config.n_blocks)
+            for layer in range(config.n_blocks) if config.block_mixer(layer) == "attention"
             for key, value in config.feature_draws(layer, draw, fix_signs=fix_signs).items()}
 
 
@@ -214,14 +253,13 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     for layer in range(cfg.n_blocks):
         p = f"blocks.{layer}"
         if cfg.placement == "pre":
-            a = _attention(b, f"{p}.attn", b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer),
-                           cfg, layer)
+            a = _mixer(b, p, b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer), cfg, layer)
             x = b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d))
             m = _mlp(b, f"{p}.mlp", b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer),
                      cfg, layer)
             x = b.op(f"{p}.resid2", "residual_add", [x, m], ("n", d))
         else:
-            a = _attention(b, f"{p}.attn", x, cfg, layer)
+            a = _mixer(b, p, x, cfg, layer)
             x = b.norm(f"{p}.norm1", b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d)),
                        cfg, "norms.blocks", layer)
             m = _mlp(b, f"{p}.mlp", x, cfg, layer)

@@ -6,7 +6,8 @@ Written from the equations of Baggag & Saad §3.2-3.13 and Baptista, Stuart & Tr
 Parameters use the graph's node names (``blocks.{l}.attn.q.W_Q`` ...), so the
 same dictionary feeds both. Formulations deliberately differ from the ops where
 the mathematics allows: RoPE by complex multiplication, GQA by ``jnp.repeat``,
-top-k routing by ``jax.lax.top_k``, cross-entropy by ``jax.nn.log_softmax``, and the
+top-k routing by ``jax.lax.top_k``, cross-entropy by ``jax.nn.log_softmax``, Mamba's block
+by ``jax.lax.conv_general_dilated`` and ``jax.lax.scan`` (:mod:`.jax_mamba`), and the
 linearized attentions (FAVOR, FAVOR+, elu+1, Shen, Linformer; Baggag & Saad §4.3-4.4) as
 explicit ``n x n`` quadratic forms where the ops use the linear order and prefix
 sums. The random features are the config's own draws
@@ -29,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from nlaverify.config import TransformerConfig
+from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
 
 jax.config.update("jax_enable_x64", True)
 
@@ -231,6 +233,14 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
     return rec[f"{name}.out"]
 
 
+def _mix(p: Params, b: str, x: Any, cfg: TransformerConfig, rec: Record, layer: int,
+         draw: int) -> Any:
+    """Block ``b``'s token mixer: attention, or Mamba's block (:mod:`.jax_mamba`)."""
+    if cfg.block_mixer(layer) == "mamba":
+        return mamba_mixer(p, f"{b}.mamba", x, cfg, rec)
+    return _attention(p, f"{b}.attn", x, cfg, rec, layer, draw)
+
+
 def _sinusoidal(n: int, d: int) -> Any:
     pos = jnp.arange(n)[:, None]
     i = jnp.arange(d)[None, :]
@@ -254,12 +264,12 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
         b = f"blocks.{layer}"
         if cfg.placement == "pre":
             rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
-            x = rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", rec[f"{b}.norm1"],
-                                                    cfg, rec, layer, draw)
+            x = rec[f"{b}.resid1"] = x + _mix(params, b, rec[f"{b}.norm1"], cfg, rec, layer,
+                                              draw)
             rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
             x = rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", rec[f"{b}.norm2"], cfg, rec)
         else:
-            rec[f"{b}.resid1"] = x + _attention(params, f"{b}.attn", x, cfg, rec, layer, draw)
+            rec[f"{b}.resid1"] = x + _mix(params, b, x, cfg, rec, layer, draw)
             x = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", rec[f"{b}.resid1"], cfg)
             rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", x, cfg, rec)
             x = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", rec[f"{b}.resid2"], cfg)
@@ -280,7 +290,9 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
     ``(n, h d_h)``), ``b.attn.q_rope``/``k_rope`` (RoPE only), ``b.attn.k_shared``/
     ``v_shared`` (grouped-query attention only, after sharing), ``b.attn.heads``
     (``(H, n, d_h)``), ``b.attn.out``; ``b.mlp.out`` and, by MLP kind, ``b.mlp.in``,
-    ``b.mlp.gate``, ``b.mlp.up``, ``b.mlp.act`` or ``b.mlp.scores`` (router); the
+    ``b.mlp.gate``, ``b.mlp.up``, ``b.mlp.act`` or ``b.mlp.scores`` (router); for a Mamba
+    block (``cfg.block_mixer``) ``b.mamba.in_x``, ``in_z``, ``conv``, ``conv_act``,
+    ``dt_low``, ``B``, ``C``, ``dt``, ``scan``, ``out`` in place of ``b.attn.*``; the
     residual sums ``b.resid1 = s + \operatorname{Attn}(\cdot)``, ``b.resid2 = s +
     \operatorname{MLP}(\cdot)``; ``final_norm`` (when present), ``logits`` and, when
     the temperature :math:`T \ne 1`, ``logits_tempered`` :math:`= Z/T`; ``loss`` (a
@@ -355,3 +367,56 @@ def make_value_grad_and_logits(cfg: TransformerConfig) -> Callable[..., Any]:
         return _mean_nll(z, y), z
 
     return jax.jit(jax.value_and_grad(f, has_aux=True))
+
+
+def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
+    r"""A recurrent decoder for a model whose every block is Mamba's (``check_decode``'s
+    step protocol: ``step(tokens, start, cache) -> (logits, cache, intermediates)``): each
+    token goes through the blocks one at a time with the carried states of
+    :func:`~nlaverify.models.jax_mamba.mamba_step` (the cache: one per block), never
+    seeing the sequence again.
+    Intermediates: ``blocks.{l}.mamba.out`` and ``blocks.{l}.resid1`` of the chunk's
+    positions. Learned, RoPE-free or absent positions (the blocks read no position)."""
+    if any(cfg.block_mixer(layer) != "mamba" for layer in range(cfg.n_blocks)):
+        raise ValueError(f"make_mamba_decode_step: every block must be 'mamba', got mixer="
+                         f"{cfg.mixer!r}")
+    if cfg.positions == "sinusoidal":
+        raise ValueError("make_mamba_decode_step: sinusoidal positions are not supported")
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+
+    def block(layer: int, x: Any, state: Any, rec: dict[str, list]) -> tuple[Any, Any]:
+        b = f"blocks.{layer}"
+        if cfg.placement == "pre":
+            y, state = mamba_step(p, f"{b}.mamba", _norm(p, f"{b}.norm1", x, cfg), state)
+            x = x + y
+            rec[f"{b}.resid1"].append(x)
+            x = x + _mlp(p, f"{b}.mlp", _norm(p, f"{b}.norm2", x[None], cfg), cfg, {})[0]
+        else:
+            y, state = mamba_step(p, f"{b}.mamba", x, state)
+            rec[f"{b}.resid1"].append(x + y)
+            x = _norm(p, f"{b}.norm1", x + y, cfg)
+            x = _norm(p, f"{b}.norm2", x + _mlp(p, f"{b}.mlp", x[None], cfg, {})[0], cfg)
+        rec[f"{b}.mamba.out"].append(y)
+        return x, state
+
+    def step(tokens: Any, start: int, cache: Any) -> tuple[Any, Any, dict[str, Any]]:
+        states = list(cache) if cache is not None else [mamba_state(cfg)
+                                                        for _ in range(cfg.n_blocks)]
+        rec: dict[str, list] = {f"blocks.{layer}.{k}": [] for layer in range(cfg.n_blocks)
+                                for k in ("mamba.out", "resid1")}
+        rows = []
+        for i, tok in enumerate(jnp.asarray(tokens).reshape(-1)):
+            x = p["embed.W_E"][tok]
+            if cfg.embed_scale:
+                x = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
+            if cfg.positions == "learned":
+                x = x + p["pos.W_P"][start + i]
+            for layer in range(cfg.n_blocks):
+                x, states[layer] = block(layer, x, states[layer], rec)
+            if cfg.final_norm:
+                x = _norm(p, "final_norm", x, cfg)
+            z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
+            rows.append(z / cfg.temperature)
+        return jnp.stack(rows), states, {k: jnp.stack(v) for k, v in rec.items()}
+
+    return step

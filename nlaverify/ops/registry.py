@@ -31,6 +31,7 @@ from nlaverify.ops import (
     sdpa,
     softmaxes,
 )
+from nlaverify.ops import ssm_specs as _ssm_specs
 from nlaverify.ops.opspec import Arg, ArgKind, OpSpec, fixed_routing_mask, with_ignored
 
 __all__ = ["OPS", "Arg", "ArgKind", "OpSpec", "R", "fixed_routing_mask", "get_op",
@@ -418,9 +419,12 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
 
 
 def get_op(name: str) -> OpSpec:
-    """The :class:`OpSpec` called ``name``; an unknown name lists the known ones."""
+    """The :class:`OpSpec` called ``name`` (of :data:`OPS`, or a scan of
+    :data:`~nlaverify.ops.ssm_specs.SCAN_OPS`); an unknown name lists the known ones."""
+    from nlaverify.ops.ssm_specs import SCAN_OPS
+
     try:
-        return OPS[name]
+        return OPS[name] if name in OPS else SCAN_OPS[name]
     except KeyError:
         import difflib
 
@@ -476,3 +480,4 @@ def _online_softmax_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _online_softmax_specs()})
+OPS.update(_ssm_specs.CONV_OPS)

@@ -50,7 +50,8 @@ from nlaverify.ops.activations import _silu_derivative, sigmoid, silu
 
 __all__ = ["DISCRETIZATIONS", "associative_scan", "causal_convolution", "chunked_scan",
            "discretize_bilinear", "discretize_zoh", "discretize_zoh_euler", "linear_recurrence",
-           "lti_scan", "phi1", "scan_combine", "selective_scan", "selective_scan_jvp",
+           "lti_scan", "mamba_scan", "mamba_scan_jvp", "mamba_scan_vjp", "phi1", "scan_combine",
+           "selective_scan", "selective_scan_jvp",
            "selective_scan_vjp", "softplus",
            "ssd_attention", "ssd_recurrence", "ssm_decay_matrix", "ssm_kernel"]
 
@@ -310,6 +311,43 @@ def selective_scan_jvp(xp: Namespace, T: tuple[Any, ...], u: Any, delta: Any, A:
         return dy
     out = dy * silu(xp, z)
     return out if T[6] is None else out + y * _silu_derivative(xp, z) * T[6]
+
+
+def mamba_scan(xp: Namespace, u: Any, delta: Any, A_log: Any, B: Any, C: Any, D: Any,
+               z: Any, delta_bias: Any) -> Any:
+    r"""The selective scan of a Mamba block (Gu & Dao 2023; Hugging Face ``MambaMixer``):
+    :func:`selective_scan` with :math:`A = -e^{A_{\log}}` (the stored parameter is
+    :math:`A_{\log}`, so :math:`A < 0` and :math:`|\bar A| < 1`, identity ``ssm_stability``),
+    :math:`\Delta = \operatorname{softplus}(\delta + b_\Delta)`, skip :math:`D`, gate
+    :math:`z`, Mamba's rule, zero initial state.
+
+    Args:
+        u, delta, z: ``(..., n, d)``; A_log: ``(d, N)``; B, C: ``(..., n, N)``; D,
+            delta_bias: ``(d,)``.
+    """
+    return selective_scan(xp, u, delta, -xp.exp(A_log), B, C, D, z, delta_bias,
+                          delta_softplus=True)
+
+
+def mamba_scan_vjp(xp: Namespace, G: Any, u: Any, delta: Any, A_log: Any, B: Any, C: Any,
+                   D: Any, z: Any, delta_bias: Any) -> tuple[Any, ...]:
+    r"""VJP of :func:`mamba_scan`: :func:`selective_scan_vjp` at :math:`A = -e^{A_{\log}}`,
+    and the chain rule :math:`\bar A_{\log} = \bar A \odot \partial A/\partial A_{\log} =
+    \bar A \odot A`."""
+    A = -xp.exp(A_log)
+    bars = selective_scan_vjp(xp, G, u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
+    return (*bars[:2], bars[2] * A, *bars[3:])
+
+
+@jvp_rule("du", "ddelta", "dA_log", "dB", "dC", "dD", "dz", "ddelta_bias")
+def mamba_scan_jvp(xp: Namespace, T: tuple[Any, ...], u: Any, delta: Any, A_log: Any, B: Any,
+                   C: Any, D: Any, z: Any, delta_bias: Any) -> Any:
+    r"""JVP of :func:`mamba_scan`: :func:`selective_scan_jvp` along :math:`\dot A =
+    A\odot\dot A_{\log}` (:math:`A = -e^{A_{\log}}`). A ``None`` tangent is a zero one."""
+    A = -xp.exp(A_log)
+    dA = None if T[2] is None else A * T[2]
+    return selective_scan_jvp(xp, (*T[:2], dA, *T[3:]), u, delta, A, B, C, D, z, delta_bias,
+                              delta_softplus=True)
 
 
 # -- the first-order linear recurrence and its associative scan ---------------------------

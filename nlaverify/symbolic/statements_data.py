@@ -121,6 +121,12 @@ OP_TEXT: dict[str, T] = {
                (("c", "the constant (static `c`, 3 in the check), not differentiated"),)),
     "shift": T("y", r"y = x + c", r"\dot y = \dot x",
                (("c", "the constant (static `c`, -2 in the check), not differentiated"),)),
+    "causal_conv1d": T("y", r"y_{t} = b + \textstyle\sum_{j=0}^{k-1} w_{j}\odot x_{t-k+1+j}"
+                       r"\ (x_s = 0,\ s < 0)",
+                       r"\dot y_t = \textstyle\sum_j (w_j\odot\dot x_{t-k+1+j} + \dot w_j\odot"
+                       r" x_{t-k+1+j}) + \dot b",
+                       (("w_j", "column $j$ of the depthwise kernel $w$ (one tap per channel)"),
+                        ("G", "the cotangent of $y$")), {"k": "taps of the kernel"}),
     "linear": T("Y", r"Y = XW", r"\dot Y = \dot X W + X\dot W"),
     "unembed_tied": T("Z", r"Z = X W_E^\top", r"\dot Z = \dot X W_E^\top + X\dot W_E^\top",
                       (("W_E", "the embedding table (V x d), tied as the unembedding"),)),
