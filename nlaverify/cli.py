@@ -291,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out loss every this many steps (default: steps // 20)")
     t.add_argument("--figure", default=None,
                    help="write the loss curves to this SVG (e.g. docs/figures/training.svg)")
+    t.add_argument("--objective", choices=("ar", "diffusion"), default="ar",
+                   help="next-token cross-entropy (default), or a masked-diffusion model "
+                        "(bidirectional, the continuous-time negative ELBO; AdamW)")
     t.add_argument("--tokenizer", choices=("char", "bpe"), default="char",
                    help="characters (default), or byte-pair tokens learned on the training "
                         "split (nlaverify.tokenize)")

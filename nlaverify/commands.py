@@ -379,6 +379,32 @@ def _cmd_newton_schulz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_diffusion(args: argparse.Namespace) -> int:
+    """``nlaverify train --objective diffusion`` (:mod:`nlaverify.diffusion_train`)."""
+    from nlaverify.diffusion_train import bits_per_char, sample, train_diffusion
+    from nlaverify.train import load_corpus
+
+    if args.tokenizer != "char" or args.figure or args.optimizer not in ("adamw", "all"):
+        raise ArgumentError("train --objective diffusion: characters and AdamW only, no "
+                            "--figure (python derivations/diffusion.py --figure-only draws it)")
+    corpus = load_corpus()
+    kw = {} if args.lr is None else {"lr": args.lr}
+    r = train_diffusion(args.preset, args.steps, seq_len=args.seq_len, batch=args.batch,
+                        seed=args.seed, eval_every=args.eval_every, corpus=corpus, **kw)
+    text = corpus.decode(sample(r.config, r.params, corpus.vocab_size, r.config.context,
+                                seed=args.seed))
+    if args.json:
+        jsonout.dump({"preset": args.preset, "objective": "diffusion", "steps": r.steps,
+                      "val_steps": r.val_steps.tolist(), "heldout_nelbo": r.val_nelbo.tolist(),
+                      "losses": r.losses.tolist(), "sample": text})
+        return 0
+    print(f"{r.config.name}: masked diffusion, {r.steps} steps; held-out negative ELBO "
+          f"{r.val_nelbo[0]:.3f} -> {r.val_nelbo[-1]:.3f} nats/char "
+          f"({bits_per_char(r.val_nelbo[-1]):.3f} bits/char, an upper bound), "
+          f"{r.ms_per_step:.1f} ms/step; sample {text!r}")
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import math
 
@@ -391,6 +417,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         train,
     )
 
+    if args.objective == "diffusion":
+        return _train_diffusion(args)
     names = list(OPTIMIZERS) if args.optimizer == "all" else [args.optimizer]
     if args.lr is not None and len(names) > 1:
         raise ArgumentError("train: --lr applies to one optimizer; with --optimizer all each "

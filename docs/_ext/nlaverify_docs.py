@@ -73,6 +73,10 @@ ABOUT: dict[str, str] = {
 
 #: family -> its figures ``(file in docs/figures, caption)``
 FIGURES: dict[str, list[tuple[str, str]]] = {
+    "diffusion": [
+        ("diffusion.svg", "The tiny model trained autoregressively and as a masked-diffusion "
+                          "model: held-out cross-entropy against the negative ELBO."),
+    ],
     "ssm": [
         ("ssm.svg", "The selective scan's FLOPs against causal attention's, counted in the "
                     "running code, and the discretizations' one-step errors."),
