@@ -307,3 +307,46 @@ def test_bad_rotations_are_refused() -> None:
 def test_check_transform_refuses_a_non_transform() -> None:
     with pytest.raises(ArgumentError, match="expected a Transformed"):
         check_transform(TINY, _params(TINY), _params(TINY))
+
+
+def test_every_zoo_member_is_transformed_or_refused_by_name() -> None:
+    """Over the whole zoo, each transformation either passes its node-by-node check or is
+    refused with an ArgumentError saying why (post-LN, MoE, RMSNorm for centering, LayerNorm
+    for rotation, no value bias): never another exception, never a failed claim; and most
+    members get at least one transformation checked."""
+    from nlaverify.errors import ArgumentError
+    from nlaverify.transform import (
+        center_unembedding,
+        center_writers,
+        check_transform,
+        fold_norms,
+        fold_value_bias,
+        random_orthogonal,
+        rotate,
+    )
+    from nlaverify.zoo import ZOO
+
+    checked: dict[str, list[str]] = {}
+    for member in ZOO:
+        name = getattr(member, "name", member)
+        cfg = zoo_config(name)
+        params = init_params(build_transformer(cfg), 0)
+        done = checked.setdefault(name, [])
+        for label, fn in (("fold_norms", fold_norms), ("center_writers", center_writers),
+                          ("center_unembedding", center_unembedding),
+                          ("fold_value_bias", fold_value_bias)):
+            try:
+                result = fn(cfg, params)
+            except ArgumentError:
+                continue
+            rep = check_transform(cfg, params, result)
+            assert rep.ok, (name, label, rep.first_failure)
+            done.append(label)
+        if "fold_norms" in done and cfg.norm == "rmsnorm" and not cfg.n_experts:
+            folded = fold_norms(cfg, params)
+            rotated = rotate(folded.config, folded.params, random_orthogonal(cfg.d_model, 1))
+            assert check_transform(folded.config, folded.params, rotated).ok, name
+            done.append("rotate")
+    # 8 of the 13: the two post-LN and the three MoE members are refused by name
+    assert sum(bool(v) for v in checked.values()) >= 8, checked
+    assert sum("rotate" in v for v in checked.values()) >= 3, checked
