@@ -350,3 +350,35 @@ def test_every_zoo_member_is_transformed_or_refused_by_name() -> None:
     # 8 of the 13: the two post-LN and the three MoE members are refused by name
     assert sum(bool(v) for v in checked.values()) >= 8, checked
     assert sum("rotate" in v for v in checked.values()) >= 3, checked
+
+
+def test_unfrozen_attribution_error_is_exact() -> None:
+    """With each component normalised by its own scale, the split misses the logits by
+    exactly sum_k (gamma * a_k P)(1/sigma_k - 1/sigma) W_U: the own-scale parts plus the
+    norm's bias minus the graph's logits equal the reported error (here 150 % of the logits:
+    the frozen scale is not a detail)."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.core import evaluate
+    from nlaverify.graph.run import graph_inputs, sample_data
+    from nlaverify.tolerance import tolerance
+    from nlaverify.transform import direct_logit_attribution
+
+    cfg = preset("tiny")
+    params = init_params(build_transformer(cfg), 0)
+    data = sample_data(cfg.vocab_size, 8, 0)
+    att = direct_logit_attribution(cfg, params, data=data)
+    assert att.check.ok and att.unfrozen_relative_error > 0.1
+    g, xp = build_transformer(cfg), get_namespace("numpy")
+    v = evaluate(g, xp, graph_inputs(g, xp, params, data, "float64"))
+    gamma, beta, W_U = (params[k] for k in ("final_norm.gamma", "final_norm.beta",
+                                            "unembed.W_U"))
+    parts = [v["x0"], *(v[f"blocks.{b}.{w}"] for b in range(cfg.n_blocks)
+                        for w in ("attn.out", "mlp.out"))]
+
+    def norm_alone(a):
+        c = a - a.mean(-1, keepdims=True)
+        return gamma * c / np.sqrt((c * c).mean(-1, keepdims=True) + cfg.norm_eps)
+
+    own = sum(norm_alone(a) @ W_U for a in parts) + beta @ W_U
+    tol = tolerance("float64", size=cfg.d_model * len(parts), depth=8)
+    assert tol.compare(own - v["logits"], att.unfrozen_error).ok

@@ -12,7 +12,9 @@ plus the norm's bias (Elhage et al. 2021; proved as ``dla_frozen_scale``):
 with :math:`P = I - \tfrac1d\mathbf 1\mathbf 1^\top` for LayerNorm and :math:`P = I`,
 :math:`\beta = 0` for RMSNorm (:math:`W_U = W_E^\top` when tied; without a final norm
 :math:`\gamma = 1, \sigma = 1`). The split is exact only with the frozen scale: each
-component normalised by a scale of its own does not sum to the logits.
+component normalised by a scale of its own does not sum to the logits: its error is
+exactly :math:`\sum_k (\gamma\odot a^{(k)}P)(1/\sigma_k - 1/\sigma)W_U`
+(:attr:`Attribution.unfrozen_error`).
 
 Seed: Baggag & Saad §3.15-3.16 (the unembedding as a fixed coordinate system); Elhage et
 al. 2021.
@@ -57,6 +59,18 @@ class Attribution:
 
     parts: dict[str, np.ndarray]
     check: InvarianceRow
+    #: each component normalised by its own scale :math:`\sigma_k` instead (the common
+    #: mistake): its sum's error against the logits, exactly
+    #: :math:`\sum_k (\gamma\odot a^{(k)}P)(1/\sigma_k - 1/\sigma)W_U`, ``(n, V)``
+    unfrozen_error: np.ndarray | None = None
+
+    @property
+    def unfrozen_relative_error(self) -> float:
+        """The normwise size of :attr:`unfrozen_error` relative to the logits."""
+        if self.unfrozen_error is None:
+            return 0.0
+        total = sum(self.parts.values())
+        return float(np.linalg.norm(self.unfrozen_error) / np.linalg.norm(total))
 
 
 def direct_logit_attribution(config: TransformerConfig, params: dict[str, Any], *,
@@ -93,5 +107,11 @@ def direct_logit_attribution(config: TransformerConfig, params: dict[str, Any], 
     k = accumulation_length(g, int(np.shape(data["tokens"])[-1]))
     tol = node_tolerance("float64", k, node_depths(g)["logits"] + 1, values["logits"])
     c = tol.compare(total, values["logits"])
+    error = None
+    if config.final_norm:  # the split with each component's own scale, and its exact error
+        own = {key: attribute(np.asarray(a), gamma,
+                              frozen_scale(np.asarray(a), config.norm_eps, centered), centered)
+               @ W_U for key, a in components.items()}
+        error = sum(own.values()) - sum(v for key, v in parts.items() if key != "bias")
     return Attribution(parts, InvarianceRow("logits", g.nodes["logits"]["op"], "equal",
-                                            c.normwise, tol.rtol))
+                                            c.normwise, tol.rtol), error)
