@@ -17,25 +17,17 @@ from __future__ import annotations
 from nlaverify.identities.core import Proof, register
 from nlaverify.identities.ssm import ssm_identity
 from nlaverify.ops import ssm as _ssm
-from nlaverify.ops.opspec import Arg, OpSpec
+from nlaverify.ops.ssm_specs import SCAN_OPS
 from nlaverify.symbolic.vjp_proof import prove_jvp, prove_vjp
 
-__all__ = ["SELECTIVE_SCAN"]
+__all__ = ["MAMBA_SCAN", "SELECTIVE_SCAN"]
 
-_STATEMENT = (r"\lambda_k = \bar y_k C_k^\top + \bar A_{k+1}\odot\lambda_{k+1},\ \bar u_k = "
-              r"D\odot\bar y_k + \textstyle\sum_n\lambda_k\odot\bar B_k,\ \bar\Delta_k = "
-              r"\sum_n\lambda_k\odot(x_{k-1}A\bar A_k + u_kB_k),\ \bar A = \sum_k\lambda_k"
-              r"\odot x_{k-1}\Delta_k\bar A_k,\ \bar y = G\odot\operatorname{silu}(z)")
-
-#: Mamba's selective scan as an op record: ``(u, delta, A, B, C, D, z, delta_bias)``, all real
-SELECTIVE_SCAN = OpSpec(
-    "selective_scan", _ssm.selective_scan, _ssm.selective_scan_vjp,
-    (Arg("u", ("n", "d")), Arg("delta", ("n", "d")), Arg("A", ("d", "N")),
-     Arg("B", ("n", "N")), Arg("C", ("n", "N")), Arg("D", ("d",)), Arg("z", ("n", "d")),
-     Arg("delta_bias", ("d",))),
-    "Gu & Dao 2023 (Mamba, Algorithm 2; selective_scan_ref)", _STATEMENT,
-    {"n": 3, "d": 1, "N": 2}, {"n": (1, 6), "d": (1, 4), "N": (1, 4)},
-    static={"delta_softplus": True})
+#: Mamba's selective scan as an op record: ``(u, delta, A, B, C, D, z, delta_bias)``, all real;
+#: the very spec ``get_op("selective_scan")`` returns (``check_op``'s reference)
+SELECTIVE_SCAN = SCAN_OPS["selective_scan"]
+#: the pipeline's scan (A = -exp(A_log)), the op of the graph's ``mamba.scan`` nodes
+MAMBA_SCAN = SCAN_OPS["mamba_scan"]
+_STATEMENT = SELECTIVE_SCAN.vjp_statement
 
 
 def derive_vjp() -> Proof:
@@ -54,3 +46,19 @@ register(ssm_identity("ssm_selective_scan_jvp", "JVP of Mamba's selective scan (
              r"\odot\dot x_{k-1} + (\dot\Delta_k B_k + \Delta_k\dot B_k)u_k + \bar B_k\dot u_k,"
              r"\ \dot y_k = C_k\dot x_k + \dot C_k x_k + \dot D u_k + D\dot u_k",
              (_ssm.selective_scan, _ssm.selective_scan_jvp), derive_jvp, ("jvp", "scan")))
+
+
+def derive_mamba_vjp() -> Proof:
+    return prove_vjp(MAMBA_SCAN)
+
+
+def derive_mamba_jvp() -> Proof:
+    return prove_jvp(MAMBA_SCAN)
+
+
+register(ssm_identity("ssm_mamba_scan_vjp", "VJP of the pipeline's Mamba scan (A = -exp(A_log))",
+             MAMBA_SCAN.vjp_statement, (_ssm.mamba_scan, _ssm.mamba_scan_vjp), derive_mamba_vjp,
+             ("vjp", "scan")))
+register(ssm_identity("ssm_mamba_scan_jvp", "JVP of the pipeline's Mamba scan (A = -exp(A_log))",
+             r"\dot A = -e^{A_{\log}}\odot\dot A_{\log}\ \text{into the selective scan's JVP}",
+             (_ssm.mamba_scan, _ssm.mamba_scan_jvp), derive_mamba_jvp, ("jvp", "scan")))
