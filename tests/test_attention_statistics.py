@@ -24,6 +24,7 @@ Every bound comes from the estimator's own variance (Baggag & Saad §4.4; Chorom
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from nlaverify.tolerance import tolerance
 
 XP = get_namespace("numpy")
 Z = 5.0  # standard errors
+Z_POWER = NormalDist().inv_cdf(0.99)  # power 0.99: an error (Z + Z_POWER) se away is caught
 X0 = np.array([0.5, -0.3, 0.2])
 Y0 = np.array([0.1, 0.4, -0.5])
 KINDS = tuple(est.ESTIMATORS)
@@ -154,18 +156,26 @@ def _mutants(kind: str, x: np.ndarray, y: np.ndarray, m: int) -> dict[str, float
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_monte_carlo_mean_and_variance_match_closed_forms(kind: str) -> None:
-    r""":math:`R = 20000` replicates of :math:`\hat K_8` at fixed :math:`x, y \in \mathbb
+    r""":math:`R = 40000` replicates of :math:`\hat K_8` at fixed :math:`x, y \in \mathbb
     R^3`: the mean is the kernel and the variance the closed-form MSE, within five standard
-    errors; each planted mutant of the closed form (and of the kernel) is rejected."""
-    m, R = 8, 20000
+    errors; each planted mutant of the closed form (and of the kernel) is rejected.
+
+    Power: the variance test detects a relative error :math:`\delta` of the MSE w.p.
+    >= 0.99 once :math:`\delta \ge (5 + z_{0.99})\,\mathrm{se}(s^2)/\mathrm{MSE}`
+    (fourth-moment se): at R = 40000 that is 5.1 % (trig, favor), 5.3 % (sincos), 7.5 %
+    (positive), 9.0 % (hyperbolic), asserted below; at the former R = 20000 it was 7.2 /
+    7.5 / 11.3 / 13.2 % and an MSE 10 % too large passed for hyperbolic (z = -4.8). The
+    planted 1.1 and 0.9 x MSE fail for every kind. Cost: ~0.03 s per kind."""
+    m, R = 8, 40000
     samples = est.monte_carlo(kind, X0, Y0, m, R, seed=11)
     K = float(est.target_kernel(XP, kind, X0, Y0))
     M = float(est.mse(XP, kind, X0, Y0, m))
     assert abs(_mean_z(samples, K, M)) <= Z
     assert abs(_var_z(samples, M)) <= Z
-    # the 5-SE variance band is informative: relative half-width under 10 %
-    assert Z * est.variance_with_se(samples)[1] < 0.1 * M
-    for name, wrong in _mutants(kind, X0, Y0, m).items():
+    # the stated power: a 10 % error of the MSE is detected with probability >= 0.99
+    assert (Z + Z_POWER) * est.variance_with_se(samples)[1] <= 0.1 * M
+    planted = {"MSE x 1.1": 1.1 * M, "MSE x 0.9": 0.9 * M}
+    for name, wrong in {**_mutants(kind, X0, Y0, m), **planted}.items():
         assert abs(_var_z(samples, wrong)) > Z, name
     wrong_kernel = (math.exp(-_sq(X0 - Y0)) if est.ESTIMATORS[kind].target is
                     est.gaussian_kernel else math.exp(float(X0 @ Y0) / 2))
@@ -174,12 +184,21 @@ def test_monte_carlo_mean_and_variance_match_closed_forms(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["positive", "hyperbolic", "trig", "favor"])
 def test_orthogonal_features_keep_the_mean(kind: str) -> None:
-    """Orthogonal rows (fixed signs) are marginally N(0, I): the estimate stays unbiased;
+    r"""Orthogonal rows (fixed signs) are marginally N(0, I): the estimate stays unbiased;
     the i.i.d. MSE bounds the orthogonal one (Thm 2 for positive; checked below), so the
-    i.i.d. standard error is a valid (conservative) bound."""
+    i.i.d. standard error is a valid (conservative) bound.
+
+    Power: a relative error :math:`\delta` of the kernel is detected w.p. >= 0.99 once
+    :math:`\delta K \ge (5 + z_{0.99})\sqrt{\mathrm{MSE}_3/R}` (the i.i.d. MSE, an upper
+    bound): at R = 20000 that is 2.3 % (positive), 1.0 % (hyperbolic), 4.5 % (trig, favor),
+    asserted below; the planted kernel x 1.1 and x 0.9 fail. Cost ~0.02-0.06 s per kind."""
     samples = est.monte_carlo(kind, X0, Y0, 3, 20000, seed=12, draw="orthogonal")
     K = float(est.target_kernel(XP, kind, X0, Y0))
-    assert abs(_mean_z(samples, K, float(est.mse(XP, kind, X0, Y0, 3)))) <= Z
+    M = float(est.mse(XP, kind, X0, Y0, 3))
+    assert abs(_mean_z(samples, K, M)) <= Z
+    assert (Z + Z_POWER) * math.sqrt(M / samples.size) <= 0.1 * K  # the stated power
+    for planted in (1.1 * K, 0.9 * K):
+        assert abs(_mean_z(samples, planted, M)) > Z, planted
 
 
 def test_where_each_mse_vanishes() -> None:
@@ -283,17 +302,60 @@ def test_unfixed_qr_signs_bias_the_positive_estimator() -> None:
         assert abs(float(bad.mean()) - mean) <= Z * math.sqrt(float(bad.var(ddof=1)) / R)
 
 
+def orthogonal_positive_mse(x: np.ndarray, y: np.ndarray, m: int) -> float:
+    r"""The exact MSE of the positive estimate with :math:`m = bd` orthogonal rows (whole
+    blocks, :math:`\chi_d` lengths, fixed signs), derived here: with :math:`f(w) =
+    e^{-(\|x\|^2 + \|y\|^2)/2}e^{w^\top s}`, :math:`s = x + y`, each row has :math:`d - 1`
+    orthogonal partners and the blocks are independent, so :math:`\mathrm{MSE} =
+    (\operatorname{Var}f + (d-1)\operatorname{Cov}(f(w_1), f(w_2)))/m`. For an orthogonal
+    pair :math:`w_i = r_iu_i`, :math:`(u_1^\top\hat s, u_2^\top\hat s)` are two coordinates
+    of a uniform unit vector :math:`v` (a column of a Haar matrix), so :math:`\mathbb
+    E e^{w_1^\top s + w_2^\top s} = \sum_{a,b} \|s\|^{2(a+b)}\,\mathbb E r^{2a}\,\mathbb E
+    r^{2b}\,\mathbb E v_1^{2a}v_2^{2b}/((2a)!(2b)!)` with :math:`\mathbb E r^{2a} =
+    d(d+2)\cdots(d+2a-2)` and :math:`\mathbb E v_1^{2a}v_2^{2b} = (2a-1)!!(2b-1)!!/(d(d+2)
+    \cdots(d+2a+2b-2))` (Choromanski et al. 2021, Thm 2 bounds this from above by the i.i.d.
+    MSE). The series is truncated where its terms are below float64's unit roundoff."""
+    d = x.size
+
+    def rising(a: int) -> float:
+        return float(math.prod(d + 2 * j for j in range(a)))
+
+    def dfact(n: int) -> float:
+        return float(math.prod(range(n, 0, -2)))
+
+    s2 = float((x + y) @ (x + y))
+    c2 = math.exp(-(_sq(x) + _sq(y)))
+    sm = math.exp(-(_sq(x) + _sq(y)) / 2 + s2 / 2)
+    terms = range(40)  # s2^n / n! < 1e-20 for s2 <= 1 at n = 40
+    pair = c2 * sum(s2 ** (a + b) * rising(a) * rising(b) * dfact(2 * a - 1) * dfact(2 * b - 1)
+                    / (rising(a + b) * math.factorial(2 * a) * math.factorial(2 * b))
+                    for a in terms for b in terms)
+    return (c2 * math.exp(2 * s2) - sm**2 + (d - 1) * (pair - sm**2)) / m
+
+
 def test_orthogonal_features_reduce_the_positive_variance() -> None:
     r"""Choromanski et al. 2021, Thm 2 (:math:`m = d = 16`): the Monte-Carlo variance with
     orthogonal rows is below the i.i.d. one by more than five standard errors of the
-    difference, and the i.i.d. one matches its closed form. The size of the gap at this point
-    (about :math:`13\,\%` of the MSE) was measured once, not derived."""
+    difference, the i.i.d. one matches its closed form, and the orthogonal one matches its
+    closed form (:func:`orthogonal_positive_mse`, 0.880 of the i.i.d. MSE here) within five
+    standard errors.
+
+    Power: the orthogonal variance test detects a relative error :math:`\delta` of the
+    orthogonal MSE w.p. >= 0.99 once :math:`\delta \ge (5 + z_{0.99})\,\mathrm{se}/
+    \mathrm{MSE}^{\text{ort}}` = 6.8 % at R = 20000 (asserted below); before, only the gap
+    was tested, one-sided: a 10 % larger orthogonal variance failed it (gap 2.2 se), a 10 %
+    smaller one passed. The planted orthogonal MSE x 1.1 and x 0.9 fail. Cost ~0.4 s."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal(16)
     x *= 0.3 / np.linalg.norm(x)
     c = est.orthogonal_variance_comparison("positive", x, x, 16, replicates=20000, seed=2)
     assert abs(c.var_iid - c.exact_iid) <= Z * c.se_iid
     assert c.gap_in_se > Z and c.var_ort < c.exact_iid
+    ort = orthogonal_positive_mse(x, x, 16)
+    assert abs(c.var_ort - ort) <= Z * c.se_ort, (c.var_ort, ort)
+    assert (Z + Z_POWER) * c.se_ort <= 0.1 * ort  # the stated power
+    for planted in (1.1 * ort, 0.9 * ort):
+        assert abs(c.var_ort - planted) > Z * c.se_ort, planted
 
 
 # -- Nadaraya–Watson -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from statistics import NormalDist
 
 import mpmath
 import numpy as np
@@ -40,6 +41,7 @@ from nlaverify.tolerance import tolerance
 
 XP = get_namespace("numpy")
 Z = 5.0  # standard errors
+Z_POWER = NormalDist().inv_cdf(0.99)  # power 0.99: an error (Z + Z_POWER) se away is caught
 
 
 def _z(measured: float, expected: float, se: float) -> float:
@@ -234,13 +236,27 @@ LAWS = {"gaussian": jl.GAUSSIAN, "achlioptas": jl.ACHLIOPTAS, "rademacher": jl.R
 
 @pytest.mark.parametrize("name", list(LAWS))
 def test_projection_mean_and_variance(name: str) -> None:
-    law = LAWS[name]
-    for i, x in enumerate((X_GENERIC, X_HALF)):
-        P = jl.random_projection(17 + i, K, D, law, replicates=R)
+    r"""Power: the variance test (five fourth-moment SE) detects a relative error
+    :math:`\delta` of :func:`~nlaverify.geometry.jl.sq_norm_ratio_variance` w.p. >= 0.99
+    once :math:`\delta \ge (5 + z_{0.99})\,\mathrm{se}(s^2)/\mathrm{Var}`, about
+    :math:`7.33\sqrt{(\kappa_r - 1)/R}` (:math:`\kappa_r \approx 3`, the ratio's kurtosis):
+    8.0-9.1 % at R = 16000 projections (asserted below; at the former R = 4000, 18 %). The
+    vectors are the first 16 entries of the generic one and (1, 1) (the ratio depends on x
+    only, so fewer columns keep the cost down). Planted: Var x 1.1 and x 0.9 fail. The mean
+    test detects a 1.5 % error of the mean (:math:`7.33\sqrt{2/(kR)}`; entries' variance
+    off by 10 % is 50 SE). Cost ~0.1-0.35 s per law."""
+    law, R_VAR = LAWS[name], 16000
+    for i, x in enumerate((X_GENERIC[:16], X_HALF[:2])):
+        P = jl.random_projection(17 + i, K, x.size, law, replicates=R_VAR)
         r = _ratios(P, x)
         var = float(jl.sq_norm_ratio_variance(XP, x, K, law))
         assert abs(_mean_z(r, var)) <= Z
         assert abs(_var_z(r, var)) <= Z
+        c = r - r.mean()
+        se = math.sqrt((float(np.mean(c**4)) - float(r.var(ddof=1)) ** 2) / R_VAR)
+        assert (Z + Z_POWER) * se <= 0.1 * var  # the stated power
+        for planted in (1.1 * var, 0.9 * var):
+            assert abs(_var_z(r, planted)) > Z, planted
     assert float(jl.sq_norm_ratio_variance(XP, X_HALF, K, law)) <= 2.0 / K * (
         1 + tolerance(np.float64, size=D, depth=2).rtol)
 
@@ -277,6 +293,17 @@ def test_sparse_law_is_sampled_with_its_probabilities() -> None:
 
 @pytest.mark.parametrize("name", ["gaussian", "achlioptas"])
 def test_distortion_probability_below_dasgupta_gupta(name: str) -> None:
+    r"""The fraction of :math:`\varepsilon`-distorted squared norms (k = 64, eps = 0.3) is at
+    most the Dasgupta–Gupta bound (0.632) plus five binomial SE, and for the Gaussian it is
+    the exact :math:`\chi^2_k` tail p = 0.0863 within five binomial SE.
+
+    Power: the Gaussian rate detects a relative error :math:`\delta` of p w.p. >= 0.99 once
+    :math:`\delta \ge (5 + z_{0.99})\sqrt{(1-p)/(pR)}`: 37.7 % at the R = 4000 of the
+    first check, 8.9 % at the 72000 projections (of 2 columns) of the second (asserted);
+    the planted p x 1.1 and x 0.9 fail. The one-sided check against the DG bound has no
+    power statement: the bound is 7x the rate (a 10 % error of its constant cannot show;
+    tests/test_geometry.py::test_dasgupta_gupta_dimension_and_epsilon pins its closed
+    form). Cost ~1 s per law (the d = 128 draws; the power check adds ~0.2 s)."""
     k, d, eps = 64, 128, 0.3
     x = np.random.default_rng(8).standard_normal(d)
     law = LAWS[name]
@@ -289,6 +316,16 @@ def test_distortion_probability_below_dasgupta_gupta(name: str) -> None:
         p = jl.chi2_distortion_probability(k, eps)
         assert p <= bound
         assert abs(_z(frac, p, math.sqrt(p * (1 - p) / R))) <= Z
+        # the rate with power: 18 chunks of 4000 projections of x in R^2 (the ratio is
+        # chi^2_k/k whatever d, so two columns suffice), binomial se sqrt(p(1-p)/R)
+        x2, n = np.random.default_rng(8).standard_normal(2), 18 * R
+        hits = sum(int((np.abs(_ratios(jl.gaussian_projection(100 + c, k, 2, replicates=R),
+                                       x2) - 1.0) > eps).sum()) for c in range(18))
+        se = math.sqrt(p * (1 - p) / n)
+        assert abs(_z(hits / n, p, se)) <= Z
+        assert (Z + Z_POWER) * se <= 0.1 * p  # the stated power
+        for planted in (1.1 * p, 0.9 * p):
+            assert abs(_z(hits / n, planted, se)) > Z, planted
     # planted: entries scaled 1/d instead of 1/k (every squared norm shrinks by k/d = 1/2)
     Pm = P * math.sqrt(k / d)
     frac_bad = float((np.abs(_ratios(Pm, x) - 1.0) > eps).mean())
