@@ -92,6 +92,15 @@ class TransformerConfig:
     depthwise convolution of width ``ssm_conv``, a state of ``ssm_state`` per channel,
     :math:`\Delta` of rank ``ssm_dt_rank`` (``None``: :math:`\lceil d/16\rceil`, Hugging
     Face's ``"auto"``); the MLP sublayer stays.
+
+    Soft-capping (Gemma Team 2024, Gemma 2 §2): ``attn_softcap`` :math:`c` caps the scaled
+    attention scores, :math:`c\tanh(s/c)`, before the causal mask (softmax attention only);
+    ``final_softcap`` caps the logits (before the temperature). ``None``: no cap.
+
+    ``parallel_residual`` (pre-LN only): attention and MLP read the same stream, :math:`x
+    \leftarrow x + \operatorname{Attn}(N_1(x)) + \operatorname{MLP}(N(x))` with :math:`N =
+    N_1`, one shared norm (``parallel_norms=1``: GPT-J, Wang & Komatsuzaki 2021; Falcon-7B;
+    Cohere) or its own :math:`N_2` (``parallel_norms=2``: GPT-NeoX, Black et al. 2022).
     """
 
     vocab_size: int
@@ -135,6 +144,10 @@ class TransformerConfig:
     ssm_conv: int = 4
     ssm_expand: int = 2
     ssm_dt_rank: int | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    parallel_residual: bool = False
+    parallel_norms: int = 1
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -237,6 +250,7 @@ class TransformerConfig:
             if self.positions != "rope":
                 raise ConfigError(f"TransformerConfig.rope_scaling: applies to positions='rope',"
                                   f" got positions={self.positions!r}")
+        self._check_softcaps()
         w = self.sliding_window
         if w is not None:
             if isinstance(w, bool) or not isinstance(w, int) or w < 1:
@@ -246,6 +260,26 @@ class TransformerConfig:
                 raise ConfigError("TransformerConfig.sliding_window: applies to causal softmax "
                                   f"attention, got causal={self.causal}, "
                                   f"attention={self.attention!r}")
+
+    def _check_softcaps(self) -> None:
+        """Each cap a finite number > 0 or ``None``; the attention cap on softmax attention."""
+        import math
+
+        for f in ("attn_softcap", "final_softcap"):
+            c = getattr(self, f)
+            if c is not None and (isinstance(c, bool) or not isinstance(c, int | float)
+                                  or not (math.isfinite(c) and c > 0)):
+                raise ConfigError(f"TransformerConfig.{f}: expected a finite number > 0 or "
+                                  f"None, got {c!r}")
+        if self.attn_softcap is not None and self.attention != "softmax":
+            raise ConfigError("TransformerConfig.attn_softcap: caps softmax attention's scores,"
+                              f" got attention={self.attention!r}")
+        if self.parallel_residual and self.placement != "pre":
+            raise ConfigError("TransformerConfig.parallel_residual: both sublayers read the "
+                              f"stream through a norm (pre-LN), got placement={self.placement!r}")
+        if self.parallel_norms not in (1, 2) or isinstance(self.parallel_norms, bool):
+            raise ConfigError("TransformerConfig.parallel_norms: expected 1 (one norm shared by "
+                              f"attention and MLP) or 2, got {self.parallel_norms!r}")
 
     def _check_attention(self) -> None:
         """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""
@@ -264,7 +298,8 @@ class TransformerConfig:
         import math
 
         for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
-                  "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale"):
+                  "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale",
+                  "parallel_residual"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")

@@ -55,6 +55,10 @@ _SOFTMAX = {
     "ssm_conv": Figure(4, _UNUSED),
     "ssm_expand": Figure(2, _UNUSED),
     "ssm_dt_rank": Figure(None, _UNUSED),
+    "attn_softcap": Figure(None, "attention scores not soft-capped (Gemma 2 caps them)"),
+    "final_softcap": Figure(None, "logits not soft-capped (Gemma 2 caps them)"),
+    "parallel_residual": Figure(False, "attention, then the MLP on the updated stream"),
+    "parallel_norms": Figure(1, _UNUSED),
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)

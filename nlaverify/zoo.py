@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: thirteen named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: fifteen named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -20,8 +20,9 @@ large. The zoo is that set of configurations:
   :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
   embeddings, no final norm, bidirectional attention, biases on and off,
   :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
-  attention (Gu & Dao 2023); FAVOR+ and Linformer attention (Baggag & Saad §4.4; the other
-  attention variants are verified node by node in ``tests/test_attention_models.py``);
+  attention (Gu & Dao 2023); Gemma 2's soft caps; GPT-NeoX's parallel block; FAVOR+ and
+  Linformer attention (Baggag & Saad §4.4; the other attention variants are verified node
+  by node in ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
   differing in that field only (:data:`EFFECT_PAIRS`) must give graph losses (and logits)
@@ -125,6 +126,12 @@ ZOO: tuple[TransformerConfig, ...] = (
     # a hybrid as Jamba interleaves them: Mamba in block 0, RoPE attention in block 1
     _member("hybrid-mamba-attention", n_blocks=2, mixer=("mamba", "attention"),
             positions="rope", ssm_state=2, ssm_expand=1),
+    # Gemma 2's soft caps (Gemma Team 2024): scores 0.5 (before the mask), logits 1.5; post-LN
+    _member("softcap-rmsnorm", attn_softcap=0.5, final_softcap=1.5, norm="rmsnorm",
+            placement="post"),
+    # GPT-NeoX (Black et al. 2022): x + Attn(N1(x)) + MLP(N2(x)), RoPE, every bias
+    _member("parallel-neox", parallel_residual=True, parallel_norms=2, n_blocks=2,
+            positions="rope", attn_bias=True, mlp_bias=True),
 )
 
 #: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
@@ -175,6 +182,10 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "ssm_conv": (("mamba-rmsnorm", 1),),
     "ssm_expand": (("mamba-rmsnorm", 1),),
     "ssm_dt_rank": (("mamba-rmsnorm", None),),
+    "attn_softcap": (("softcap-rmsnorm", None),),
+    "final_softcap": (("softcap-rmsnorm", None),),
+    "parallel_residual": (("parallel-neox", False),),
+    "parallel_norms": (("parallel-neox", 1),),  # GPT-J's one shared norm
 }
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

@@ -382,3 +382,18 @@ def test_unfrozen_attribution_error_is_exact() -> None:
     own = sum(norm_alone(a) @ W_U for a in parts) + beta @ W_U
     tol = tolerance("float64", size=cfg.d_model * len(parts), depth=8)
     assert tol.compare(own - v["logits"], att.unfrozen_error).ok
+
+
+def test_soft_capped_logits_refuse_the_shift_and_the_split() -> None:
+    """c tanh(z/c) is neither shift-invariant nor additive: centering the unembedding and the
+    direct logit attribution are refused by name on a model with a final soft cap (the
+    claims would be false: check_transform found it at logits_uncapped)."""
+    from nlaverify.transform import direct_logit_attribution
+
+    cfg = preset("tiny").replace(final_softcap=3.0)
+    params = init_params(build_transformer(cfg), 0)
+    with pytest.raises(ArgumentError, match="soft-capped"):
+        center_unembedding(cfg, params)
+    with pytest.raises(ArgumentError, match="soft-capped"):
+        direct_logit_attribution(cfg, params)
+    assert check_transform(cfg, params, fold_norms(cfg, params)).ok  # the cap reads the same

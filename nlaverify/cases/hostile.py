@@ -353,7 +353,7 @@ def _hostile_args(spec: OpSpec, sizes: dict[str, int], rng: np.random.Generator,
             args.append(_exact_in(_hostile_scores(rng, shape, role), dtype))
         elif op in ("layernorm", "rmsnorm") and a.name == "x":
             args.append(_hostile_norm_array(rng, shape[0], shape[1], dtype))
-        elif op in ("silu", "gelu_erf", "gelu_tanh", "tanh", "relu") or (
+        elif op in ("silu", "gelu_erf", "gelu_tanh", "tanh", "relu", "softcap") or (
                 op == "swiglu" and k == 0):
             x = _hostile_activation_array(rng, shape, dtype)
             if op == "relu":  # a kink at 0: see make_hostile_case
@@ -370,7 +370,7 @@ _CONDITIONS: dict[str, Any] = {
     "log_softmax": _shifted_exponential_condition,
     "cross_entropy": _shifted_exponential_condition,
     **{op: _pointwise_condition for op in ("silu", "swiglu", "gelu_erf", "gelu_tanh", "tanh",
-                                           "relu")},
+                                           "relu", "softcap")},
     "layernorm": _scale_free_norm_condition,
     "rmsnorm": _scale_free_norm_condition,
     "moe": _moe_condition,
@@ -385,7 +385,7 @@ ATTENTION_OPS: tuple[str, ...] = ("attention", "causal_attention", "attention_mu
 HOSTILE_OPS: tuple[str, ...] = (
     "softmax", "log_softmax", "cross_entropy", *ATTENTION_OPS, "silu",
     "swiglu", "gelu_erf", "gelu_tanh", "tanh", "relu", "layernorm", "rmsnorm", "moe",
-    "moe_swiglu",
+    "moe_swiglu", "softcap",
 )
 
 

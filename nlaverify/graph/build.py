@@ -161,6 +161,9 @@ def _attention_heads(b: _Builder, p: str, qh: str, kh: str, vh: str, cfg: Transf
     shape = (H, "n", dh)
     if cfg.attention == "softmax":
         window = {} if cfg.sliding_window is None else {"window": cfg.sliding_window}
+        if cfg.attn_softcap is not None:  # Gemma 2: c tanh(S/c) on the scores, then the mask
+            return b.op(f"{p}.heads", "softcap_attention", [qh, kh, vh], shape,
+                        cap=cfg.attn_softcap, causal=cfg.causal, **window)
         return b.op(f"{p}.heads", op, [qh, kh, vh], shape, causal=cfg.causal, **window)
     if cfg.attention in ("efficient", "linformer"):
         extra = []
@@ -229,10 +232,14 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
 
     Inputs ``tokens`` and ``targets`` (both ``(n,)``); intermediate nodes ``x0`` (the
     residual stream entering block 0), ``blocks.{l}.resid1`` / ``resid2`` (the stream
-    after attention / MLP), ``logits``, ``loss``. Pre-LN:
+    after attention / MLP), ``logits`` (soft-capped when ``final_softcap`` is set, the
+    unembedding then ``logits_uncapped``), ``loss``. Pre-LN:
     :math:`x \leftarrow x + \operatorname{Attn}(N(x))`, :math:`x \leftarrow x +
     \operatorname{MLP}(N(x))`; Post-LN: :math:`x \leftarrow N(x + \operatorname{Attn}(x))`,
-    :math:`x \leftarrow N(x + \operatorname{MLP}(x))` (Baggag & Saad §3.9).
+    :math:`x \leftarrow N(x + \operatorname{MLP}(x))` (Baggag & Saad §3.9). Parallel
+    (``parallel_residual``; Wang & Komatsuzaki 2021, Black et al. 2022): ``resid1`` :math:`=
+    x + \operatorname{Attn}(N_1(x))`, ``resid2`` :math:`=` ``resid1`` :math:`+
+    \operatorname{MLP}(N(x))`, :math:`N` the shared ``norm1`` or NeoX's ``norm2``.
     """
     cfg, b = config, _Builder(config)
     d, V = cfg.d_model, cfg.vocab_size
@@ -252,7 +259,15 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
         x = b.op("x0", "scale", [x], ("n", d), c=1)  # the named stream entry, x_0
     for layer in range(cfg.n_blocks):
         p = f"blocks.{layer}"
-        if cfg.placement == "pre":
+        if cfg.parallel_residual:  # GPT-J, GPT-NeoX: both sublayers read the block's input
+            h = b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer)
+            a = _mixer(b, p, h, cfg, layer)
+            if cfg.parallel_norms == 2:
+                h = b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer)
+            m = _mlp(b, f"{p}.mlp", h, cfg, layer)
+            x = b.op(f"{p}.resid2", "residual_add", [
+                b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d)), m], ("n", d))
+        elif cfg.placement == "pre":
             a = _mixer(b, p, b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer), cfg, layer)
             x = b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d))
             m = _mlp(b, f"{p}.mlp", b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer),
@@ -267,11 +282,16 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
                        cfg, "norms.blocks", layer)
     if cfg.final_norm:
         x = b.norm("final_norm", x, cfg, "norms.final", None)
+    # with a final cap (Gemma 2) the unembedding is ``logits_uncapped`` and ``logits`` the
+    # capped c tanh(z/c): every reader of the logits sees the model's output
+    raw = "logits" if cfg.final_softcap is None else "logits_uncapped"
     if cfg.tied_embeddings:
-        z = b.op("logits", "unembed_tied", [x, W_E], ("n", V))
+        z = b.op(raw, "unembed_tied", [x, W_E], ("n", V))
     else:
         W_U = b.param("unembed.W_U", (d, V), "unembedding", ("normal", d**-0.5))
-        z = b.op("logits", "linear", [x, W_U], ("n", V))
+        z = b.op(raw, "linear", [x, W_U], ("n", V))
+    if cfg.final_softcap is not None:
+        z = b.op("logits", "softcap", [z], ("n", V), cap=cfg.final_softcap)
     if cfg.temperature != 1.0:
         z = b.op("logits_tempered", "scale", [z], ("n", V), c=1.0 / cfg.temperature)
     b.op("loss", "cross_entropy", [z, "targets"], ())

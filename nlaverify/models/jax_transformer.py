@@ -90,6 +90,12 @@ def _rope(x: Any, cfg: TransformerConfig) -> Any:
     return jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, dh)
 
 
+def _softcap(z: Any, c: float) -> Any:
+    r"""Gemma 2's soft cap :math:`c\tanh(z/c)`, written as :math:`c(2\sigma(2z/c) - 1)`
+    (the logistic form of tanh, not the ops' ``tanh``; Gemma Team 2024 §2)."""
+    return c * (2.0 * jax.nn.sigmoid(2.0 * z / c) - 1.0)
+
+
 def _kernel_rows(A: Any, v: Any, causal: bool) -> Any:
     """Row-normalised kernel attention from the full ``(h, n, n)`` matrix ``A`` (the
     quadratic form, masked by ``jnp.tril``): ``(A V) / (A 1)``."""
@@ -174,6 +180,8 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
         rec[f"{name}.k_shared"], rec[f"{name}.v_shared"] = k, v
     if cfg.attention == "softmax":
         s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
+        if cfg.attn_softcap is not None:  # Gemma 2: capped before the mask
+            s = _softcap(s, cfg.attn_softcap)
         if cfg.causal:
             seen = jnp.tril(jnp.ones((n, n), dtype=bool))
             if cfg.sliding_window is not None:  # the last w positions: a band of the triangle
@@ -262,7 +270,15 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
     rec["x0"] = x
     for layer in range(cfg.n_blocks):
         b = f"blocks.{layer}"
-        if cfg.placement == "pre":
+        if cfg.parallel_residual:  # x + Attn(N1(x)) + MLP(N(x)): the block's input, twice
+            h = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
+            if cfg.parallel_norms == 2:
+                h = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
+            m = _mlp(params, f"{b}.mlp", h, cfg, rec)
+            a = _mix(params, b, rec[f"{b}.norm1"], cfg, rec, layer, draw)
+            rec[f"{b}.resid1"] = x + a
+            x = rec[f"{b}.resid2"] = x + (a + m)
+        elif cfg.placement == "pre":
             rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
             x = rec[f"{b}.resid1"] = x + _mix(params, b, rec[f"{b}.norm1"], cfg, rec, layer,
                                               draw)
@@ -275,7 +291,10 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
             x = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", rec[f"{b}.resid2"], cfg)
     if cfg.final_norm:
         x = rec["final_norm"] = _norm(params, "final_norm", x, cfg)
-    rec["logits"] = x @ (params["embed.W_E"].T if cfg.tied_embeddings else params["unembed.W_U"])
+    z = x @ (params["embed.W_E"].T if cfg.tied_embeddings else params["unembed.W_U"])
+    if cfg.final_softcap is not None:
+        rec["logits_uncapped"], z = z, _softcap(z, cfg.final_softcap)
+    rec["logits"] = z
     if cfg.temperature != 1.0:
         rec["logits_tempered"] = rec["logits"] / cfg.temperature
     return rec
@@ -300,7 +319,12 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
 
     Pre-LN (Baggag & Saad §3.9): the stream after each sublayer *is* ``b.resid1`` /
     ``b.resid2``. Post-LN: ``b.resid1`` is the sum before the norm and the stream is
-    ``b.norm1 = N(b.resid1)`` (likewise ``b.norm2``), exactly as in the graph.
+    ``b.norm1 = N(b.resid1)`` (likewise ``b.norm2``), exactly as in the graph. Parallel
+    (``parallel_residual``): ``b.resid2`` :math:`= s + (\operatorname{Attn} +
+    \operatorname{MLP})`, both of the block's input ``s`` (the MLP of the shared ``b.norm1``
+    or of ``b.norm2``), ``b.resid1 = s + \operatorname{Attn}``. With
+    ``final_softcap`` :math:`c`, ``logits`` :math:`= c\tanh(Z/c)` of ``logits_uncapped``
+    :math:`Z`.
 
     Args:
         tokens: ``(n,)`` or a batch ``(B, n)`` of token ids; with a batch, every value
@@ -380,8 +404,9 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
     if any(cfg.block_mixer(layer) != "mamba" for layer in range(cfg.n_blocks)):
         raise ValueError(f"make_mamba_decode_step: every block must be 'mamba', got mixer="
                          f"{cfg.mixer!r}")
-    if cfg.positions == "sinusoidal":
-        raise ValueError("make_mamba_decode_step: sinusoidal positions are not supported")
+    if cfg.positions == "sinusoidal" or cfg.parallel_residual:
+        raise ValueError("make_mamba_decode_step: sinusoidal positions and parallel residuals "
+                         "are not supported")
     p = {k: jnp.asarray(v) for k, v in params.items()}
 
     def block(layer: int, x: Any, state: Any, rec: dict[str, list]) -> tuple[Any, Any]:
@@ -416,6 +441,7 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
             if cfg.final_norm:
                 x = _norm(p, "final_norm", x, cfg)
             z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
+            z = z if cfg.final_softcap is None else _softcap(z, cfg.final_softcap)
             rows.append(z / cfg.temperature)
         return jnp.stack(rows), states, {k: jnp.stack(v) for k, v in rec.items()}
 

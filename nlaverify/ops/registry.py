@@ -31,6 +31,7 @@ from nlaverify.ops import (
     sdpa,
     softmaxes,
 )
+from nlaverify.ops import softcap as _softcap
 from nlaverify.ops import ssm_specs as _ssm_specs
 from nlaverify.ops.opspec import Arg, ArgKind, OpSpec, fixed_routing_mask, with_ignored
 
@@ -481,3 +482,4 @@ def _online_softmax_specs() -> list[OpSpec]:
 
 OPS.update({s.name: s for s in _online_softmax_specs()})
 OPS.update(_ssm_specs.CONV_OPS)
+OPS.update(_softcap.SOFTCAP_OPS)

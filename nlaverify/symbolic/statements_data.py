@@ -127,6 +127,20 @@ OP_TEXT: dict[str, T] = {
                        r" x_{t-k+1+j}) + \dot b",
                        (("w_j", "column $j$ of the depthwise kernel $w$ (one tap per channel)"),
                         ("G", "the cotangent of $y$")), {"k": "taps of the kernel"}),
+    "softcap": T("y", r"y = c\tanh(x/c)", r"\dot y = (1 - \tanh^2(x/c))\odot\dot x",
+                 (("c", "the cap (static `cap`; a positive symbol in the proof, 2 in the "
+                        "numeric checks), not differentiated"),
+                  ("g", "the cotangent entry matching $x$")), note=_ELEMENTWISE),
+    "softcap_attention": T(
+        "A", r"A = \operatorname{softmax}\bigl(c\tanh\bigl(\tfrac{QK^\top}{c\sqrt{d_k}}"
+             r"\bigr) + M\bigr)V",
+        r"\dot S = \frac{\dot QK^\top + Q\dot K^\top}{\sqrt{d_k}},\ \dot P = P\odot(\dot C"
+        r" - \operatorname{rowsum}(\dot C\odot P)),\ \dot C = (1-\tanh^2(S/c))\odot\dot S,"
+        r"\ \dot A = \dot PV + P\dot V",
+        (("S", r"the scaled scores $QK^\top/\sqrt{d_k}$"),
+         ("P", "the attention weights (0 where the mask hides a key)"),
+         ("M", r"the causal mask ($-\infty$ above the diagonal), added after the cap"),
+         ("c", "the cap (static `cap`, 2 in the check)"), ("G", "the cotangent of $A$"))),
     "linear": T("Y", r"Y = XW", r"\dot Y = \dot X W + X\dot W"),
     "unembed_tied": T("Z", r"Z = X W_E^\top", r"\dot Z = \dot X W_E^\top + X\dot W_E^\top",
                       (("W_E", "the embedding table (V x d), tied as the unembedding"),)),

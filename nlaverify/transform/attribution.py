@@ -87,6 +87,12 @@ def direct_logit_attribution(config: TransformerConfig, params: dict[str, Any], 
     from nlaverify.graph.run import sample_data
 
     g, p = _checked(config, params, "direct_logit_attribution")
+    if getattr(config, "final_softcap", None) is not None:
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError("direct_logit_attribution: the logits are soft-capped "
+                            f"(final_softcap={config.final_softcap}): c tanh(z/c) does not "
+                            "split over the components")
     n = min(config.context, 8) if n is None else n
     data = sample_data(config.vocab_size, n, seed) if data is None else data
     _, values = _values(config, p, data)

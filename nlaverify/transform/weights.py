@@ -303,6 +303,10 @@ def center_unembedding(config: TransformerConfig, params: dict[str, Any]) -> Tra
     invariant. A tied unembedding is untied first. Claims: the logits equal up to a
     per-row constant, every other op node equal."""
     cfg, (_, p) = config, _checked(config, params, "center_unembedding")
+    if getattr(cfg, "final_softcap", None) is not None:
+        raise ArgumentError("center_unembedding: the logits are soft-capped (final_softcap="
+                            f"{cfg.final_softcap}): c tanh(z/c) of shifted logits is not a "
+                            "shift of the capped ones")
     cfg, g = _untie(cfg, p)
     p["unembed.W_U"] = center_last(p["unembed.W_U"])
     return Transformed("center_unembedding", cfg, p, _claims(
