@@ -4,7 +4,9 @@ Values are compared in topological order and the first divergent node is
 reported. Cotangents are compared too; when some diverge, the faulty VJP is
 located exactly: walking the reverse topological order (the order of
 back-propagation), it is the first op whose *received* cotangent agrees with the
-reference while a cotangent it *sends* to one of its inputs does not.
+reference while a cotangent it *sends* to one of its inputs does not, among the ops whose
+values (and their arguments') agree: cotangents computed on diverged values are blamed on
+the first divergent value, not on a VJP.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def compare(
     dtype = _dtype(subject, reference)
     result = GraphComparison(subject.label, reference.label)
     cot_bad: set[str] = set()
+    val_bad: set[str] = set()
     cot_tol: dict[str, Tolerance] = {}
     for node in nx.topological_sort(graph):
         attrs = graph.nodes[node]
@@ -128,8 +131,10 @@ def compare(
             continue
         vt = node_tolerance(dtype, k, depth[node], reference.values[node])
         vc = vt.compare(subject.values[node], reference.values[node])
-        if not vc.ok and result.first_value_divergence is None:
-            result.first_value_divergence = node
+        if not vc.ok:
+            val_bad.add(node)
+            if result.first_value_divergence is None:
+                result.first_value_divergence = node
         ce = cb = None
         if node in reference.cotangents and node in subject.cotangents:
             ct = node_tolerance(dtype, k, 2 * d_out - depth[node] + 1, reference.values[node])
@@ -147,7 +152,7 @@ def compare(
             # an autodiff reference records no per-edge contributions: ask JAX per node
             local_reference = jax_local_reference(graph, reference)
         result.faulty_vjp = _locate(graph, subject, reference, cot_bad, cot_tol,
-                                    local_reference)
+                                    local_reference, val_bad)
     return result
 
 
@@ -182,7 +187,12 @@ def _accumulation_fault(graph: nx.DiGraph, subject: Evaluation,
     return None
 
 
-def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference) -> str | None:
+def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference,
+            val_bad: set[str] = frozenset()) -> str | None:
+    """The first op, in back-propagation order, whose received cotangent agrees while one it
+    sends does not. An op computed on diverged values (its own or an argument's) is not
+    blamed: its VJP ran on other inputs than the reference's, and the divergence is the
+    forward's (``first_value_divergence``), not its VJP's."""
     def sent_by_reference(u: str) -> dict[str, Any]:
         if local_reference is not None:
             return local_reference(u)
@@ -192,6 +202,8 @@ def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference) -> str
         if graph.nodes[u]["kind"] != "op" or u in cot_bad or u not in subject.cotangents:
             continue
         if not any(src in cot_bad for src in graph.predecessors(u)):
+            continue
+        if u in val_bad or any(src in val_bad for src in graph.predecessors(u)):
             continue
         ref_sent = sent_by_reference(u)
         for src, g_ref in ref_sent.items():
