@@ -218,6 +218,12 @@ def test_variance_eleven_percent_off_is_detected(seed):
                        seed=seed, options=opts)
     assert [row.where for row in r.failures] == ["variance"], repr(r)
     assert r.rows[0].verdict == "pass"             # the mean is unbiased: not blamed
+    # the failure names the estimator, the moment and its z-score against the critical one
+    reason = r.failures[0].reason
+    assert reason.startswith("estimator positive_features, variance: z = "), reason
+    z, crit = (float(v) for v in re.findall(r"z = ([0-9.]+) against the critical ([0-9.]+)",
+                                             reason)[0])
+    assert z > crit
 
 
 def test_per_replicate_calls_and_jax_vmap():

@@ -354,7 +354,8 @@ def _check_statistical(fn: Callable[..., Any], name: str, est: Estimator, inputs
     allow_mean = zc * sd / math.sqrt(R) + rnd.rtol * scale
     report.rows.append(_moment_row(name, est.name, "mean", mean, mu, allow_mean, scale,
                                    f"z-test, z={zc:.2f} x sqrt(Var/R) with the closed-form "
-                                   f"Var, R={R}; + rounding {rnd.rtol:.2g} ({rnd.reason})"))
+                                   f"Var, R={R}; + rounding {rnd.rtol:.2g} ({rnd.reason})",
+                                   zc))
     # the variance: the fourth-moment standard error of s^2
     c = Z - mean
     s2 = np.sum(c * c, axis=0) / (R - 1)
@@ -376,7 +377,7 @@ def _check_statistical(fn: Callable[..., Any], name: str, est: Estimator, inputs
         f"fourth-moment bound, z={zc:.2f} x sqrt((mu4 - s^4)/R) ({how}), R={R}"
         + ("; one-sided: the i.i.d. variance bounds the orthogonal one from above, "
            f"s^2 = {float(np.max(s2)):.4g}" if upper else "")
-        + f"; detects a relative variance error of {detect:.1%} (power 97.7%)"))
+        + f"; detects a relative variance error of {detect:.1%} (power 97.7%)", zc))
     if detect > 0.10:
         report.notes.append(f"samples={R} detects only a {detect:.1%} error in the variance "
                             f"(the project's rule asks for 10 %): raise samples to about "
@@ -385,7 +386,8 @@ def _check_statistical(fn: Callable[..., Any], name: str, est: Estimator, inputs
 
 
 def _moment_row(subject: str, ref: str, moment: Literal["mean", "variance"], got: np.ndarray,
-                want: np.ndarray, allow: np.ndarray, scale: np.ndarray, why: str) -> Row:
+                want: np.ndarray, allow: np.ndarray, scale: np.ndarray, why: str,
+                z_crit: float = 1.0) -> Row:
     """One moment's row: the worst entry by error over its allowance; ``error`` and
     ``bound`` are relative to ``scale`` at that entry, so ``ratio`` is error/allowance."""
     got, want = np.atleast_1d(got), np.atleast_1d(want)
@@ -399,7 +401,10 @@ def _moment_row(subject: str, ref: str, moment: Literal["mean", "variance"], got
     err = float(diff.flat[flat] / scale.flat[flat])
     bound = float(allow.flat[flat] / scale.flat[flat])
     ok = bool(np.all(diff <= allow))
-    reason = why if ok else (f"the {moment} of the estimates differs from the closed form of "
-                             f"{ref} beyond the bound ({why})")
+    # the z-score of the worst entry: its deviation in units of the allowance per unit z
+    z_obs = float(ratio.flat[flat]) * z_crit if np.isfinite(ratio.flat[flat]) else math.inf
+    reason = why if ok else (f"estimator {ref}, {moment}: z = {z_obs:.1f} against the critical "
+                             f"{z_crit:.2f}; the {moment} of the estimates differs from the "
+                             f"closed form beyond the bound ({why})")
     return Row(subject, f"{ref} {moment}", err, bound, "pass" if ok else "fail", where,
                float(got.flat[flat]), float(want.flat[flat]), reason)
