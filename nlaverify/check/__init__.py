@@ -20,6 +20,8 @@ call                        subject
 :func:`check_curvature`     your own curvature product against those
 :func:`model_kfac`          K-FAC factors of your named linear layers (``kfac_report``:
                             the curvature report; ``check_kfac``: your factor code)
+:func:`check_sharded`       your sharded function (tensor-, data-, vocabulary-parallel)
+                            against the unsharded reference, the classic bug named
 =========================  ===============================================================
 
 Every call returns a :class:`CheckReport` (``.ok``, ``.raise_if_failed()``, ``.to_json()``;
@@ -48,6 +50,7 @@ _LAZY = {
     "model_kfac": "nlaverify.check.kfac",
     "kfac_report": "nlaverify.check.kfac",
     "check_kfac": "nlaverify.check.kfac",
+    "check_sharded": "nlaverify.sharding.check",
 }
 
 __all__ = ["CheckError", "CheckFailed", "CheckReport", "Row", *sorted(_LAZY)]
