@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nlaverify.backends import get_namespace
 from nlaverify.errors import ArgumentError
+from nlaverify.ops.softmaxes import log_softmax
 
 __all__ = ["BeamResult", "beam_search"]
 
@@ -49,11 +51,6 @@ class BeamResult:
     tokens: list[int]
     score: float
     finished: list[tuple[float, list[int]]]
-
-
-def _log_softmax(z: np.ndarray) -> np.ndarray:
-    m = np.max(z, axis=-1, keepdims=True)
-    return z - m - np.log(np.sum(np.exp(z - m), axis=-1, keepdims=True))
 
 
 def _count(name: str, value: object, lo: int) -> int:
@@ -112,7 +109,7 @@ def beam_search(next_logits: Callable[[np.ndarray], np.ndarray], prompt: Sequenc
             raise ArgumentError(f"beam_search: next_logits: expected finite logits of shape "
                                 f"({B}, V), got shape {z.shape}")
         V = z.shape[1]
-        total = (_log_softmax(z) + run_scores[:, None]).reshape(-1)
+        total = (log_softmax(get_namespace("numpy"), z) + run_scores[:, None]).reshape(-1)
         # the K best continuations, best first (a stable sort: ties by beam, then token)
         top = np.argsort(-total, kind="stable")[:keep]
         beams, toks, scores = top // V, top % V, total[top]

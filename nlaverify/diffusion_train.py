@@ -54,16 +54,18 @@ def _nelbo(graph: Any, xp: Any, params: dict[str, Any], x0: Any, v: Any, u: Any,
     import jax
     import jax.numpy as jnp
 
+    from nlaverify.diffusion import SCHEDULES, masking_weight
     from nlaverify.graph.core import evaluate
 
+    linear = SCHEDULES["linear"]
     t = v * v
-    masks = u < t[:, None]
+    masks = u < (1 - linear.alpha(xp, t))[:, None]
     xt = jnp.where(masks, V, x0)
     logits = evaluate(graph, xp, {**params, "tokens": xt, "targets": xt},
                       outputs=["logits"])["logits"][..., :V]
     ce = -jnp.take_along_axis(jax.nn.log_softmax(logits, -1), x0[..., None], -1)[..., 0]
-    # weight -alpha'/(1 - alpha) = 1/t, times the importance weight 1/g(t) = 2 sqrt(t)
-    per_seq = jnp.sum(jnp.where(masks, ce, 0.0), -1) * 2.0 / v
+    # the proved weight -alpha'/(1 - alpha), times the importance weight 1/g(t) = 2 sqrt(t)
+    per_seq = jnp.sum(jnp.where(masks, ce, 0.0), -1) * masking_weight(xp, linear, t) * 2 * v
     return jnp.mean(per_seq) / x0.shape[-1]
 
 
@@ -180,6 +182,9 @@ def sample(config: TransformerConfig, params: dict[str, Any], V: int, length: in
     graph, xp = build_transformer(config), get_namespace("jax")
     probs = jax.jit(lambda p, x: jax.nn.softmax(evaluate(
         graph, xp, {**p, "tokens": x, "targets": x}, outputs=["logits"])["logits"][:, :V], -1))
+    from nlaverify.diffusion import SCHEDULES, step_weight
+
+    npx = get_namespace("numpy")
     p = {k: jnp.asarray(v) for k, v in params.items()}
     rng = np.random.default_rng(seed)
     x = np.full(length, V, dtype=np.int64)
@@ -188,7 +193,7 @@ def sample(config: TransformerConfig, params: dict[str, Any], V: int, length: in
         masked = x == V
         if not masked.any():
             break
-        reveal = masked & (rng.random(length) < (t - s) / t)  # (alpha_s - alpha_t)/(1 - alpha_t)
+        reveal = masked & (rng.random(length) < step_weight(npx, SCHEDULES["linear"], s, t))
         if reveal.any():
             q = np.asarray(probs(p, jnp.asarray(x)), dtype=np.float64)
             for pos in np.flatnonzero(reveal):
@@ -198,8 +203,8 @@ def sample(config: TransformerConfig, params: dict[str, Any], V: int, length: in
     return x
 
 
-def bits_per_char(nats: float) -> float:
-    """Nats per character as bits per character."""
+def bits_per_char(nats: Any) -> Any:
+    """Nats per character (a number or an array) as bits per character."""
     return nats / math.log(2)
 
 
@@ -225,9 +230,9 @@ def draw_comparison(path: str, steps: int = 3000, preset_name: str = "tiny", see
                                 diff.config.context, seed=seed))
     with matplotlib.rc_context({"svg.hashsalt": "nlaverify", "font.size": 8}):
         fig, ax = plt.subplots(figsize=(7.0, 4.0))
-        ax.plot(ar.val_steps, bits_per_char(1.0) * np.asarray(ar.val_losses), "o-", ms=3,
+        ax.plot(ar.val_steps, bits_per_char(np.asarray(ar.val_losses)), "o-", ms=3,
                 color="C0", label="autoregressive: held-out cross-entropy (exact NLL)")
-        ax.plot(diff.val_steps, bits_per_char(1.0) * diff.val_nelbo, "s-", ms=3, color="C3",
+        ax.plot(diff.val_steps, bits_per_char(diff.val_nelbo), "s-", ms=3, color="C3",
                 label="masked diffusion: held-out negative ELBO (upper bound)")
         ax.set_xlabel("training step (AdamW, batch 16)")
         ax.set_ylabel("bits per character")

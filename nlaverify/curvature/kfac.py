@@ -141,27 +141,26 @@ def kfac_factors(xp: Namespace, A: Any, G: Any, *, mode: Mode = "expand", bias: 
         A = _with_bias(xp, A)
     d_a = A.shape[-1]
     m = None if mask is None else _mask_values("kfac_factors", xp, mask, A)
-    if rows is not None:
+    G_scale = None
+    if rows is not None:  # the statistics of positions I only: one sequence of |I| rows
         if mode != "expand":
             raise ArgumentError("kfac_factors: argument 'rows': expected mode='expand' (the "
                                 f"reduce mode sums each sequence's positions), got {mode!r}")
         idx = _row_indices(rows, N * R)
         at = idx if xp.object_arrays else xp.asarray(idx)
-        flat_m = None if m is None else xp.take(xp.reshape(m, (N * R,)), at, axis=0)
-        kept = xp.take(xp.reshape(A, (N * R, d_a)), at, axis=0)
-        kept = kept if flat_m is None else kept * xp.reshape(flat_m, (len(idx), 1))
-        A_factor = _gram(xp, kept)
-        A_factor = (A_factor * xp.rational(1, len(idx)) if flat_m is None
-                    else A_factor / xp.sum(flat_m))
-        G_rows = xp.reshape(xp.take(xp.reshape(G, (S, N * R, d_out)), at, axis=1),
-                            (S * len(idx), d_out))
-        return A_factor, _gram(xp, G_rows) * xp.rational(N * R, len(idx))
+        A = xp.reshape(xp.take(xp.reshape(A, (N * R, d_a)), at, axis=0), (1, len(idx), d_a))
+        G = xp.reshape(xp.take(xp.reshape(G, (S, N * R, d_out)), at, axis=1),
+                       (S, 1, len(idx), d_out))
+        m = None if m is None else xp.reshape(xp.take(xp.reshape(m, (N * R,)), at, axis=0),
+                                              (1, len(idx)))
+        G_scale = xp.rational(N * R, len(idx))
+        N, R = 1, len(idx)
     if mode == "expand":
         rows = A if m is None else A * xp.reshape(m, (N, R, 1))
         A_factor = _gram(xp, xp.reshape(rows, (N * R, d_a)))
         A_factor = A_factor * xp.rational(1, N * R) if m is None else A_factor / xp.sum(m)
         G_factor = _gram(xp, xp.reshape(G, (S * N * R, d_out)))
-        return A_factor, G_factor
+        return A_factor, G_factor if G_scale is None else G_factor * G_scale
     if m is None:
         mean = xp.sum(A, axis=1) * xp.rational(1, R)
     else:

@@ -11,7 +11,7 @@ the first divergent value, not on a VJP.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -188,7 +188,7 @@ def _accumulation_fault(graph: nx.DiGraph, subject: Evaluation,
 
 
 def _locate(graph, subject, reference, cot_bad, cot_tol, local_reference,
-            val_bad: set[str] = frozenset()) -> str | None:
+            val_bad: Collection[str] = ()) -> str | None:
     """The first op, in back-propagation order, whose received cotangent agrees while one it
     sends does not. An op computed on diverged values (its own or an argument's) is not
     blamed: its VJP ran on other inputs than the reference's, and the divergence is the

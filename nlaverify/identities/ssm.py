@@ -19,7 +19,6 @@ Part 2 (duality, WKV, permutations, pooling) is :mod:`nlaverify.identities.ssm_d
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ import sympy
 from nlaverify.backends import get_namespace
 from nlaverify.identities._expectations import _Checks, _obj
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
+from nlaverify.identities.online_softmax import compositions
 from nlaverify.ops import ssm as _ssm
 from nlaverify.symbolic.exact import symbol_array
 
@@ -44,19 +44,6 @@ def ssm_identity(id_: str, title: str, statement: str, certifies: tuple, derive:
     registers its own, so that the catalogue records the module that did)."""
     return Identity(id_, FAMILY, title, statement, SEED, tuple(qualname(f) for f in certifies),
                     guard(derive), tags=("ssm", *tags))
-
-
-def compositions(n: int) -> Iterator[tuple[int, ...]]:
-    """Every split of ``n`` steps into contiguous nonempty chunks (:math:`2^{n-1}`)."""
-    for cuts in itertools.product((False, True), repeat=n - 1):
-        sizes, run = [], 1
-        for cut in cuts:
-            if cut:
-                sizes.append(run)
-                run = 1
-            else:
-                run += 1
-        yield (*sizes, run)
 
 
 def bracketings(lo: int, hi: int) -> Iterator[Any]:

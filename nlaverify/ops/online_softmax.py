@@ -58,25 +58,26 @@ Block = int | Sequence[int]
 Statistics = tuple[Any, ...]
 
 
-def block_bounds(n_k: int, block: Block) -> list[tuple[int, int]]:
-    r"""The contiguous blocks ``[(lo, hi), ...]`` of :math:`n_k` keys: of size ``block``
-    (the last one ragged), or of the sizes listed in ``block`` (which must sum to
-    :math:`n_k`)."""
+def block_bounds(n_k: int, block: Block, *, op: str = "blockwise_attention",
+                 arg: str = "block", what: str = "the number of keys"
+                 ) -> list[tuple[int, int]]:
+    r"""The contiguous blocks ``[(lo, hi), ...]`` of :math:`n_k` keys (or steps): of size
+    ``block`` (the last one ragged), or of the sizes listed in ``block`` (which must sum to
+    :math:`n_k`, ``what``); an error names ``op`` and its argument ``arg``."""
     if isinstance(block, bool) or not isinstance(block, int | Sequence):
-        raise ArgumentError(f"blockwise_attention: argument 'block': expected a positive "
+        raise ArgumentError(f"{op}: argument {arg!r}: expected a positive "
                             f"integer or a sequence of them, got {block!r}")
     if isinstance(block, int):
         if block < 1:
-            raise ArgumentError(f"blockwise_attention: argument 'block': expected a positive "
+            raise ArgumentError(f"{op}: argument {arg!r}: expected a positive "
                                 f"integer, got {block}")
         sizes = [min(block, n_k - lo) for lo in range(0, n_k, block)]
     else:
         sizes = list(block)
         if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1
                             for s in sizes) or sum(sizes) != n_k:
-            raise ArgumentError(f"blockwise_attention: argument 'block': expected positive "
-                                f"block sizes summing to the number of keys {n_k}, "
-                                f"got {tuple(sizes)}")
+            raise ArgumentError(f"{op}: argument {arg!r}: expected positive sizes "
+                                f"summing to {what} {n_k}, got {tuple(sizes)}")
     bounds, lo = [], 0
     for s in sizes:
         bounds.append((lo, lo + s))

@@ -47,6 +47,7 @@ from nlaverify.errors import ArgumentError
 from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 from nlaverify.ops.activations import _silu_derivative, sigmoid, silu
+from nlaverify.ops.online_softmax import block_bounds
 
 __all__ = ["DISCRETIZATIONS", "associative_scan", "causal_convolution", "chunked_scan",
            "discretize_bilinear", "discretize_zoh", "discretize_zoh_euler", "linear_recurrence",
@@ -391,17 +392,7 @@ def associative_scan(xp: Namespace, a: Any, b: Any) -> Any:
 def chunk_bounds(L: int, chunks: int | Sequence[int]) -> list[tuple[int, int]]:
     """Contiguous chunks ``[(lo, hi), ...]`` of ``L`` steps: of size ``chunks`` (the last
     ragged) or of the listed sizes (positive, summing to ``L``)."""
-    sizes = ([min(chunks, L - lo) for lo in range(0, L, chunks)]
-             if isinstance(chunks, int) and chunks >= 1 else list(chunks)
-             if not isinstance(chunks, int) else [])
-    if not sizes or any(not isinstance(s, int) or s < 1 for s in sizes) or sum(sizes) != L:
-        raise ArgumentError(f"chunked_scan: argument 'chunks': expected a positive size or "
-                            f"positive sizes summing to {L}, got {chunks!r}")
-    bounds, lo = [], 0
-    for s in sizes:
-        bounds.append((lo, lo + s))
-        lo += s
-    return bounds
+    return block_bounds(L, chunks, op="chunked_scan", arg="chunks", what="the steps")
 
 
 def chunked_scan(xp: Namespace, a: Any, b: Any, chunks: int | Sequence[int]) -> Any:

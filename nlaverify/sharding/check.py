@@ -33,6 +33,7 @@ from nlaverify.ops.loss import IGNORE_INDEX, cross_entropy
 from nlaverify.sharding import data as _da
 from nlaverify.sharding import tensor as _te
 from nlaverify.sharding._shards import split
+from nlaverify.sharding.optimizer import shard_sizes
 from nlaverify.tolerance import tolerance
 
 __all__ = ["KINDS", "check_sharded"]
@@ -59,10 +60,6 @@ def _targets(rng: np.random.Generator, n: int, V: int) -> np.ndarray:
     return t
 
 
-def _even(n: int, shards: int) -> list[int]:
-    return [n // shards] * shards
-
-
 KINDS: dict[str, _Kind] = {
     "tensor_parallel_mlp": _Kind(
         lambda rng: (rng.standard_normal((6, 8)), rng.standard_normal((8, 12)) / 3,
@@ -71,8 +68,8 @@ KINDS: dict[str, _Kind] = {
         (("the all-reduce after the row-parallel matmul is missing (one device's partial "
           "product)",
           lambda a, s: _te.tensor_parallel_mlp_without_all_reduce(
-              _np(), a[0], split(_np(), a[1], _even(a[1].shape[1], s), -1),
-              split(_np(), a[2], _even(a[2].shape[0], s), 0))),),
+              _np(), a[0], split(_np(), a[1], shard_sizes(a[1].shape[1], s), -1),
+              split(_np(), a[2], shard_sizes(a[2].shape[0], s), 0))),),
         lambda a: a[1].shape[1], lambda a: a[1].shape[0] * a[1].shape[1]),
     "data_parallel_gradient": _Kind(
         lambda rng: (rng.standard_normal((12, 5)), rng.standard_normal((5, 7)) / 2,
@@ -81,8 +78,8 @@ KINDS: dict[str, _Kind] = {
         (("the loss averaged per shard and the shards' means averaged (not weighted by their "
           "token counts)",
           lambda a, s: _da.data_parallel_gradient_per_shard_mean(
-              _np(), split(_np(), a[0], _even(a[0].shape[0], s), 0), a[1],
-              split(_np(), a[2], _even(a[2].shape[0], s), 0))),),
+              _np(), split(_np(), a[0], shard_sizes(a[0].shape[0], s), 0), a[1],
+              split(_np(), a[2], shard_sizes(a[2].shape[0], s), 0))),),
         lambda a: a[0].shape[0], lambda a: a[0].shape[0]),
     "vocab_parallel_cross_entropy": _Kind(
         lambda rng: (rng.standard_normal((6, 12)) * 8, _targets(rng, 6, 12)),
@@ -90,7 +87,7 @@ KINDS: dict[str, _Kind] = {
         (("the vocabulary-parallel log-sum-exp without the global max (each shard's sum at "
           "its own shift)",
           lambda a, s: _te.vocab_parallel_cross_entropy(
-              _np(), split(_np(), a[0], _even(a[0].shape[1], s), -1), a[1],
+              _np(), split(_np(), a[0], shard_sizes(a[0].shape[1], s), -1), a[1],
               lse=lambda xp, Zs: _te.vocab_parallel_logsumexp_without_global_max(xp, Zs))),),
         lambda a: a[0].shape[1], lambda a: a[0].shape[1]),
 }

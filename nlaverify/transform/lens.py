@@ -25,7 +25,7 @@ from nlaverify.graph.core import _arguments, evaluate
 from nlaverify.graph.run import graph_inputs, sample_data
 from nlaverify.ops.registry import get_op
 from nlaverify.ops.sdpa import attention_scores
-from nlaverify.ops.softmaxes import softmax
+from nlaverify.ops.softmaxes import log_softmax, softmax
 
 __all__ = ["LensRow", "attention_patterns", "attention_rollout", "logit_lens", "ov_circuit",
            "qk_circuit"]
@@ -80,15 +80,13 @@ def logit_lens(config: TransformerConfig, params: dict[str, Any], *,
     read = _arguments(g, "final_norm")[0]
     states = ["x0"] + [node for node in nx.topological_sort(g)
                        if g.nodes[node].get("op") == "residual_add"]
+    npx = get_namespace("numpy")
     final = np.asarray(_head_map(g, read, values, values[read]), dtype=np.float64)
-    logp = final - np.log(np.sum(np.exp(final - final.max(-1, keepdims=True)), -1,
-                                 keepdims=True)) - final.max(-1, keepdims=True)
+    logp = log_softmax(npx, final)
     rows = []
     for s in states:
         z = np.asarray(_head_map(g, read, values, values[s]), dtype=np.float64)
-        logq = z - z.max(-1, keepdims=True)
-        logq = logq - np.log(np.sum(np.exp(logq), -1, keepdims=True))
-        kl = float(np.mean(np.sum(np.exp(logp) * (logp - logq), -1)))
+        kl = float(np.mean(np.sum(np.exp(logp) * (logp - log_softmax(npx, z)), -1)))
         top = float(np.mean(np.argmax(z, -1) == np.argmax(final, -1)))
         rows.append(LensRow(s, kl, top))
     return rows
