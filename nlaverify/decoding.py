@@ -15,33 +15,41 @@ rows) to a distribution :math:`q` over the vocabulary:
   (ties ordered by token id);
 * min-:math:`p`: the tokens with :math:`p_i \ge p_{\min}\max_j p_j`;
 * typical (mass :math:`\tau`): the tokens ordered by :math:`|-\log p_i - H(p)|`, up to and
-  including the first at which their mass exceeds :math:`\tau`;
+  including the first at which their mass reaches :math:`\tau`;
 * repetition penalty :math:`\theta`: each logit of a token already in the sequence is
   divided by :math:`\theta` when positive and multiplied by it when negative.
 
-Every function takes and returns float64 NumPy (rows along the last axis) and keeps the
-masked tokens at probability exactly 0. ``tests/test_decoding.py`` checks them against
-Hugging Face's logits processors on the same logits, and their defining properties.
+Each filter is a kept set (``keep_*``: comparisons only, on floats or exact rationals) and
+one renormalisation written against an array namespace (:func:`renormalise`,
+:func:`tempered`); the family ``decoding`` (``nlaverify derive``) proves those functions:
+the renormalisation equals Hugging Face's :math:`-\infty`-masked softmax, the limits of the
+temperature, and each kept set's defining property, exhaustively on exact rationals. The
+float64 functions (rows along the last axis) keep the dropped tokens at probability exactly 0;
+``tests/test_decoding.py`` checks them against Hugging Face's logits processors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from nlaverify.backends import Namespace, get_namespace
 from nlaverify.errors import ArgumentError
+from nlaverify.ops.softmaxes import softmax
 
-__all__ = ["min_p", "repetition_penalty", "sample", "softmax_rows", "temperature", "top_k",
+__all__ = ["keep_min_p", "keep_top_k", "keep_top_p", "keep_typical", "min_p", "renormalise",
+           "repetition_penalty", "sample", "softmax_rows", "temperature", "tempered", "top_k",
            "top_p", "typical"]
+
+_NP = get_namespace("numpy")
 
 
 def softmax_rows(z: np.ndarray) -> np.ndarray:
-    r""":math:`\operatorname{softmax}` along the last axis, shifted by the row maximum
-    (:math:`-\infty` entries get 0)."""
-    z = np.asarray(z, np.float64)
-    e = np.exp(z - np.max(z, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    r""":math:`\operatorname{softmax}` along the last axis (float64,
+    :func:`nlaverify.ops.softmaxes.softmax`)."""
+    return softmax(_NP, np.asarray(z, np.float64))
 
 
 def _positive(name: str, value: float, hi: float | None = None) -> None:
@@ -51,26 +59,39 @@ def _positive(name: str, value: float, hi: float | None = None) -> None:
         raise ArgumentError(f"{name}: expected a number {rng}, got {value!r}")
 
 
-def temperature(z: np.ndarray, T: float) -> np.ndarray:
-    r""":math:`\operatorname{softmax}(z/T)`."""
-    _positive("temperature: argument 'T'", T)
-    return softmax_rows(np.asarray(z, np.float64) / T)
+def tempered(xp: Namespace, z: Any, T: Any) -> Any:
+    r"""The tempered distribution :math:`q = \operatorname{softmax}(z/T)` (written once
+    against ``xp``; the family ``decoding`` proves its limits :math:`T \to 0^+` (greedy) and
+    :math:`T \to \infty` (uniform) on the exact namespace)."""
+    return softmax(xp, z / T)
 
 
-def _keep(p: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    q = np.where(keep, p, 0.0)
-    return q / np.sum(q, axis=-1, keepdims=True)
+def renormalise(xp: Namespace, z: Any, keep: Any) -> Any:
+    r"""The softmax of ``z`` restricted to the tokens ``keep`` and renormalised,
+
+    .. math:: q_i = \frac{[i \in K]\,p_i}{\sum_{j \in K} p_j}
+       = \frac{[i \in K]\,e^{z_i}}{\sum_{j \in K} e^{z_j}},
+       \qquad p = \operatorname{softmax}(z),
+
+    the second form being Hugging Face's (the dropped logits set to :math:`-\infty`, then the
+    softmax); the family ``decoding`` proves the two equal for every kept set. Every filter of
+    this module is this function of its own kept set."""
+    p = softmax(xp, z)
+    q = xp.where(keep, p, xp.zeros_like(p))
+    return q / xp.sum(q, axis=-1, keepdims=True)
 
 
-def top_k(z: np.ndarray, k: int) -> np.ndarray:
-    """Top-:math:`k`: the tokens whose logit is at least the :math:`k`-th largest (ties at
-    the boundary kept), renormalised."""
-    z = np.asarray(z, np.float64)
+def keep_top_k(z: Any, k: int) -> np.ndarray:
+    r"""The kept set of top-:math:`k`: :math:`i \in K \iff |\{j : z_j > z_i\}| < k`, the tokens
+    whose logit is at least the :math:`k`-th largest (ties at the boundary kept, as Hugging
+    Face does, so :math:`|K| \ge \min(k, V)`). Works on any ordered scalars (floats or exact
+    rationals), rows along the last axis."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k:
         raise ArgumentError(f"top_k: argument 'k': expected an integer >= 1, got {k!r}")
+    z = np.asarray(z)
     k = min(k, z.shape[-1])
     kth = -np.sort(-z, axis=-1)[..., k - 1:k]
-    return _keep(softmax_rows(z), z >= kth)
+    return np.asarray(z >= kth, dtype=bool)
 
 
 def _prefix_keep(order: np.ndarray, cut: np.ndarray) -> np.ndarray:
@@ -79,41 +100,81 @@ def _prefix_keep(order: np.ndarray, cut: np.ndarray) -> np.ndarray:
     return rank <= cut[:, None]
 
 
-def top_p(z: np.ndarray, p: float) -> np.ndarray:
-    r"""Top-:math:`p`: the smallest set of most probable tokens (decreasing probability, ties
-    by token id) whose mass reaches :math:`p`, renormalised."""
-    _positive("top_p: argument 'p'", p, 1.0)
-    probs = softmax_rows(z)
+def keep_top_p(probs: Any, p: Any) -> np.ndarray:
+    r"""The kept set of top-:math:`p` (nucleus): the tokens in decreasing probability (ties by
+    token id), up to and including the first at which their cumulative mass reaches
+    :math:`p`. The family ``decoding`` proves it, exhaustively on exact rationals, the
+    smallest set of mass :math:`\ge p`. Works on floats or exact rationals."""
+    probs = np.asarray(probs)
     flat = probs.reshape(-1, probs.shape[-1])
     order = np.argsort(-flat, axis=-1, kind="stable")
-    reach = np.cumsum(np.take_along_axis(flat, order, axis=-1), axis=-1) >= p
+    reach = np.asarray(np.cumsum(np.take_along_axis(flat, order, axis=-1), axis=-1) >= p,
+                       dtype=bool)
     reach[:, -1] = True  # every token together has mass 1 >= p, whatever the rounded sum
     cut = np.argmax(reach, axis=-1)  # the first index reaching p
-    keep = _prefix_keep(order, cut)
-    return _keep(flat, keep).reshape(probs.shape)
+    return _prefix_keep(order, cut).reshape(probs.shape)
+
+
+def keep_min_p(probs: Any, p_min: Any) -> np.ndarray:
+    r"""The kept set of min-:math:`p`: :math:`p_i \ge p_{\min}\max_j p_j` (equivalently
+    :math:`z_i \ge \max_j z_j + \log p_{\min}`, proved by the family ``decoding``)."""
+    probs = np.asarray(probs)
+    return np.asarray(probs >= p_min * np.max(probs, axis=-1, keepdims=True), dtype=bool)
+
+
+def keep_typical(probs: Any, logp: Any, mass: Any) -> np.ndarray:
+    r"""The kept set of locally typical sampling: the tokens ordered by
+    :math:`|-\log p_i - H(p)|` (ties by token id), :math:`H(p) = -\sum_j p_j\log p_j`, up to
+    and including the first at which their cumulative mass reaches ``mass`` (Hugging Face's
+    ``TypicalLogitsWarper``). ``logp`` is :math:`\log p` (given, so that exact rationals and
+    their SymPy logarithms work as floats do)."""
+    probs, logp = np.asarray(probs), np.asarray(logp)
+    flat_p = probs.reshape(-1, probs.shape[-1])
+    flat = logp.reshape(flat_p.shape)
+    plogp = np.where(flat_p > 0, flat_p * np.where(flat_p > 0, flat, 0), 0)
+    entropy = -np.sum(plogp, axis=-1, keepdims=True)
+    order = np.argsort(np.abs(-flat - entropy), axis=-1, kind="stable")
+    cum = np.cumsum(np.take_along_axis(flat_p, order, axis=-1), axis=-1)
+    cut = np.minimum(np.sum(np.asarray(cum < mass, dtype=bool), axis=-1),
+                     flat_p.shape[-1] - 1)
+    return _prefix_keep(order, cut).reshape(probs.shape)
+
+
+def temperature(z: np.ndarray, T: float) -> np.ndarray:
+    r""":math:`\operatorname{softmax}(z/T)` (:func:`tempered` in float64)."""
+    _positive("temperature: argument 'T'", T)
+    return tempered(_NP, np.asarray(z, np.float64), T)
+
+
+def top_k(z: np.ndarray, k: int) -> np.ndarray:
+    """Top-:math:`k`: :func:`renormalise` on :func:`keep_top_k`."""
+    z = np.asarray(z, np.float64)
+    return renormalise(_NP, z, keep_top_k(z, k))
+
+
+def top_p(z: np.ndarray, p: float) -> np.ndarray:
+    r"""Top-:math:`p`: :func:`renormalise` on :func:`keep_top_p` (the smallest set of most
+    probable tokens, ties by token id, whose mass reaches :math:`p`)."""
+    _positive("top_p: argument 'p'", p, 1.0)
+    z = np.asarray(z, np.float64)
+    return renormalise(_NP, z, keep_top_p(softmax_rows(z), p))
 
 
 def min_p(z: np.ndarray, p_min: float) -> np.ndarray:
-    r"""Min-:math:`p`: the tokens with :math:`p_i \ge p_{\min}\max_j p_j`, renormalised."""
+    r"""Min-:math:`p`: :func:`renormalise` on :func:`keep_min_p`."""
     _positive("min_p: argument 'p_min'", p_min, 1.0)
-    probs = softmax_rows(z)
-    return _keep(probs, probs >= p_min * np.max(probs, axis=-1, keepdims=True))
+    z = np.asarray(z, np.float64)
+    return renormalise(_NP, z, keep_min_p(softmax_rows(z), p_min))
 
 
 def typical(z: np.ndarray, mass: float) -> np.ndarray:
-    r"""Locally typical sampling: the tokens ordered by :math:`|-\log p_i - H(p)|` (ties by
-    token id), up to and including the first at which their mass exceeds ``mass``,
-    renormalised."""
+    r"""Locally typical sampling: :func:`renormalise` on :func:`keep_typical`."""
     _positive("typical: argument 'mass'", mass, 1.0)
-    logp = np.log(softmax_rows(z))
-    flat = logp.reshape(-1, logp.shape[-1])
-    p = np.exp(flat)
-    entropy = -np.sum(np.where(p > 0, p * flat, 0.0), axis=-1, keepdims=True)
-    order = np.argsort(np.abs(-flat - entropy), axis=-1, kind="stable")
-    cum = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)
-    cut = np.minimum(np.sum(cum < mass, axis=-1), flat.shape[-1] - 1)
-    keep = _prefix_keep(order, cut)
-    return _keep(p, keep).reshape(logp.shape)
+    z = np.asarray(z, np.float64)
+    p = softmax_rows(z)
+    with np.errstate(divide="ignore"):
+        logp = np.log(p)
+    return renormalise(_NP, z, keep_typical(p, logp, mass))
 
 
 def repetition_penalty(z: np.ndarray, previous: Sequence[int], theta: float) -> np.ndarray:

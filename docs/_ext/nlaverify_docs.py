@@ -61,6 +61,10 @@ ABOUT: dict[str, str] = {
                         "decomposition (Baggag & Saad §3.15–3.16).",
     "objectives": "The training objectives: the KL chain rule, forward and reverse KL, the "
                   "KL-regularised RL optimum, DPO, REINFORCE (Baptista, Stuart & Tran §3–4).",
+    "decoding": "Decoding strategies as exact transformations of the next-token "
+                "distribution: the renormalised filters, temperature's limits, top-p's "
+                "smallest set, top-k, min-p and typical sets, beam width one (Baptista, "
+                "Stuart & Tran §6).",
     "sharding": "Sharding made exact: tensor, data, vocabulary and sequence (ring) "
                 "parallelism, ZeRO, and why Muon needs the Gram all-reduce (Megatron-LM; "
                 "ZeRO; Ring Attention).",

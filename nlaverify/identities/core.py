@@ -76,6 +76,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.ssm_derivatives",
     "nlaverify.identities.interpretability",
     "nlaverify.identities.objectives",
+    "nlaverify.identities.decoding",
     "nlaverify.identities.sharding",
     "nlaverify.identities.diffusion",
     "nlaverify.identities.architectures",
