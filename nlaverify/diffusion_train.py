@@ -47,6 +47,20 @@ def diffusion_config(name: str, vocab: int) -> TransformerConfig:
     return char_config(name, vocab + 1).replace(causal=False, name=f"{name}-diffusion")
 
 
+def _check_denoiser(op: str, config: TransformerConfig, V: int) -> None:
+    """A masked-diffusion denoiser over ``V`` tokens: bidirectional, with the mask (id ``V``)
+    in its vocabulary."""
+    if isinstance(V, bool) or not isinstance(V, int) or V < 1:
+        raise ArgumentError(f"{op}: argument 'V': expected an integer >= 1, got {V!r}")
+    if config.vocab_size < V + 1:
+        raise ArgumentError(f"{op}: argument 'config': the mask token (id {V}) is missing: "
+                            f"expected vocab_size >= {V + 1} ({V} tokens and the mask), got "
+                            f"{config.vocab_size} (build it with diffusion_config)")
+    if config.causal:
+        raise ArgumentError(f"{op}: argument 'config': expected a bidirectional denoiser "
+                            f"(causal=False), got causal=True")
+
+
 def _nelbo(graph: Any, xp: Any, params: dict[str, Any], x0: Any, v: Any, u: Any,
            V: int) -> Any:
     """The Monte-Carlo negative ELBO of a batch ``x0`` ``(B, L)`` at times ``t = v**2``
@@ -100,6 +114,7 @@ def heldout_nelbo(config: TransformerConfig, params: dict[str, Any], corpus: Cor
     from nlaverify.backends import get_namespace
     from nlaverify.graph.build import build_transformer
 
+    _check_denoiser("heldout_nelbo", config, corpus.vocab_size)
     graph, xp = build_transformer(config), get_namespace("jax")
     x0 = jnp.asarray(heldout_windows(corpus.val, seq_len)["tokens"])
     fn = jax.jit(lambda p, x, v, u: _nelbo(graph, xp, p, x, v, u, corpus.vocab_size))
@@ -176,6 +191,7 @@ def sample(config: TransformerConfig, params: dict[str, Any], V: int, length: in
     from nlaverify.graph.build import build_transformer
     from nlaverify.graph.core import evaluate
 
+    _check_denoiser("sample", config, V)
     if not 1 <= length <= config.context:
         raise ArgumentError(f"sample: argument 'length': expected 1 <= length <= "
                             f"{config.context}, got {length}")

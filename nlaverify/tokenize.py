@@ -174,6 +174,9 @@ def train_bpe(text: str | Sequence[str], vocab_size: int) -> BPE:
         raise ArgumentError(f"train_bpe: argument 'vocab_size': expected an integer >= 256 "
                             f"(the bytes), got {vocab_size!r}")
     texts = [text] if isinstance(text, str) else list(text)
+    if not any(texts):
+        raise ArgumentError("train_bpe: argument 'text': expected a non-empty text to learn "
+                            "merges from, got an empty one")
     words = Counter(chunk.encode() for t in texts for chunk in pretokenize(t))
     seqs = [[list(w), c] for w, c in words.items()]
     merges: list[tuple[int, int]] = []

@@ -9,12 +9,14 @@ import json
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from nlaverify.backends import get_namespace
 from nlaverify.cli import main
 from nlaverify.corpus import load_corpus
 from nlaverify.diffusion import SCHEDULES, nelbo_samples, transformer_log_probs
 from nlaverify.diffusion_train import _nelbo, diffusion_config, sample, train_diffusion
+from nlaverify.errors import ArgumentError
 from nlaverify.graph.build import build_transformer
 from nlaverify.graph.run import init_params
 from nlaverify.tolerance import tolerance
@@ -56,3 +58,16 @@ def test_command(capsys) -> None:
     assert out["objective"] == "diffusion" and len(out["heldout_nelbo"]) >= 2
     assert main(["train", "--objective", "diffusion", "--steps", "3", "--optimizer", "sgd"]) == 2
     assert "AdamW only" in capsys.readouterr().err
+
+
+def test_a_denoiser_without_the_mask_or_with_a_causal_mask_is_refused() -> None:
+    """The mask id V must be in the embedding (JAX would clamp it silently to the last row)
+    and the denoiser bidirectional; both refused by name, before anything runs."""
+    cfg = diffusion_config("tiny", 5)
+    params = init_params(build_transformer(cfg), 0)
+    with pytest.raises(ArgumentError, match=r"mask token \(id 6\) is missing.*vocab_size >= 7"):
+        sample(cfg, params, 6, 4)
+    with pytest.raises(ArgumentError, match="bidirectional"):
+        sample(cfg.replace(causal=True), params, 5, 4)
+    with pytest.raises(ArgumentError, match="argument 'V'"):
+        sample(cfg, params, 0, 4)

@@ -69,6 +69,10 @@ def test_training_merges_the_most_frequent_pair_first() -> None:
 def test_bad_input_is_refused() -> None:
     with pytest.raises(ArgumentError, match="vocab_size"):
         train_bpe("abc", 100)
+    with pytest.raises(ArgumentError, match="non-empty text"):
+        train_bpe("", 300)
+    with pytest.raises(ArgumentError, match="non-empty text"):
+        train_bpe(["", ""], 300)
     with pytest.raises(ArgumentError, match="outside the vocabulary"):
         BPE_512.decode([10_000])
     with pytest.raises(ArgumentError, match="not yet made"):
