@@ -20,7 +20,7 @@ PAGES = ["README.md", *sorted(
     if not rel.startswith(GENERATED))]
 #: the guide's family pages (docs/guide/*.md)
 GUIDE_FAMILIES = ("pipeline", "precision", "curvature", "optimizers", "attention",
-                  "real_models", "low_rank", "geometry")
+                  "real_models", "low_rank", "geometry", "tokens")
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
