@@ -23,6 +23,7 @@ from nlaverify.config_options import (
     LORA_TARGETS,
     MIXERS,
     MLPS,
+    NO_MLP,
     NORMS,
     PLACEMENTS,
     POSITIONS,
@@ -30,13 +31,15 @@ from nlaverify.config_options import (
     ROPE_SCALINGS,
     ConfigError,
     RopeScaling,
+    check_lora,
+    check_no_mlp,
 )
 from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
 from nlaverify.errors import UnknownNameError
 
 __all__ = [
     "ATTENTIONS", "BIDIRECTIONAL_ATTENTIONS", "GATED_MLPS", "LORA_TARGETS", "MIXERS", "MLPS",
-    "NORMS",
+    "NORMS", "NO_MLP",
     "PLACEMENTS", "POSITIONS", "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS",
     "RANDOM_FEATURE_ATTENTIONS", "ROPE_SCALINGS", "UNPUBLISHED", "ConfigError", "Figure",
     "RopeScaling", "TransformerConfig", "preset", "preset_mismatches",
@@ -91,7 +94,9 @@ class TransformerConfig:
     place of attention: :math:`d_{in}` = ``ssm_expand`` :math:`\cdot d` channels, a causal
     depthwise convolution of width ``ssm_conv``, a state of ``ssm_state`` per channel,
     :math:`\Delta` of rank ``ssm_dt_rank`` (``None``: :math:`\lceil d/16\rceil`, Hugging
-    Face's ``"auto"``); the MLP sublayer stays.
+    Face's ``"auto"``); the MLP sublayer stays unless ``mlp="none"`` (:data:`NO_MLP`: blocks
+    :math:`x \leftarrow x + \operatorname{Mixer}(N(x))`, Hugging Face's ``MambaBlock``;
+    ``d_mlp`` unread).
 
     Soft-capping (Gemma Team 2024, Gemma 2 §2): ``attn_softcap`` :math:`c` caps the scaled
     attention scores, :math:`c\tanh(s/c)`, before the causal mask (softmax attention only);
@@ -157,7 +162,7 @@ class TransformerConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"TransformerConfig.{f}: expected a positive integer, got {v!r}")
         for f, allowed in (("norm", NORMS), ("placement", PLACEMENTS),
-                           ("positions", POSITIONS), ("mlp", MLPS),
+                           ("positions", POSITIONS), ("mlp", (*MLPS, NO_MLP)),
                            ("attention", ATTENTIONS)):
             if getattr(self, f) not in allowed:
                 raise ConfigError(f"TransformerConfig.{f}: expected one of {', '.join(allowed)},"
@@ -198,6 +203,7 @@ class TransformerConfig:
         self._check_attention()
         self._check_architecture_options()
         self._check_mixer()
+        check_no_mlp(self)
 
     def _check_mixer(self) -> None:
         """``mixer`` a name of :data:`MIXERS` or one per block (a list becomes a tuple); the
@@ -303,7 +309,7 @@ class TransformerConfig:
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")
-        self._check_lora()
+        check_lora(self)
         if self.attn_out_bias is not None and not isinstance(self.attn_out_bias, bool):
             raise ConfigError(f"TransformerConfig.attn_out_bias: expected True, False or None, "
                               f"got {self.attn_out_bias!r}")
@@ -318,31 +324,6 @@ class TransformerConfig:
         if self.rope_base < 2:
             raise ConfigError(f"TransformerConfig.rope_base: expected an integer >= 2 (the base "
                               f"of the RoPE frequencies b^(-2i/d_h)), got {self.rope_base}")
-
-    def _check_lora(self) -> None:
-        import math
-
-        r = self.lora_rank
-        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-            raise ConfigError(f"TransformerConfig.lora_rank: expected an integer >= 0 (0: no "
-                              f"LoRA), got {r!r}")
-        a = self.lora_alpha
-        if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not (
-                math.isfinite(a) and a > 0)):
-            raise ConfigError(f"TransformerConfig.lora_alpha: expected a finite number > 0 or "
-                              f"None, got {a!r}")
-        t = self.lora_targets
-        if isinstance(t, list):
-            t = tuple(t)
-            object.__setattr__(self, "lora_targets", t)
-        if not isinstance(t, tuple) or not t or any(x not in LORA_TARGETS for x in t) or len(
-                set(t)) != len(t):
-            raise ConfigError(f"TransformerConfig.lora_targets: expected distinct names among "
-                              f"{', '.join(LORA_TARGETS)}, got {t!r}")
-        if r and self.n_experts and "mlp" in t:
-            raise ConfigError("TransformerConfig.lora_targets: 'mlp' adapts dense MLP "
-                              f"projections; this model routes to n_experts={self.n_experts} "
-                              "experts")
 
     @property
     def lora_scale(self) -> float:

@@ -2,7 +2,9 @@ r"""The options a :class:`nlaverify.config.TransformerConfig` chooses among, its
 the RoPE frequency scaling.
 
 The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
-targets), :class:`ConfigError` and :class:`RopeScaling`, the one structured field:
+targets; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA and MLP-less fields
+(:func:`check_lora`, :func:`check_no_mlp`), :class:`ConfigError` and :class:`RopeScaling`, the
+one structured field:
 :math:`\theta_i = b^{-2i/d_h}` rescaled for long contexts (Chen et al. 2023; Dubey et al.
 2024). Baggag & Saad §3.3, §3.4, §4.2-4.4; Baptista, Stuart & Tran §5.
 """
@@ -10,6 +12,7 @@ targets), :class:`ConfigError` and :class:`RopeScaling`, the one structured fiel
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from nlaverify.errors import NlaverifyError
 
@@ -21,6 +24,9 @@ POSITIONS = ("sinusoidal", "learned", "rope", "none")
 MLPS = ("relu", "gelu", "gelu_erf", "swiglu", "geglu")
 #: gated MLPs: three projections W_gate, W_up, W_down
 GATED_MLPS = ("swiglu", "geglu")
+#: ``mlp=NO_MLP``: blocks without an MLP sublayer, :math:`x \leftarrow x +
+#: \operatorname{Mixer}(N(x))` (Mamba's block, Gu & Dao 2023 §3.4; HF ``MambaBlock``)
+NO_MLP = "none"
 #: projections LoRA can adapt: attention's query, key, value, output, and every dense MLP
 #: projection (Hu et al. 2022; Baggag & Saad §4.2)
 LORA_TARGETS = ("q", "k", "v", "o", "mlp")
@@ -81,3 +87,49 @@ class RopeScaling:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"RopeScaling.original_context: expected a positive integer, got "
                               f"{v!r}")
+
+
+def check_lora(cfg: Any) -> None:
+    """A :class:`~nlaverify.config.TransformerConfig`'s LoRA fields: ``lora_rank`` an integer
+    >= 0, ``lora_alpha`` a finite number > 0 or ``None``, ``lora_targets`` distinct names of
+    :data:`LORA_TARGETS` (a list becomes a tuple), no ``mlp`` target with routed experts."""
+    import math
+
+    r = cfg.lora_rank
+    if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+        raise ConfigError(f"TransformerConfig.lora_rank: expected an integer >= 0 (0: no "
+                          f"LoRA), got {r!r}")
+    a = cfg.lora_alpha
+    if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not (
+            math.isfinite(a) and a > 0)):
+        raise ConfigError(f"TransformerConfig.lora_alpha: expected a finite number > 0 or "
+                          f"None, got {a!r}")
+    t = cfg.lora_targets
+    if isinstance(t, list):
+        t = tuple(t)
+        object.__setattr__(cfg, "lora_targets", t)
+    if not isinstance(t, tuple) or not t or any(x not in LORA_TARGETS for x in t) or len(
+            set(t)) != len(t):
+        raise ConfigError(f"TransformerConfig.lora_targets: expected distinct names among "
+                          f"{', '.join(LORA_TARGETS)}, got {t!r}")
+    if r and cfg.n_experts and "mlp" in t:
+        raise ConfigError("TransformerConfig.lora_targets: 'mlp' adapts dense MLP "
+                          f"projections; this model routes to n_experts={cfg.n_experts} "
+                          "experts")
+
+
+def check_no_mlp(cfg: Any) -> None:
+    """``mlp=NO_MLP`` (:data:`NO_MLP`) takes no option of the MLP it does not have: no
+    ``mlp_bias``, no LoRA target ``mlp``, no parallel residual (whose second branch is the
+    MLP). ``d_mlp`` is not read."""
+    if cfg.mlp != NO_MLP:
+        return
+    if cfg.mlp_bias:
+        raise ConfigError("TransformerConfig.mlp_bias: mlp='none' has no MLP to bias; "
+                          "expected False")
+    if cfg.lora_rank and "mlp" in cfg.lora_targets:
+        raise ConfigError("TransformerConfig.lora_targets: 'mlp' adapts MLP projections; "
+                          "mlp='none' has none")
+    if cfg.parallel_residual:
+        raise ConfigError("TransformerConfig.parallel_residual: the parallel branch is the "
+                          "MLP; mlp='none' has none")

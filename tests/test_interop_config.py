@@ -21,7 +21,9 @@ _LLAMA = {"model_type": "llama", "vocab_size": 13, "hidden_size": 16, "intermedi
 #: the fields each model type requires (everything else takes the HF class default)
 MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
-    **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED if mt != "gpt2"},
+    **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED if mt not in ("gpt2", "mamba")},
+    "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
+              "num_hidden_layers": 2},
 }
 # head counts the class defaults of num_key_value_heads (Mistral, Mixtral 8; Qwen2/3 32;
 # Gemma 16) divide but do not equal, so a wrong default would change the config
@@ -97,6 +99,11 @@ EXPRESSIBLE = {
                                n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
                                mlp="geglu", embed_scale=True, tied_embeddings=True,
                                norm_eps=1e-6),
+    # no MLP, no positions, an explicit rank (2 != ceil(16/16)), untied
+    "mamba": TransformerConfig(vocab_size=13, d_model=16, n_heads=1, n_blocks=2, d_mlp=1,
+                               norm="rmsnorm", positions="none", context=2048, mlp="none",
+                               mixer="mamba", ssm_state=4, ssm_conv=3, ssm_expand=3,
+                               ssm_dt_rank=2, tied_embeddings=False, norm_eps=1e-6),
 }
 
 

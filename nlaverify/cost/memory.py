@@ -104,8 +104,9 @@ def kv_cache_bytes(config: TransformerConfig, context: int, batch: int = 1,
                    itemsize: int = 2) -> int:
     r"""Bytes of the KV cache for ``context`` tokens:
     :math:`2\,n_\text{layer}\,n_{kv}\,d_h\,\min(n_\text{ctx}, w)\,B \cdot s` (``itemsize``
-    :math:`s`; :math:`w` the sliding window, :math:`\infty` without). Softmax attention
-    only: the linear attentions keep a state of fixed size instead."""
+    :math:`s`; :math:`w` the sliding window, :math:`\infty` without), :math:`n_\text{layer}`
+    the attention blocks (Mamba's keep a state of fixed size, as the linear attentions do:
+    0 for a pure Mamba). Softmax attention only."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ArgumentError(f"kv_cache_bytes: context: expected a positive integer, got "
                             f"{context!r}")
@@ -114,7 +115,8 @@ def kv_cache_bytes(config: TransformerConfig, context: int, batch: int = 1,
                             "cache (a fixed-size state); expected softmax attention")
     w = context if config.sliding_window is None else min(context, config.sliding_window)
     assert config.n_kv_heads is not None and config.d_head is not None
-    return 2 * config.n_blocks * config.n_kv_heads * config.d_head * w * batch * itemsize
+    layers = sum(config.block_mixer(b) == "attention" for b in range(config.n_blocks))
+    return 2 * layers * config.n_kv_heads * config.d_head * w * batch * itemsize
 
 
 def roofline(costs: list[NodeCost], peak_flops: float, bandwidth: float) -> dict[str, Any]:

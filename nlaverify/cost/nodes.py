@@ -100,12 +100,12 @@ def matmul_form(op: str, arg_shapes: Shapes, static: dict[str, Any]) -> tuple[in
 
 
 def component_of(node: str) -> str:
-    """The component a node's cost is summed into: ``embedding``, ``attention``, ``mlp``,
-    ``norms``, ``residual``, ``unembedding`` or ``loss``."""
+    """The component a node's cost is summed into: ``embedding``, ``attention``, ``mamba``
+    (Mamba's mixer), ``mlp``, ``norms``, ``residual``, ``unembedding`` or ``loss``."""
     parts = node.split(".")
     if parts[0] == "blocks":
         part = parts[2]
-        return {"attn": "attention", "mlp": "mlp", "resid1": "residual",
+        return {"attn": "attention", "mamba": "mamba", "mlp": "mlp", "resid1": "residual",
                 "resid2": "residual"}.get(part, "norms")
     if node in ("embed", "embed_scaled", "x0"):
         return "embedding"

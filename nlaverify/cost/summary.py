@@ -25,7 +25,8 @@ from nlaverify.graph.build import parameter_counts
 __all__ = ["COMPONENTS", "Term", "attention_pairs", "by_block", "by_component",
            "rule_comparison"]
 
-COMPONENTS = ("embedding", "attention", "mlp", "norms", "residual", "unembedding", "loss")
+COMPONENTS = ("embedding", "attention", "mamba", "mlp", "norms", "residual", "unembedding",
+              "loss")
 
 #: parameter components outside Kaplan et al.'s N (vocabulary and positional embeddings)
 EMBEDDING_COMPONENTS = ("embedding", "positions", "unembedding")
@@ -122,12 +123,14 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
             weights += math.prod(attrs["shape"])
     dk = config.d_head
     pairs = attention_pairs(seq_len, config.causal, config.sliding_window)
-    attn_fwd_ideal = 2 * pairs * 2 * dk * config.n_heads * L * batch if \
+    # the attention terms count attention blocks only (Mamba's mixers have no QK^T, PV)
+    La = sum(config.block_mixer(b) == "attention" for b in range(L))
+    attn_fwd_ideal = 2 * pairs * 2 * dk * config.n_heads * La * batch if \
         config.attention == "softmax" else mm["attention"] / 3
     code = sum(c.forward.flops + c.backward.flops for c in costs) * per
     non_matmul = sum(elementwise.values()) * per
     ideal = (mm["block_products"] + 3 * attn_fwd_ideal + mm["unembedding"]) * per + non_matmul
-    kaplan_fwd = 2 * N + 2 * L * seq_len * d_attn
+    kaplan_fwd = 2 * N + 2 * La * seq_len * d_attn
     terms = [
         Term("block weight products", mm["block_products"] * per,
              "6 per matrix weight per token: the 6N rule proper"),

@@ -15,7 +15,7 @@ from typing import Any
 
 import networkx as nx
 
-from nlaverify.config import GATED_MLPS, TransformerConfig
+from nlaverify.config import GATED_MLPS, NO_MLP, TransformerConfig
 from nlaverify.graph.core import add_input, add_op
 
 Shape = tuple[int | str, ...]
@@ -239,7 +239,9 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     :math:`x \leftarrow N(x + \operatorname{MLP}(x))` (Baggag & Saad §3.9). Parallel
     (``parallel_residual``; Wang & Komatsuzaki 2021, Black et al. 2022): ``resid1`` :math:`=
     x + \operatorname{Attn}(N_1(x))`, ``resid2`` :math:`=` ``resid1`` :math:`+
-    \operatorname{MLP}(N(x))`, :math:`N` the shared ``norm1`` or NeoX's ``norm2``.
+    \operatorname{MLP}(N(x))`, :math:`N` the shared ``norm1`` or NeoX's ``norm2``. Without
+    an MLP (``mlp="none"``, Mamba's block) a block ends at ``resid1`` (pre-LN) or ``norm1``
+    (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``.
     """
     cfg, b = config, _Builder(config)
     d, V = cfg.d_model, cfg.vocab_size
@@ -270,6 +272,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
         elif cfg.placement == "pre":
             a = _mixer(b, p, b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer), cfg, layer)
             x = b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d))
+            if cfg.mlp == NO_MLP:
+                continue
             m = _mlp(b, f"{p}.mlp", b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer),
                      cfg, layer)
             x = b.op(f"{p}.resid2", "residual_add", [x, m], ("n", d))
@@ -277,6 +281,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
             a = _mixer(b, p, x, cfg, layer)
             x = b.norm(f"{p}.norm1", b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d)),
                        cfg, "norms.blocks", layer)
+            if cfg.mlp == NO_MLP:
+                continue
             m = _mlp(b, f"{p}.mlp", x, cfg, layer)
             x = b.norm(f"{p}.norm2", b.op(f"{p}.resid2", "residual_add", [x, m], ("n", d)),
                        cfg, "norms.blocks", layer)

@@ -43,15 +43,15 @@ def _require_hf() -> tuple[Any, Any]:
 
 @dataclass
 class _Recorder:
-    """HF intermediates of one forward pass: module outputs/inputs by ``(path, where)``
-    and the attention tensors by ``(layer, name)``, as float64 NumPy copies."""
+    """HF intermediates of one forward pass that no module returns, by capture name
+    (``attention[l].query``, ``mamba[l].conv``...), as float64 NumPy copies."""
 
     exact: bool
-    tensors: dict[tuple[Any, str], Any] = field(default_factory=dict)
+    tensors: dict[str, Any] = field(default_factory=dict)
     #: exact mode: HF's stock output next to each exact replacement's (patch fidelity)
     fidelity: list[Any] | None = None
 
-    def keep(self, key: tuple[Any, str], value: Any) -> None:
+    def keep(self, key: str, value: Any) -> None:
         self.tensors[key] = _detach(value)
 
 
@@ -116,8 +116,41 @@ def _capture_attention(module: Any, query: Any, key: Any, value: Any, attention_
     if rec is not None:
         layer = module.layer_idx
         for name, t in (("query", query), ("key", key), ("value", value), ("output", out[0])):
-            rec.keep((layer, name), t)
+            rec.keep(f"attention[{layer}].{name}", t)
     return out
+
+
+@contextlib.contextmanager
+def _capture_mamba(model: Any, rec: _Recorder) -> Iterator[None]:
+    r"""For the duration, record what no module of HF's Mamba returns
+    (``models/mamba/modeling_mamba.py``): the convolution before its SiLU
+    (``mamba[l].conv``: ``causal_conv1d_forward`` run without its activation, which is then
+    applied as it would apply it, ``ACT2FN[activation]``) and the time step :math:`\delta`
+    handed to ``mamba_scan_forward`` (``mamba[l].dt``, before the bias and softplus). Both
+    module functions are wrapped, whatever they are now (exact mode's scan included), and
+    restored. Nothing for other models."""
+    mod = modeling_module(model)
+    if not hasattr(mod, "mamba_scan_forward"):
+        yield
+        return
+    conv_fn, scan_fn = mod.causal_conv1d_forward, mod.mamba_scan_forward
+
+    def conv(conv1d: Any, hidden_states: Any, cache: Any, layer_idx: int,
+             activation: str | None = None, **kwargs: Any) -> Any:
+        out = conv_fn(conv1d, hidden_states, cache, layer_idx, activation=None, **kwargs)
+        rec.keep(f"mamba[{layer_idx}].conv", out)
+        return out if activation is None else mod.ACT2FN[activation](out)
+
+    def scan(module: Any, hidden_states: Any, time_step: Any, *args: Any, **kwargs: Any
+             ) -> Any:
+        rec.keep(f"mamba[{module.layer_idx}].dt", time_step)
+        return scan_fn(module, hidden_states, time_step, *args, **kwargs)
+
+    mod.causal_conv1d_forward, mod.mamba_scan_forward = conv, scan
+    try:
+        yield
+    finally:
+        mod.causal_conv1d_forward, mod.mamba_scan_forward = conv_fn, scan_fn
 
 
 def _stock_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
@@ -158,12 +191,29 @@ def _quiet_transformers() -> Iterator[None]:
         logging.set_verbosity(level)
 
 
-def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any]
-             ) -> Callable[[Any, Any, Any], Any]:
-    """check_model's ``call``: HF on ``tokens[None]``, returning ``(logits, the attention
-    function's captures, loss)`` (:mod:`~nlaverify.interop.hf_verify`: HF's own loss, or
-    the same mean with ``torch`` in the model dtype, HF's loss function then going to
-    ``fidelity``)."""
+@contextlib.contextmanager
+def _head_output(model: Any, keep: bool) -> Iterator[list[Any]]:
+    """A list receiving ``model.lm_head``'s output (in the graph, not detached) while
+    ``keep``: the logits before a ``*ForCausalLM.forward`` casts them (Mamba's
+    ``.float()``)."""
+    got: list[Any] = []
+    handle = model.lm_head.register_forward_hook(
+        lambda _m, _i, out: got.append(out)) if keep else None
+    try:
+        yield got
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any],
+             exact_logits: bool = False) -> Callable[[Any, Any, Any], Any]:
+    """check_model's ``call``: HF on ``tokens[None]``, returning ``(logits, the captures of
+    the attention function and of Mamba's module functions, loss)``
+    (:mod:`~nlaverify.interop.hf_verify`: HF's own loss, or the same mean with ``torch`` in
+    the model dtype, HF's loss function then going to ``fidelity``). ``exact_logits``: the
+    logits as ``lm_head`` returns them, HF's returned (cast) logits going to ``fidelity``
+    (patch ``"mamba_logits"``)."""
     def call(model: Any, ids: Any, targets: Any) -> tuple[Any, dict[str, Any], Any]:
         import torch
 
@@ -171,9 +221,14 @@ def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any]
         token = _ACTIVE.set(rec)
         ids = ids[None, :]
         try:
-            with _quiet_transformers():
+            with _quiet_transformers(), _capture_mamba(model, rec), _head_output(
+                    model, exact_logits) as head:
                 if exact_loss:
-                    logits = model(input_ids=ids, use_cache=False).logits
+                    returned = model(input_ids=ids, use_cache=False).logits
+                    logits = head[-1] if exact_logits else returned
+                    if exact_logits:
+                        record_fidelity(fidelity, "logits", "mamba_logits", type(model).__name__,
+                                        lambda: returned, logits)
                     loss = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
                     record_fidelity(fidelity, "loss", "loss", "ForCausalLMLoss",
                                     lambda: model.loss_function(
@@ -184,7 +239,5 @@ def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any]
                     logits, loss = out.logits, out.loss
         finally:
             _ACTIVE.reset(token)
-        captured = {f"attention[{layer}].{where}": v
-                    for (layer, where), v in rec.tensors.items()}
-        return logits, captured, loss
+        return logits, dict(rec.tensors), loss
     return call

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_mamba import mamba_hf_dict, mamba_mismatch
 from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
 
 
@@ -34,6 +35,12 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
                           f"Face {model_type} has no LoRA adapters and they would be dropped; "
                           "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
+    if model_type == "mamba":
+        bad = mamba_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: mamba cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return mamba_hf_dict(c)
     gpt2 = model_type == "gpt2"
     fixed: dict[str, Any] = {
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,

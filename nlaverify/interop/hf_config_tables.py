@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 #: the Hugging Face ``model_type`` values nlaverify maps
-SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
                  "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                 "gemma": "GemmaForCausalLM"}
+                 "gemma": "GemmaForCausalLM", "mamba": "MambaForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -44,6 +44,21 @@ IGNORED: dict[str, str] = {
     "summary_use_proj": "GPT-2 sequence-summary head", "summary_activation":
     "GPT-2 sequence-summary head", "summary_proj_to_labels": "GPT-2 sequence-summary head",
     "summary_first_dropout": "GPT-2 sequence-summary head",
+    **{k: "initialisation only (MambaMixer.init_mamba_weights draws dt_proj from it)"
+       for k in ("time_step_scale", "time_step_min", "time_step_max", "time_step_init_scheme",
+                 "time_step_floor")},
+    "rescale_prenorm_residual": "initialisation only (MambaPreTrainedModel._init_weights)",
+    "use_mambapy": "the algorithm of HF's scan (mambapy's parallel scan, when installed), "
+                   "not its function",
+    "use_associative_scan": "the algorithm of HF's scan (an associative scan under "
+                            "torch.compile only), not its function",
+    "residual_in_fp32": "the precision of HF's residual stream (a float32 copy), not its "
+                        "function",
+    "pad_vocab_size_multiple": "mamba_ssm's training-time vocabulary padding; vocab_size is "
+                               "the padded size (MambaConfig does not read it)",
+    "fused_add_norm": "a mamba_ssm kernel choice (MambaConfig does not read it)",
+    "rms_norm": "a mamba_ssm option MambaConfig does not read (HF's MambaBlock is RMSNorm)",
+    "n_layer": "mamba_ssm's name of num_hidden_layers (MambaConfig does not read it)",
 }
 
 #: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
@@ -55,6 +70,12 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
                                  "router_jitter_noise")},
     "pretraining_tp": ("llama",),
+    **{k: ("mamba",) for k in ("time_step_scale", "time_step_min", "time_step_max",
+                               "time_step_init_scheme", "time_step_floor",
+                               "rescale_prenorm_residual", "use_mambapy",
+                               "use_associative_scan", "residual_in_fp32",
+                               "pad_vocab_size_multiple", "fused_add_norm", "rms_norm",
+                               "n_layer")},
 }
 
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
@@ -92,6 +113,9 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
               "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
               "tie_word_embeddings": True, "attention_bias": False,
               "use_bidirectional_attention": None, "rope_theta": 10000.0},
+    "mamba": {"state_size": 16, "expand": 2, "conv_kernel": 4, "use_bias": False,
+              "use_conv_bias": True, "hidden_act": "silu", "layer_norm_epsilon": 1e-5,
+              "time_step_rank": "auto", "tie_word_embeddings": True, "intermediate_size": None},
 }
 
 #: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``

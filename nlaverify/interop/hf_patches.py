@@ -1,8 +1,9 @@
 r"""Temporary patches of a Hugging Face model: exact arithmetic, and planted mistakes.
 
 Both are context managers on *one* model instance (its modules' ``forward`` replaced on
-the instance, an attribute added, a weight swapped), plus at most one module-level function
-of the model's ``modeling_*.py`` (the ``rope_pairing`` plant); everything is restored in
+the instance, an attribute added or set, a weight swapped), plus at most one module-level
+function of the model's ``modeling_*.py`` (the ``rope_pairing`` plant, Mamba's scan);
+everything is restored in
 ``finally``. :mod:`nlaverify.interop.hf_verify` uses them; torch and transformers are
 imported by the caller.
 
@@ -30,6 +31,21 @@ alone is left unpatched (``tests/test_hf_verify.py``):
 - ``"loss"`` (``loss``): ``loss/loss_utils.py`` ``ForCausalLMLoss``
   (``logits.float()``); :mod:`~nlaverify.interop.hf_verify` computes the same mean
   cross-entropy in the model dtype.
+
+Mamba (``models/mamba/modeling_mamba.py``, transformers 5.25; :data:`MAMBA_EXACT_PATCHES`),
+besides ``"rmsnorm"`` (``MambaRMSNorm.forward``, node ``blocks.{l}.norm1``) and ``"loss"``:
+
+- ``"mamba_scan"`` (``mamba.scan``): ``mamba_scan_forward`` casts :math:`A_{\log}`,
+  :math:`b_\Delta` and :math:`D` to float32 (``.float()``) and ``mamba_selective_scan`` the
+  scan's :math:`B` and :math:`u`; replaced by :func:`_mamba_scan_exact` (a module function:
+  the one global swapped besides the ``rope_pairing`` plant).
+- ``"mamba_residual"`` (``resid1``): ``MambaBlock.forward`` adds the mixer's output to a
+  float32 copy of the stream when ``residual_in_fp32`` (the config default); the patch sets
+  the block's ``residual_in_fp32`` to false, HF's own other branch (no replacement code).
+- ``"mamba_logits"`` (``loss`` and every gradient): ``MambaForCausalLM.forward`` returns
+  ``lm_head(...).float()``; :func:`~nlaverify.interop.hf_capture._hf_call` takes the logits
+  as ``lm_head`` returns them (its forward hook), HF's returned logits going to the fidelity
+  sink.
 
 The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_frequencies`
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
@@ -80,6 +96,20 @@ EXACT_PATCHES: dict[str, str] = {
     "loss": "loss/loss_utils.py ForCausalLMLoss (logits.float())",
 }
 
+#: the exact-arithmetic patches of Hugging Face Mamba (``models/mamba/modeling_mamba.py``),
+#: by name, and the stock code each replaces; applied with ``"rmsnorm"`` (``MambaRMSNorm``)
+#: and ``"loss"`` of :data:`EXACT_PATCHES`
+MAMBA_EXACT_PATCHES: dict[str, str] = {
+    "mamba_scan": "mamba_scan_forward / mamba_selective_scan (A = -exp(A_log.float()), "
+                  "dt_proj.bias.float(), D.float(), B.float(), hidden_states.float())",
+    "mamba_residual": "MambaBlock.forward (residual.to(torch.float32) when "
+                      "residual_in_fp32)",
+    "mamba_logits": "MambaForCausalLM.forward (lm_head(...).float())",
+}
+
+#: every exact-arithmetic patch by name (``verify_hf(exact=...)`` takes any subset)
+ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES}
+
 #: the planted mistakes (test instruments) and what each does to the HF model
 PLANTS: dict[str, str] = {
     "transpose_square": "block 0's first square attention projection (q_proj, else o_proj; "
@@ -87,6 +117,12 @@ PLANTS: dict[str, str] = {
     "rope_pairing": "HF's rotate_half (pairs i, i + d_h/2) swapped for the interleaved one "
                     "(pairs 2i, 2i+1) while cos/sin keep HF's half layout",
     "no_renormalize": "Mixtral's top-k router gates not renormalised to sum to 1",
+}
+
+#: the planted mistakes of Hugging Face Mamba (test instruments)
+MAMBA_PLANTS: dict[str, str] = {
+    "mamba_in_proj_swap": "block 0's in_proj halves swapped (the gate z read as the "
+                          "convolved branch x, and x as z)",
 }
 
 
@@ -141,6 +177,9 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
     if model_type == "gpt2":
         return frozenset({"loss"} | ({"attention_softmax"} if raw.get(
             "reorder_and_upcast_attn") else set()))
+    if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
+        return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
+            {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
     parts = {"rmsnorm", "rotary", "attention_softmax", "loss"}
     if model_type == "mixtral":
         parts.add("router_softmax")
@@ -246,6 +285,33 @@ def _router_forward(self: Any, hidden_states: Any, *, exact: bool, renormalize: 
     return router_logits, top_value, top_index
 
 
+def _mamba_scan_exact(module: Any, hidden_states: Any, time_step: Any, B: Any, C: Any,
+                      gate: Any, cache: Any, **kwargs: Any) -> Any:
+    r"""``mamba_scan_forward`` (``models/mamba/modeling_mamba.py``, no cache) with
+    ``mamba_selective_scan``'s sequential loop in the input dtype instead of float32:
+    :math:`A = -e^{A_{\log}}`, :math:`\Delta = \operatorname{softplus}(\delta + b_\Delta)`
+    (PyTorch's, linear above 20), :math:`h_t = e^{\Delta_t A} h_{t-1} + \Delta_t B_t u_t`,
+    :math:`y_t = h_t C_t + D u_t`, times :math:`\operatorname{silu}(z_t)`; channels first
+    ``(b, E, n)``, ``B``, ``C`` ``(b, n, N)``, as HF passes them."""
+    import torch
+    import torch.nn.functional as F
+
+    if cache is not None:
+        raise ArgumentError("exact mamba_scan_forward: a cache (incremental decoding) is not "
+                            "modelled; verification runs use_cache=False")
+    A = -torch.exp(module.A_log)                                          # (E, N)
+    dt = F.softplus(time_step + module.dt_proj.bias[None, :, None])       # (b, E, n)
+    dA = torch.exp(A[None, :, None, :] * dt[..., None])                   # (b, E, n, N)
+    dBu = dt[..., None] * B[:, None, :, :] * hidden_states[..., None]
+    state = torch.zeros_like(dA[:, :, 0])
+    ys = []
+    for t in range(hidden_states.shape[-1]):
+        state = dA[:, :, t] * state + dBu[:, :, t]
+        ys.append(torch.matmul(state, C[:, t, :, None])[..., 0])
+    y = torch.stack(ys, dim=-1) + hidden_states * module.D[None, :, None]
+    return y * F.silu(gate)
+
+
 def _is_mixtral_router(module: Any) -> bool:
     return type(module).__name__ == "MixtralTopKRouter"
 
@@ -275,14 +341,21 @@ def exact_arithmetic(model: Any, config: Any,
     next to the exact one (module docstring)."""
     import torch
 
-    unknown = sorted(set(parts) - set(EXACT_PATCHES))
+    unknown = sorted(set(parts) - set(ALL_EXACT_PATCHES))
     if unknown:
         raise UnknownNameError(f"exact_arithmetic: unknown patch {unknown[0]!r}: expected "
-                               f"some of {', '.join(EXACT_PATCHES)}")
+                               f"some of {', '.join(ALL_EXACT_PATCHES)}")
     undo = _Restorer()
     try:
+        if "mamba_scan" in parts and type(model).__name__.startswith("Mamba"):
+            _patch_mamba_scan(undo, modeling_module(model), fidelity)
         for name, module in model.named_modules():
             cls = type(module).__name__
+            if cls == "MambaBlock" and "mamba_residual" in parts:
+                # HF's own branch for residual_in_fp32=False: nothing of HF's is replaced
+                undo.on_exit(lambda m=module, v=module.residual_in_fp32: setattr(
+                    m, "residual_in_fp32", v))
+                module.residual_in_fp32 = False
             if cls == "GemmaRMSNorm" and "rmsnorm" in parts:
                 undo.set_exact(module, name, "rmsnorm", _gemma_rmsnorm_exact, fidelity)
             elif cls.endswith("RMSNorm") and "rmsnorm" in parts:
@@ -304,6 +377,21 @@ def exact_arithmetic(model: Any, config: Any,
         yield
     finally:
         undo.restore()
+
+
+def _patch_mamba_scan(undo: _Restorer, mod: Any, sink: list[Fidelity] | None) -> None:
+    """``mod.mamba_scan_forward`` (the module function every ``MambaMixer`` calls) replaced by
+    :func:`_mamba_scan_exact`; each call also runs the stock function into ``sink``, by the
+    mixer's path ``backbone.layers.{l}.mixer``."""
+    stock = mod.mamba_scan_forward
+
+    def scan(module: Any, *args: Any, **kwargs: Any) -> Any:
+        out = _mamba_scan_exact(module, *args, **kwargs)
+        record_fidelity(sink, f"backbone.layers.{module.layer_idx}.mixer", "mamba_scan",
+                        "mamba_scan_forward", lambda: stock(module, *args, **kwargs), out)
+        return out
+
+    undo.set_global(mod, "mamba_scan_forward", scan)
 
 
 # --- planted mistakes (test instruments) ----------------------------------------------
@@ -345,9 +433,9 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
     if plant is None:
         yield None
         return
-    if plant not in PLANTS:
+    if plant not in PLANTS and plant not in MAMBA_PLANTS:
         raise UnknownNameError(f"plant: unknown mistake {plant!r}: expected one of "
-                               f"{', '.join(PLANTS)}")
+                               f"{', '.join([*PLANTS, *MAMBA_PLANTS])}")
     undo = _Restorer()
     try:
         if plant == "transpose_square":
@@ -357,6 +445,18 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
                 w.copy_(saved.T)
             undo.on_exit(lambda: w.data.copy_(saved))
             what = f"{key} transposed"
+        elif plant == "mamba_in_proj_swap":
+            key = "backbone.layers.0.mixer.in_proj.weight"
+            w = dict(model.named_parameters()).get(key)
+            if w is None:
+                raise ArgumentError(f"plant 'mamba_in_proj_swap': model {model_type!r} has no "
+                                    f"{key}")
+            saved = w.detach().clone()
+            half = saved.shape[0] // 2
+            with torch.no_grad():
+                w.copy_(torch.cat([saved[half:], saved[:half]]))
+            undo.on_exit(lambda: w.data.copy_(saved))
+            what = f"{key}: its halves (x, z) swapped"
         elif plant == "rope_pairing":
             mod = modeling_module(model)
             if not hasattr(mod, "rotate_half"):

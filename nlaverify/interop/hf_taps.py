@@ -8,7 +8,8 @@ RoPE permutation of each head's coordinates
 HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
 ``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k, v), Mixtral's top-k indices
 (as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
-the graph's ``embed_scaled``).
+the graph's ``embed_scaled``), Mamba's fused ``in_proj`` / ``x_proj`` outputs and
+channels-first ``(1, E, n)`` tensors.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ class _Tap:
     where: str
     convert: Callable[[Any], np.ndarray]
     layer: int | None = None
+    #: the capturing function of ``path=None`` taps: ``attention`` (the registered attention
+    #: function) or ``mamba`` (the mixer's convolution and scan, :mod:`.hf_capture`)
+    function: str = "attention"
 
     @property
     def source(self) -> str:
         if self.path is None:
-            return f"attention[{self.layer}].{self.where}"
+            return f"{self.function}[{self.layer}].{self.where}"
         return f"{self.path}.{'output' if self.where == 'out' else 'input'}"
 
 
@@ -85,8 +89,10 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _gpt2_taps(config)
     if model_type in LLAMA_LIKE:
         return _llama_taps(config, model_type)
+    if model_type == "mamba":
+        return _mamba_taps(config)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
-                           f"{', '.join(LLAMA_LIKE)}")
+                           f"{', '.join(LLAMA_LIKE)}, mamba")
 
 
 def _gpt2_taps(c: Any) -> list[_Tap]:
@@ -170,10 +176,45 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
             _Tap("logits", "lm_head", "out", _rows)]
 
 
+def _channels(a: Any) -> np.ndarray:
+    """HF's channels-first ``(1, E, n)`` (Mamba's convolution and time step) -> ``(n, E)``."""
+    return np.asarray(a)[0].T
+
+
+def _mamba_taps(c: Any) -> list[_Tap]:
+    r"""``MambaForCausalLM``: ``in_proj``'s output split into the graph's ``in_x`` (first
+    :math:`E` channels) and ``in_z``, ``x_proj``'s into ``dt_low``, ``B``, ``C``
+    (``split([R, N, N])``); ``conv_act`` is ``x_proj``'s input and ``scan`` ``out_proj``'s. The
+    convolution before its SiLU and the time step :math:`\delta` before its bias are no
+    module's output (``causal_conv1d_forward`` and ``mamba_scan_forward`` are functions of
+    ``modeling_mamba.py``): :mod:`~nlaverify.interop.hf_capture` records them
+    (``mamba[l].conv``, ``mamba[l].dt``)."""
+    E, N, R = c.d_inner, c.ssm_state, c.dt_rank
+    bounds = {"dt_low": (0, R), "B": (R, R + N), "C": (R + N, R + 2 * N)}
+    taps = [_Tap("embed", "backbone.embeddings", "out", _rows),
+            _Tap("x0", "backbone.embeddings", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"backbone.layers.{layer}"
+        q, m = f"{p}.mamba", f"{h}.mixer"
+        taps += [_Tap(f"{p}.norm1", f"{h}.norm", "out", _rows),
+                 _Tap(f"{q}.in_x", f"{m}.in_proj", "out", lambda a: _rows(a)[:, :E]),
+                 _Tap(f"{q}.in_z", f"{m}.in_proj", "out", lambda a: _rows(a)[:, E:]),
+                 _Tap(f"{q}.conv", None, "conv", _channels, layer, "mamba"),
+                 _Tap(f"{q}.conv_act", f"{m}.x_proj", "in", _rows)]
+        taps += [_Tap(f"{q}.{k}", f"{m}.x_proj", "out", lambda a, lo=lo, hi=hi: _rows(a)[:, lo:hi])
+                 for k, (lo, hi) in bounds.items()]
+        taps += [_Tap(f"{q}.dt", None, "dt", _channels, layer, "mamba"),
+                 _Tap(f"{q}.scan", f"{m}.out_proj", "in", _rows),
+                 _Tap(f"{q}.out", f"{m}.out_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", h, "out", _rows)]
+    return [*taps, _Tap("final_norm", "backbone.norm_f", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
 def _capture_name(t: _Tap) -> str:
     """The name :func:`~nlaverify.check.check_model` reads ``t`` by: a module path (``:input``
     for its first input) or a key of the intermediates
     :func:`~nlaverify.interop.hf_capture._hf_call` returns."""
     if t.path is None:
-        return t.source  # attention[layer].query / key / value / output
+        return t.source  # attention[layer].query / key / value / output, mamba[layer].conv
     return t.path if t.where == "out" else f"{t.path}:input"

@@ -39,12 +39,13 @@ logits to float32); exact mode computes the same mean with ``torch`` in the mode
 **Stock and exact.** ``exact=False`` runs HF as shipped and names the first node where it
 departs from the model dtype's arithmetic. Found by experiment (``transformers`` 5.24,
 float64): ``blocks.0.norm1`` (the first RMSNorm, computed in float32) for Llama, Mistral,
-Mixtral, Qwen2, Qwen3 and Gemma; ``loss`` for GPT-2 (its LayerNorm, GELU and eager
+Mixtral, Qwen2, Qwen3, Gemma and Mamba; ``loss`` for GPT-2 (its LayerNorm, GELU and eager
 attention stay in float64), or ``blocks.0.attn.heads`` with ``reorder_and_upcast_attn``.
 The float32 islands behind them, each located at its own node by leaving its patch out
 (:data:`~nlaverify.interop.hf_patches.EXACT_PATCHES`): every RMSNorm (``norm1``,
 ``norm2``, ``final_norm``, Qwen3's ``q_norm``/``k_norm``), the RoPE angles (``q_rope``),
-the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``) and the loss.
+the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``), Mamba's scan
+(``mamba.scan``), residual stream (``resid1``) and logits (``loss``), and the loss.
 In stock mode :attr:`HFVerifyReport.first_beyond_float32` also judges every node with
 float32's bound: ``None`` means every departure is float32 rounding; a node there is a
 real difference (a planted mistake shows there). ``exact=True`` patches HF for the
@@ -153,7 +154,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     from nlaverify.graph.build import build_transformer
     from nlaverify.graph.run import init_params, sample_data
     from nlaverify.interop.hf_patches import (
-        EXACT_PATCHES,
+        ALL_EXACT_PATCHES,
         exact_arithmetic,
         needed_patches,
         plant_mistake,
@@ -164,7 +165,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     if dtype not in ("float64", "float32"):
         raise ArgumentError(f"verify_hf: argument 'dtype': expected 'float64' or 'float32', "
                             f"got {dtype!r}")
-    parts = _exact_parts(exact, EXACT_PATCHES)
+    parts = _exact_parts(exact, ALL_EXACT_PATCHES)
     limit = _max_params(max_params)
     hf, described, checkpoint = _resolve(source)
     config, model_type = hf.config, hf.model_type
@@ -212,7 +213,8 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         mc = _compare_model(
             model, config, params, tokens, targets=targets, load=load,
             intermediates={t.node: (_capture_name(t), t.convert) for t in taps},
-            call=_hf_call("attention_softmax" in parts, "loss" in parts, fidelity),
+            call=_hf_call("attention_softmax" in parts, "loss" in parts, fidelity,
+                          "mamba_logits" in parts),
             dtype=dtype, batched=False, subject=f"Hugging Face {model_type}")
     report.planted = planted
 

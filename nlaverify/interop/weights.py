@@ -38,9 +38,18 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
 * **Tied embeddings.** ``model.state_dict()`` lists ``lm_head.weight`` even when it is the
   embedding: :func:`params_to_hf` writes it, :func:`params_from_hf` accepts it (or its
   absence) when it equals the embedding exactly. Untied, it is required.
+* **Mamba.** ``mixer.in_proj.weight`` ``(2E, d)`` holds :math:`[W_x\,|\,W_z]^\top` by rows
+  (``chunk(2)``: the convolved branch first, the gate second), ``mixer.x_proj.weight``
+  ``(R + 2N, E)`` :math:`[W_{\Delta,low}\,|\,W_B\,|\,W_C]^\top` (``split([R, N, N])``); both
+  are split and transposed. ``conv1d.weight`` ``(E, 1, k)`` is the graph's ``conv.w``
+  ``(E, k)`` (PyTorch's depthwise cross-correlation with ``k - 1`` zeros in front: the same
+  taps), ``dt_proj.bias`` is :math:`b_\Delta` (inside the softplus), ``A_log`` (HF's
+  :math:`A = -e^{A_{\log}}`, as the graph's ``mamba_scan``) and ``D`` are copied. Keys carry
+  ``backbone.`` (the base model's state dict does not).
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
-* **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.`` for
-  GPT-2) except ``lm_head.weight``; the base model's state dict and the released GPT-2
+* **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
+  for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict
+  and the released GPT-2
   checkpoint do not. :func:`params_from_hf` accepts either (not both for one tensor).
 * **Buffers.** Non-persistent buffers (``rotary_emb.inv_freq``, Gemma's ``embed_scale``) are
   not in state dicts. GPT-2 checkpoints may hold the causal mask ``h.{l}.attn.bias``
@@ -136,7 +145,8 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
         st = {k: v.astype(cast) for k, v in st.items()}
     if mt == "mixtral":
         _fuse_mixtral_experts(st, config, fn, user)
-    embed_key = "transformer.wte.weight" if mt == "gpt2" else "model.embed_tokens.weight"
+    embed_key = {"gpt2": "transformer.wte.weight", "mamba": "backbone.embeddings.weight"
+                 }.get(mt, "model.embed_tokens.weight")
     known = {k for e in entries for k in e.hf}
     tied_head = config.tied_embeddings and "lm_head.weight" in st
     for k in st:

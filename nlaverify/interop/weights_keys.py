@@ -1,8 +1,9 @@
 r"""State-dict spellings normalised before the table of
 :mod:`nlaverify.interop.weights_layout` is applied: the base-model prefix (``model.``,
-``transformer.``) added where missing, Mixtral's ``block_sparse_moe`` renamed ``mlp`` and its
-per-expert ``w1/w2/w3`` fused as ``transformers`` 5 stores them, GPT-2's legacy causal-mask
-buffers checked and dropped (module docstring of :mod:`nlaverify.interop.weights`)."""
+``transformer.``, ``backbone.``) added where missing, Mixtral's ``block_sparse_moe`` renamed
+``mlp`` and its per-expert ``w1/w2/w3`` fused as ``transformers`` 5 stores them, GPT-2's legacy
+causal-mask buffers checked and dropped (module docstring of
+:mod:`nlaverify.interop.weights`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from nlaverify.config import TransformerConfig
 from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.interop.weights_layout import _shape
 
-_PREFIX = {"gpt2": "transformer."}
+_PREFIX = {"gpt2": "transformer.", "mamba": "backbone."}
 _MIXTRAL_LEGACY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.w([123])\.weight$")
 
 

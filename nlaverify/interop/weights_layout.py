@@ -3,12 +3,14 @@ r"""The table of every Hugging Face tensor and the nlaverify parameters it holds
 One :class:`_Entry` per HF state-dict tensor (canonical ``*ForCausalLM.state_dict()`` key,
 shape) with the nlaverify parameters it holds and the two maps between them: the
 transposes of ``nn.Linear``, GPT-2's fused QKV, the RoPE pairing permutation, Mixtral's
-fused experts, Gemma's ``1 + w`` norms. Every convention is stated in the module docstring
+fused experts, Gemma's ``1 + w`` norms, Mamba's fused ``in_proj`` / ``x_proj`` and depthwise
+``conv1d``. Every convention is stated in the module docstring
 of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with this table.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +94,8 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         raise ConfigError(f"argument 'model_type': expected one of {', '.join(SUPPORTED)}, "
                           f"got {model_type!r}")
     hf_config_dict(config, model_type)  # raises, naming the field, if HF cannot express it
+    if model_type == "mamba":
+        return _mamba_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 
 
@@ -212,3 +216,58 @@ def _llama_mlp(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
             out.append(_Entry((f"{h}mlp.{hn}.bias",), ((shape[0],),),
                               (f"{p}mlp." + pn.format("b"),), _copy, _copy))
     return out
+
+
+def _split_rows(sizes: tuple[int, ...]) -> tuple[Transform, Transform]:
+    """A Linear weight ``(sum(sizes), d_in)`` whose output rows are several projections,
+    <-> nlaverify's ``(d_in, size)`` matrices, in order (Mamba's ``in_proj``: x then z;
+    ``x_proj``: the rank-``R`` time step, then B, then C)."""
+    bounds = np.cumsum([0, *sizes])
+
+    def to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        return [np.ascontiguousarray(a[0][lo:hi].T) for lo, hi in itertools.pairwise(bounds)]
+
+    def to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        return [np.ascontiguousarray(np.concatenate([x.T for x in a], axis=0))]
+
+    return to_ours, to_hf
+
+
+def _conv_to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+    return [np.ascontiguousarray(a[0][:, 0, :])]  # depthwise (E, 1, k) -> (E, k)
+
+
+def _conv_to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+    return [np.ascontiguousarray(a[0][:, None, :])]
+
+
+def _mamba_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``MambaForCausalLM``: ``backbone.embeddings``, per layer ``norm`` and the mixer's
+    ``in_proj`` (rows :math:`[0, E)` the convolved branch :math:`x`, :math:`[E, 2E)` the gate
+    :math:`z`: ``MambaMixer.forward``'s ``chunk(2, dim=1)``), ``conv1d`` (depthwise ``(E, 1,
+    k)``, PyTorch's cross-correlation: the graph's ``(E, k)`` taps as they are), ``x_proj``
+    (rows :math:`\Delta_{low}`, B, C: ``torch.split([R, N, N])``), ``dt_proj`` (weight and the
+    bias inside the softplus), ``A_log`` and ``D`` as they are; ``backbone.norm_f``."""
+    d, V, E, N, R = c.d_model, c.vocab_size, c.d_inner, c.ssm_state, c.dt_rank
+    out = [_Entry(("backbone.embeddings.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"backbone.layers.{layer}.", f"blocks.{layer}."
+        m, q = f"{h}mixer.", f"{p}mamba."
+        out += [_Entry((f"{h}norm.weight",), ((d,),), (f"{p}norm1.gamma",), _copy, _copy),
+                _Entry((f"{m}in_proj.weight",), ((2 * E, d),), (f"{q}in_x.W", f"{q}in_z.W"),
+                       *_split_rows((E, E))),
+                _Entry((f"{m}conv1d.weight",), ((E, 1, c.ssm_conv),), (f"{q}conv.w",),
+                       _conv_to_ours, _conv_to_hf),
+                _Entry((f"{m}conv1d.bias",), ((E,),), (f"{q}conv.b",), _copy, _copy),
+                _Entry((f"{m}x_proj.weight",), ((R + 2 * N, E),),
+                       (f"{q}dt_low.W", f"{q}B.W", f"{q}C.W"), *_split_rows((R, N, N))),
+                _Entry((f"{m}dt_proj.weight",), ((E, R),), (f"{q}dt.W",), _transpose,
+                       _transpose),
+                _Entry((f"{m}dt_proj.bias",), ((E,),), (f"{q}dt.b",), _copy, _copy),
+                _Entry((f"{m}A_log",), ((E, N),), (f"{q}A_log",), _copy, _copy),
+                _Entry((f"{m}D",), ((E,),), (f"{q}D",), _copy, _copy),
+                _Entry((f"{m}out_proj.weight",), ((d, E),), (f"{q}out.W",), _transpose,
+                       _transpose)]
+    out.append(_Entry(("backbone.norm_f.weight",), ((d,),), ("final_norm.gamma",), _copy,
+                      _copy))
+    return out + _unembed(c)

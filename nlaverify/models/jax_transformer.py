@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nlaverify.config import TransformerConfig
+from nlaverify.config import NO_MLP, TransformerConfig
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
 
 jax.config.update("jax_enable_x64", True)
@@ -282,11 +282,15 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
             rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
             x = rec[f"{b}.resid1"] = x + _mix(params, b, rec[f"{b}.norm1"], cfg, rec, layer,
                                               draw)
+            if cfg.mlp == NO_MLP:  # Mamba's block: x + Mixer(N(x)) only
+                continue
             rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
             x = rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", rec[f"{b}.norm2"], cfg, rec)
         else:
             rec[f"{b}.resid1"] = x + _mix(params, b, x, cfg, rec, layer, draw)
             x = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", rec[f"{b}.resid1"], cfg)
+            if cfg.mlp == NO_MLP:
+                continue
             rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", x, cfg, rec)
             x = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", rec[f"{b}.resid2"], cfg)
     if cfg.final_norm:
@@ -324,7 +328,8 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
     \operatorname{MLP})`, both of the block's input ``s`` (the MLP of the shared ``b.norm1``
     or of ``b.norm2``), ``b.resid1 = s + \operatorname{Attn}``. With
     ``final_softcap`` :math:`c`, ``logits`` :math:`= c\tanh(Z/c)` of ``logits_uncapped``
-    :math:`Z`.
+    :math:`Z`. Without an MLP (``mlp="none"``) a block records no ``b.norm2``, ``b.mlp.*``
+    or ``b.resid2``.
 
     Args:
         tokens: ``(n,)`` or a batch ``(B, n)`` of token ids; with a batch, every value
@@ -415,12 +420,14 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
             y, state = mamba_step(p, f"{b}.mamba", _norm(p, f"{b}.norm1", x, cfg), state)
             x = x + y
             rec[f"{b}.resid1"].append(x)
-            x = x + _mlp(p, f"{b}.mlp", _norm(p, f"{b}.norm2", x[None], cfg), cfg, {})[0]
+            if cfg.mlp != NO_MLP:
+                x = x + _mlp(p, f"{b}.mlp", _norm(p, f"{b}.norm2", x[None], cfg), cfg, {})[0]
         else:
             y, state = mamba_step(p, f"{b}.mamba", x, state)
             rec[f"{b}.resid1"].append(x + y)
             x = _norm(p, f"{b}.norm1", x + y, cfg)
-            x = _norm(p, f"{b}.norm2", x + _mlp(p, f"{b}.mlp", x[None], cfg, {})[0], cfg)
+            if cfg.mlp != NO_MLP:
+                x = _norm(p, f"{b}.norm2", x + _mlp(p, f"{b}.mlp", x[None], cfg, {})[0], cfg)
         rec[f"{b}.mamba.out"].append(y)
         return x, state
 
