@@ -152,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--max-params", type=_bounded_int(1), default=None,
                    help="with --hf: refuse models above this many parameters (default 100M, "
                         "or NLAVERIFY_HF_MAX_PARAMS): both models, float64, and gradients")
+    v.add_argument("--mesh", default=None, metavar="AXIS=N,...",
+                   help="with --preset: run the graph sharded on simulated CPU devices "
+                        "(axes dp, fsdp, tp, sp, e.g. dp=2,tp=2 or sp=4; vocab=tp|none) and "
+                        "compare every node's value and cotangent with the unsharded run "
+                        "(nlaverify.shard); batch and sequence length default to what the "
+                        "mesh divides")
     v.add_argument("--op", action="append", default=None, metavar="NAME",
                    help="cross-check only this op (repeatable, or comma-separated; the names of "
                         "nlaverify.ops.registry.OPS)")

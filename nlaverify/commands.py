@@ -78,7 +78,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     backends = list(dict.fromkeys(b.strip() for b in args.backends.split(",") if b.strip()))
     _check_verify_args(args, backends)
-    if args.seq_len is None:
+    if args.seq_len is None and args.mesh is None:
         args.seq_len = 6
     if args.hf is not None:
         from nlaverify.interop.hf_verify import hf_verify_command
@@ -91,6 +91,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
         return run_zoo_command(backends, seed=args.seed, n=args.seq_len, digits=args.digits,
                                batch=args.batch, as_json=args.json, jobs=args.jobs)
+    if args.mesh is not None:
+        return _verify_mesh(args)
     if args.preset and args.dtype != "float64":
         from nlaverify.precision import precision_command
 
@@ -115,6 +117,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(format_summary(report))
     return 0 if report.ok else 1
+
+
+def _verify_mesh(args: argparse.Namespace) -> int:
+    """``verify --preset NAME --mesh SPEC``: the sharded run against the unsharded one."""
+    from nlaverify.config import preset
+    from nlaverify.shard.command import format_report, run_shard_verify
+
+    rep = run_shard_verify(preset(args.preset), args.mesh, seq_len=args.seq_len,
+                           batch=args.batch, seed=args.seed)
+    if args.json:
+        jsonout.dump(rep.as_dict())
+    else:
+        print(format_report(rep))
+    return 0 if rep.ok else 1
 
 
 @contextlib.contextmanager
@@ -176,6 +192,9 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
                             "and --preset")
     if (args.hf_exact or args.max_params is not None) and args.hf is None:
         raise ArgumentError("verify: --hf-exact and --max-params apply to --hf")
+    if args.mesh is not None and (not args.preset or args.dtype != "float64"):
+        raise ArgumentError("verify: --mesh shards the pipeline of a --preset, in float64: give "
+                            "--preset NAME (and drop --dtype)")
     if args.jobs is not None and not args.zoo:
         raise ArgumentError("verify: --jobs applies to --zoo (its members run in parallel)")
     if args.zoo and (args.preset or args.dtype != "float64"):
