@@ -77,6 +77,34 @@ class ArrayAPINamespace(Namespace):
         return self._tracer_type is None or not isinstance(x, self._tracer_type)
 
 
+class JaxNamespace(ArrayAPINamespace):
+    """JAX's namespace: :meth:`Namespace.linear_recurrence` as one ``jax.lax.scan``."""
+
+    def linear_recurrence(self, a: Any, b: Any, axis: int = -3, reverse: bool = False) -> Any:
+        r"""The states of :math:`x_k = a_k \odot x_{k-1} + b_k`, :math:`x_0 = b_0` (or the
+        reverse recurrence), as :meth:`Namespace.linear_recurrence` computes them, the same
+        operations in the same order, in one ``jax.lax.scan`` over the steps
+        :math:`k \ge 1`."""
+        import jax
+
+        if axis >= 0:
+            raise ValueError(f"linear_recurrence: expected a negative axis, got {axis}")
+        xp = self._xp
+        am, bm = xp.moveaxis(a, axis, 0), xp.moveaxis(b, axis, 0)
+        if reverse:
+            am, bm = am[::-1], bm[::-1]
+
+        def step(x: Any, ab: tuple[Any, Any]) -> tuple[Any, Any]:
+            new = ab[0] * x + ab[1]
+            return new, new
+
+        _, rest = jax.lax.scan(step, bm[0], (am[1:], bm[1:]))
+        states = xp.concatenate([bm[:1], rest], axis=0)
+        if reverse:
+            states = states[::-1]
+        return xp.moveaxis(states, 0, axis)
+
+
 def _numpy_erf(x: Any) -> Any:
     """SciPy's ``erf``, imported on the first call (80 ms no command pays for nothing)."""
     import scipy.special
@@ -98,7 +126,7 @@ def make_array_api_namespace(name: str) -> ArrayAPINamespace:
         import jax.numpy as jnp
         import jax.scipy.special
 
-        return ArrayAPINamespace("jax", jnp, jax.scipy.special.erf, jax.core.Tracer)
+        return JaxNamespace("jax", jnp, jax.scipy.special.erf, jax.core.Tracer)
     if name == "cupy":
         try:
             import cupy

@@ -100,6 +100,29 @@ class Namespace:
         """
         raise NotImplementedError
 
+    def linear_recurrence(self, a: Any, b: Any, axis: int = -3, reverse: bool = False) -> Any:
+        r"""Every state of the first-order linear recurrence along ``axis`` (a negative axis),
+
+        .. math:: x_0 = b_0,\qquad x_k = a_k \odot x_{k-1} + b_k \quad (k \ge 1),
+
+        stacked along ``axis`` (``a_0`` is not read); with ``reverse``,
+        :math:`x_{L-1} = b_{L-1}`, :math:`x_k = a_k \odot x_{k+1} + b_k`. The states of
+        the selective scan, its adjoint and its tangent are this recurrence
+        (:mod:`nlaverify.ops.ssm`). Here the plain loop, term by term in this order: the
+        exact and mpmath namespaces and NumPy run it as written; JAX runs the same
+        arithmetic as one ``lax.scan`` (its compilation does not grow with the length)."""
+        if axis >= 0:
+            raise ValueError(f"linear_recurrence: expected a negative axis, got {axis}")
+        tail = (slice(None),) * (-axis - 1)
+        n = b.shape[axis]
+        order = range(n - 1, -1, -1) if reverse else range(n)
+        x, xs = None, []
+        for k in order:
+            bk = b[(Ellipsis, k, *tail)]
+            x = bk if x is None else a[(Ellipsis, k, *tail)] * x + bk
+            xs.append(x)
+        return self.stack(xs[::-1] if reverse else xs, axis=axis)
+
     def is_concrete(self, x: Any) -> bool:
         """False for values that cannot be inspected (JAX tracers); True otherwise."""
         return True

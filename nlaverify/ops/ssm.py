@@ -192,12 +192,13 @@ def selective_scan(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any,
     if delta_softplus:
         delta = softplus(xp, delta)
     Abar, Bbar = DISCRETIZATIONS[discretization](xp, delta[..., None], A, B[..., None, :])
-    x, ys = state, []
-    for k in range(u.shape[-2]):
-        drive = Bbar[..., k, :, :] * u[..., k, :, None]
-        x = drive if x is None else Abar[..., k, :, :] * x + drive
-        ys.append(xp.sum(x * C[..., k, None, :], axis=-1))
-    y = xp.stack(ys, axis=-2)
+    drive = Bbar * u[..., None]
+    if state is not None:  # x_0 = Abar_0 x_{-1} + drive_0
+        drive = xp.concat([(Abar[..., 0, :, :] * state + drive[..., 0, :, :])[..., None, :, :],
+                           drive[..., 1:, :, :]], axis=-3)
+    X = xp.linear_recurrence(Abar, drive, axis=-3)
+    y = xp.sum(X * C[..., None, :], axis=-1)
+    x = X[..., -1, :, :]
     if D is not None:
         y = y + u * D
     if z is not None:
@@ -219,12 +220,7 @@ def _mamba_parts(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any, D: A
     pre = delta if delta_bias is None else delta + delta_bias
     Dt = softplus(xp, pre) if delta_softplus else pre
     Abar, Bbar = discretize_zoh_euler(xp, Dt[..., None], A, B[..., None, :])
-    x, xs = None, []
-    for k in range(u.shape[-2]):
-        drive = Bbar[..., k, :, :] * u[..., k, :, None]
-        x = drive if x is None else Abar[..., k, :, :] * x + drive
-        xs.append(x)
-    X = xp.stack(xs, axis=-3)
+    X = xp.linear_recurrence(Abar, Bbar * u[..., None], axis=-3)
     y = xp.sum(X * C[..., None, :], axis=-1)
     if D is not None:
         y = y + u * D
@@ -257,12 +253,11 @@ def selective_scan_vjp(xp: Namespace, G: Any, u: Any, delta: Any, A: Any, B: Any
     if z is not None:
         Gy, zbar = G * silu(xp, z), G * y * _silu_derivative(xp, z)
     lead = tuple(range(u.ndim - 1))  # the batch axes and L: summed for shared parameters
-    lam, lams = None, []
-    for k in reversed(range(u.shape[-2])):
-        src = Gy[..., k, :, None] * C[..., k, None, :]
-        lam = src if lam is None else src + Abar[..., k + 1, :, :] * lam
-        lams.append(lam)
-    Lam = xp.stack(lams[::-1], axis=-3)
+    # lambda_k = Gy_k C_k^T + Abar_{k+1} lambda_{k+1}: the reverse recurrence with a_k =
+    # Abar_{k+1} (a_{L-1}, never read, any value)
+    Abar_next = xp.concat([Abar[..., 1:, :, :], Abar[..., -1:, :, :]], axis=-3)
+    Lam = xp.linear_recurrence(Abar_next, Gy[..., None] * C[..., None, :], axis=-3,
+                               reverse=True)
     Xprev = xp.concat([xp.zeros_like(X[..., :1, :, :]), X[..., :-1, :, :]], axis=-3)
     Abar_bar = Lam * Xprev * Abar
     ubar = xp.sum(Lam * Bbar, axis=-1)
@@ -298,14 +293,13 @@ def selective_scan_jvp(xp: Namespace, T: tuple[Any, ...], u: Any, delta: Any, A:
     dDt = dpre * sigmoid(xp, pre) if delta_softplus else dpre
     dAbar = Abar * (dDt[..., None] * A + Dt[..., None] * dA)
     dBbar = dDt[..., None] * B[..., None, :] + Dt[..., None] * dB[..., None, :]
-    dx, dys = None, []
-    for k in range(u.shape[-2]):
-        ddrive = dBbar[..., k, :, :] * u[..., k, :, None] + Bbar[..., k, :, :] * du[..., k, :, None]
-        dx = ddrive if dx is None else (dAbar[..., k, :, :] * X[..., k - 1, :, :]
-                                        + Abar[..., k, :, :] * dx + ddrive)
-        dys.append(xp.sum(dx * C[..., k, None, :] + X[..., k, :, :] * dC[..., k, None, :],
-                          axis=-1))
-    dy = xp.stack(dys, axis=-2)
+    ddrive = dBbar * u[..., None] + Bbar * du[..., None]
+    # dx_k = Abar_k dx_{k-1} + (dAbar_k x_{k-1} + ddrive_k), dx_0 = ddrive_0
+    forced = xp.concat([ddrive[..., :1, :, :],
+                        dAbar[..., 1:, :, :] * X[..., :-1, :, :] + ddrive[..., 1:, :, :]],
+                       axis=-3)
+    dX = xp.linear_recurrence(Abar, forced, axis=-3)
+    dy = xp.sum(dX * C[..., None, :] + X * dC[..., None, :], axis=-1)
     if D is not None:
         dy = dy + du * D if T[5] is None else dy + du * D + u * T[5]
     if z is None:
