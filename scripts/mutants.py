@@ -103,6 +103,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "np.take_along_axis(flat, order, axis=-1), axis=-1) >= p,",
            "np.take_along_axis(flat, order, axis=-1), axis=-1) > p,",
            _derive("decoding_top_p_smallest_set"), "decoding_top_p_smallest_set"),
+    Mutant("ssm", "JAX's linear recurrence without the decay", "nlaverify/backends/arrayapi.py",
+           "new = ab[0] * x + ab[1]", "new = x + ab[1]",
+           _pytest("tests/test_ssm.py::test_selective_scan_vjp_and_jvp_match_jax_autodiff"
+                   "_with_batch_axes"), "selective_scan"),
+    Mutant("interop", "HF Mamba: x_proj's B and C rows swapped",
+           "nlaverify/interop/weights_layout.py",
+           '(f"{q}dt_low.W", f"{q}B.W", f"{q}C.W")', '(f"{q}dt_low.W", f"{q}C.W", f"{q}B.W")',
+           _pytest("tests/test_interop_mamba.py::test_exact_mode_agrees_in_every_node_loss_and"
+                   "_gradient"), "blocks.0.mamba"),
     Mutant("online_softmax", "merge without rescaling the second block",
            "nlaverify/ops/online_softmax.py",
            "acc = [alpha * x + beta * y for x, y in zip(acc_a, acc_b, strict=True)]",
