@@ -88,4 +88,5 @@ def test_bad_input() -> None:
     with pytest.raises(ArgumentError, match=r"expected shape \(6, 8\)"):
         check_sharded(lambda X, W1, W2: X @ W1, "tensor_parallel_mlp")
     assert set(KINDS) == {"tensor_parallel_mlp", "data_parallel_gradient",
-                          "vocab_parallel_cross_entropy"}
+                          "vocab_parallel_cross_entropy", "attention_heads", "ring_attention",
+                          "muon_update", "zero_adamw"}

@@ -20,7 +20,8 @@ call                        subject
 :func:`check_curvature`     your own curvature product against those
 :func:`model_kfac`          K-FAC factors of your named linear layers (``kfac_report``:
                             the curvature report; ``check_kfac``: your factor code)
-:func:`check_sharded`       your sharded function (tensor-, data-, vocabulary-parallel)
+:func:`check_sharded`       your sharded function (tensor-, data-, vocabulary-, sequence-
+                            parallel; attention heads, ring attention, Muon and ZeRO AdamW)
                             against the unsharded reference, the classic bug named
 =========================  ===============================================================
 

@@ -78,6 +78,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.objectives",
     "nlaverify.identities.decoding",
     "nlaverify.identities.sharding",
+    "nlaverify.identities.sharding_shampoo",
     "nlaverify.identities.diffusion",
     "nlaverify.identities.architectures",
 )
@@ -94,7 +95,13 @@ def register(identity: Identity) -> Identity:
 
     if identity.id in _REGISTRY:
         raise ValueError(f"identity id {identity.id!r} is registered twice")
-    module = sys._getframe(1).f_globals.get("__name__", "")
+    # the module whose top level registers it: a helper that registers for other modules
+    # (kronecker's ``_reg``, called by kfac and shampoo) does not decide, so the order does
+    # not depend on which of those modules happened to be imported first
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "")
     _REGISTRY[identity.id] = identity
     _ORDER[identity.id] = (module, len(_ORDER))
     return identity

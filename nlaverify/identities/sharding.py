@@ -133,6 +133,9 @@ def derive_attention_heads() -> Proof:
             _ratio_equal(chk, got, ref, f"causal={causal}, heads {heads}")
             if chk.bad:
                 return _failed(chk, f"heads {heads}")
+    Ws = [_cut(w, (2, 2), -1) for w in W]  # the counterexample: device 0 alone
+    one = _te.tensor_parallel_attention_without_all_reduce(xp, X, *Ws, _cut(W_O, (2, 2), 0), 2)
+    _differs(chk, one, _obj(_sd.multihead_attention(xp, X, *W, W_O, 4)), "device 0")
     steps = [
         Step("$X \\in \\mathbb R^{2\\times2}$ and $W_Q, W_K, W_V \\in \\mathbb "
              "R^{2\\times4}$, $W_O \\in \\mathbb R^{4\\times2}$ of independent real symbols: "
@@ -145,6 +148,10 @@ def derive_attention_heads() -> Proof:
              "difference is 0): the heads are independent and $W_O$ acts on their "
              "concatenation, a sum over the heads' row blocks:",
              r"[A_1, \dots, A_h]\,W_O = \sum_s [A_k]_{k \in s}\,W_O^{(s)} ."),
+        Step("Without the all-reduce (`tensor_parallel_attention_without_all_reduce`), "
+             "device 0 holds its 2 heads' share alone: entry $(0, 0)$ of its difference with "
+             "the 4 heads' output, the other device's share, is refuted at a rational point "
+             "(nonzero)."),
     ]
     return chk.proof(steps)
 
@@ -449,7 +456,8 @@ _reg("tensor_parallel_mlp_all_reduce", "tp",
 _reg("tensor_parallel_attention_heads", "tp",
      "Attention with its heads split across devices equals multi-head attention",
      r"[A_1, \dots, A_h]\,W_O = \sum_s [A_k]_{k \in s}\,W_O^{(s)}",
-     (_te.tensor_parallel_attention, _sd.multihead_attention), derive_attention_heads)
+     (_te.tensor_parallel_attention, _sd.multihead_attention,
+      _te.tensor_parallel_attention_without_all_reduce), derive_attention_heads)
 _reg("data_parallel_gradient_token_weighted", "dp",
      "The data-parallel gradient with padding is the all-reduce of summed gradients over the "
      "global token count",

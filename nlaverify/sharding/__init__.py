@@ -16,7 +16,9 @@ across devices, vocabulary-parallel softmax and cross-entropy),
 :mod:`~nlaverify.sharding.data` (data-parallel gradient with padding),
 :mod:`~nlaverify.sharding.curvature` (K-FAC factors as all-reduced sums),
 :mod:`~nlaverify.sharding.sequence` (ring attention), :mod:`~nlaverify.sharding.optimizer`
-(ZeRO, Newton–Schulz on shards), :mod:`~nlaverify.sharding.spmd` (the check on JAX SPMD).
+(ZeRO, global-norm clipping, Newton–Schulz and Shampoo on shards),
+:mod:`~nlaverify.sharding.spmd` (the check on JAX SPMD), :mod:`~nlaverify.sharding.check`
+(``check_sharded``, a user's sharded code against these).
 """
 
 from nlaverify.sharding._shards import all_gather, all_reduce_sum, check_shards, split
@@ -31,11 +33,16 @@ from nlaverify.sharding.data import (
     token_count,
 )
 from nlaverify.sharding.optimizer import (
+    clip_by_global_norm,
     gather_params,
     newton_schulz_on_shards,
     newton_schulz_sharded,
+    shampoo_on_shards,
+    shampoo_sharded,
     shard_params,
     shard_sizes,
+    zero_clip_by_global_norm,
+    zero_clip_by_shard_norm,
     zero_init,
     zero_update,
 )
@@ -46,6 +53,7 @@ from nlaverify.sharding.tensor import (
     mlp,
     target_logit,
     tensor_parallel_attention,
+    tensor_parallel_attention_without_all_reduce,
     tensor_parallel_mlp,
     tensor_parallel_mlp_without_all_reduce,
     vocab_parallel_cross_entropy,
@@ -60,6 +68,7 @@ __all__ = [
     "all_gather",
     "all_reduce_sum",
     "check_shards",
+    "clip_by_global_norm",
     "column_row_partial",
     "data_parallel_gradient",
     "data_parallel_gradient_per_shard_mean",
@@ -74,11 +83,14 @@ __all__ = [
     "ring_attention",
     "ring_attention_without_rescale",
     "ring_order",
+    "shampoo_on_shards",
+    "shampoo_sharded",
     "shard_params",
     "shard_sizes",
     "split",
     "target_logit",
     "tensor_parallel_attention",
+    "tensor_parallel_attention_without_all_reduce",
     "tensor_parallel_mlp",
     "tensor_parallel_mlp_without_all_reduce",
     "token_count",
@@ -88,6 +100,8 @@ __all__ = [
     "vocab_parallel_softmax",
     "vocab_parallel_softmax_without_global_max",
     "vocab_shard_statistics",
+    "zero_clip_by_global_norm",
+    "zero_clip_by_shard_norm",
     "zero_init",
     "zero_update",
 ]

@@ -153,6 +153,20 @@ def tensor_parallel_attention(xp: Namespace, X: Any, W_Q_shards: Sequence[Any],
                                for q, k, v, o, h in zip(Wq, Wk, Wv, Wo, hs, strict=True)])
 
 
+def tensor_parallel_attention_without_all_reduce(
+    xp: Namespace, X: Any, W_Q_shards: Sequence[Any], W_K_shards: Sequence[Any],
+    W_V_shards: Sequence[Any], W_O_shards: Sequence[Any], heads: int | Sequence[int],
+    causal: bool = False, device: int = 0,
+) -> Any:
+    r"""A counterexample (the planted bug "missing all-reduce"): what ``device`` holds when
+    the all-reduce after the row-parallel :math:`W_O` is dropped, its heads' share
+    :math:`[A_k]_{k \in s}W_O^{(s)}` alone."""
+    Wq, Wk, Wv, Wo, hs = _check_heads("tensor_parallel_attention_without_all_reduce", X,
+                                      W_Q_shards, W_K_shards, W_V_shards, W_O_shards, heads)
+    return _sd.multihead_attention(xp, X, Wq[device], Wk[device], Wv[device], Wo[device],
+                                   hs[device], causal)
+
+
 # --------------------------------------------------------------------------- vocabulary
 
 
@@ -257,6 +271,7 @@ __all__ = [
     "mlp",
     "target_logit",
     "tensor_parallel_attention",
+    "tensor_parallel_attention_without_all_reduce",
     "tensor_parallel_mlp",
     "tensor_parallel_mlp_without_all_reduce",
     "vocab_parallel_cross_entropy",
