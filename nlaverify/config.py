@@ -28,11 +28,13 @@ from nlaverify.config_options import (
     PLACEMENTS,
     POSITIONS,
     RANDOM_FEATURE_ATTENTIONS,
+    ROPE_PAIRINGS,
     ROPE_SCALINGS,
     ConfigError,
     RopeScaling,
     check_lora,
     check_no_mlp,
+    check_rotary,
 )
 from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
 from nlaverify.errors import UnknownNameError
@@ -41,7 +43,8 @@ __all__ = [
     "ATTENTIONS", "BIDIRECTIONAL_ATTENTIONS", "GATED_MLPS", "LORA_TARGETS", "MIXERS", "MLPS",
     "NORMS", "NO_MLP",
     "PLACEMENTS", "POSITIONS", "PRESETS", "PUBLISHED", "PUBLISHED_TOTALS",
-    "RANDOM_FEATURE_ATTENTIONS", "ROPE_SCALINGS", "UNPUBLISHED", "ConfigError", "Figure",
+    "RANDOM_FEATURE_ATTENTIONS", "ROPE_PAIRINGS", "ROPE_SCALINGS", "UNPUBLISHED", "ConfigError",
+    "Figure",
     "RopeScaling", "TransformerConfig", "preset", "preset_mismatches",
 ]
 
@@ -106,6 +109,14 @@ class TransformerConfig:
     \leftarrow x + \operatorname{Attn}(N_1(x)) + \operatorname{MLP}(N(x))` with :math:`N =
     N_1`, one shared norm (``parallel_norms=1``: GPT-J, Wang & Komatsuzaki 2021; Falcon-7B;
     Cohere) or its own :math:`N_2` (``parallel_norms=2``: GPT-NeoX, Black et al. 2022).
+
+    RoPE's pairing and extent (:mod:`nlaverify.ops.rotary`): ``rope_pairing``
+    (:data:`ROPE_PAIRINGS`) ``"interleaved"`` rotates :math:`(x_{2i}, x_{2i+1})` (RoFormer,
+    GPT-J), ``"half"`` :math:`(x_i, x_{i+r/2})` (GPT-NeoX, Llama); ``rotary_dim`` :math:`r`
+    (even, at most ``d_head``; ``None``: the whole head) rotates the first :math:`r`
+    coordinates of each head at :math:`b^{-2i/r}` and passes the rest (Pythia's
+    ``rotary_pct``, GPT-J's ``rotary_dim``, Phi's ``partial_rotary_factor``).
+    ``unembed_bias``: logits :math:`xW_U + b_U` (untied only; GPT-J's and Phi's ``lm_head``).
     """
 
     vocab_size: int
@@ -153,6 +164,9 @@ class TransformerConfig:
     final_softcap: float | None = None
     parallel_residual: bool = False
     parallel_norms: int = 1
+    rotary_dim: int | None = None
+    rope_pairing: str = "interleaved"
+    unembed_bias: bool = False
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -204,6 +218,7 @@ class TransformerConfig:
         self._check_architecture_options()
         self._check_mixer()
         check_no_mlp(self)
+        check_rotary(self)
 
     def _check_mixer(self) -> None:
         """``mixer`` a name of :data:`MIXERS` or one per block (a list becomes a tuple); the
@@ -305,7 +320,7 @@ class TransformerConfig:
 
         for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
                   "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale",
-                  "parallel_residual"):
+                  "parallel_residual", "unembed_bias"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")

@@ -2,8 +2,9 @@ r"""The options a :class:`nlaverify.config.TransformerConfig` chooses among, its
 the RoPE frequency scaling.
 
 The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
-targets; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA and MLP-less fields
-(:func:`check_lora`, :func:`check_no_mlp`), :class:`ConfigError` and :class:`RopeScaling`, the
+targets, RoPE pairings; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA, MLP-less and
+partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`),
+:class:`ConfigError` and :class:`RopeScaling`, the
 one structured field:
 :math:`\theta_i = b^{-2i/d_h}` rescaled for long contexts (Chen et al. 2023; Dubey et al.
 2024). Baggag & Saad §3.3, §3.4, §4.2-4.4; Baptista, Stuart & Tran §5.
@@ -32,6 +33,10 @@ NO_MLP = "none"
 LORA_TARGETS = ("q", "k", "v", "o", "mlp")
 #: RoPE frequency scalings (:class:`RopeScaling`)
 ROPE_SCALINGS = ("linear", "llama3")
+#: RoPE's pairings of a head's coordinates (:mod:`nlaverify.ops.rotary`): ``interleaved``
+#: rotates :math:`(x_{2i}, x_{2i+1})` (RoFormer, GPT-J), ``half`` :math:`(x_i, x_{i+r/2})`
+#: (GPT-NeoX, Hugging Face Llama's ``rotate_half``)
+ROPE_PAIRINGS = ("interleaved", "half")
 #: the attention node of each block (Baggag & Saad §3.4, §4.3-4.4; issue 9)
 ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
 #: attentions with random features (the draws are part of the config, see feature_draws)
@@ -133,3 +138,29 @@ def check_no_mlp(cfg: Any) -> None:
     if cfg.parallel_residual:
         raise ConfigError("TransformerConfig.parallel_residual: the parallel branch is the "
                           "MLP; mlp='none' has none")
+
+
+def check_rotary(cfg: Any) -> None:
+    """No ``unembed_bias`` with tied embeddings; RoPE's ``rope_pairing`` one of
+    :data:`ROPE_PAIRINGS`; ``rotary_dim`` ``None`` or an even
+    integer in ``[2, d_head]`` (the rotated coordinates of each head); either away from its
+    default only with ``positions="rope"``."""
+    if cfg.unembed_bias and cfg.tied_embeddings:
+        raise ConfigError("TransformerConfig.unembed_bias: a bias on the unembedding W_U; tied "
+                          "embeddings have none of their own (expected tied_embeddings=False)")
+    if cfg.rope_pairing not in ROPE_PAIRINGS:
+        raise ConfigError(f"TransformerConfig.rope_pairing: expected one of "
+                          f"{', '.join(ROPE_PAIRINGS)}, got {cfg.rope_pairing!r}")
+    if cfg.rope_pairing != "interleaved" and cfg.positions != "rope":
+        raise ConfigError(f"TransformerConfig.rope_pairing: applies to positions='rope', got "
+                          f"positions={cfg.positions!r}")
+    r = cfg.rotary_dim
+    if r is None:
+        return
+    if isinstance(r, bool) or not isinstance(r, int) or r < 2 or r % 2 or r > cfg.d_head:
+        raise ConfigError(f"TransformerConfig.rotary_dim: expected None or an even integer in "
+                          f"[2, d_head={cfg.d_head}] (the rotated coordinates of each head), "
+                          f"got {r!r}")
+    if cfg.positions != "rope":
+        raise ConfigError(f"TransformerConfig.rotary_dim: applies to positions='rope', got "
+                          f"positions={cfg.positions!r}")

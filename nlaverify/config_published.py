@@ -59,6 +59,10 @@ _SOFTMAX = {
     "final_softcap": Figure(None, "logits not soft-capped (Gemma 2 caps them)"),
     "parallel_residual": Figure(False, "attention, then the MLP on the updated stream"),
     "parallel_norms": Figure(1, _UNUSED),
+    "rotary_dim": Figure(None, "RoPE, where used, rotates the whole head"),
+    "unembed_bias": Figure(False, "logits x W_U without a bias"),
+    "rope_pairing": Figure("interleaved", "the graph's RoPE pairing (Hugging Face's half "
+                                          "pairing is a permutation of W_Q, W_K columns)"),
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)

@@ -6,7 +6,7 @@ only the independent model (:mod:`nlaverify.models.jax_transformer`) can see it,
 only on a configuration where the faulty feature is switched on *and* its effect is
 large. The zoo is that set of configurations:
 
-* :data:`ZOO`: fifteen named :class:`~nlaverify.config.TransformerConfig`\ s in which every
+* :data:`ZOO`: named :class:`~nlaverify.config.TransformerConfig`\ s in which every
   field takes a non-default value at least once (:func:`zoo_coverage` checks it) and
   every branch of the builder is taken (dense and routed ReLU, GELU and SwiGLU MLPs;
   learned, sinusoidal, rotary and no positions; LayerNorm and RMSNorm, each before and
@@ -20,15 +20,18 @@ large. The zoo is that set of configurations:
   :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
   embeddings, no final norm, bidirectional attention, biases on and off,
   :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
-  attention (Gu & Dao 2023); Gemma 2's soft caps; GPT-NeoX's parallel block; FAVOR+ and
-  Linformer attention (Baggag & Saad §4.4; the other attention variants are verified node
-  by node in ``tests/test_attention_models.py``);
+  attention (Gu & Dao 2023); Gemma 2's soft caps; GPT-NeoX's parallel block; partial
+  rotary in the half pairing (Pythia, Phi) and GPT-J's block (interleaved partial
+  rotary, a biased unembedding); FAVOR+ and Linformer attention (Baggag &
+  Saad §4.4; the other attention variants are verified node by node in
+  ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
-  differing in that field only (:data:`EFFECT_PAIRS`) must give graph losses (and logits)
-  that differ by far more than the tolerance, *and* the independent model must
-  reproduce both members. A builder that ignores a field is then caught even where it
-  agrees with itself, and a model that ignores it too is caught by the first clause.
+  differing in that field only (:data:`EFFECT_PAIRS`, in :mod:`nlaverify.zoo_pairs`) must
+  give graph losses (and logits) that differ by far more than the tolerance, *and* the
+  independent model must reproduce both members. A builder that ignores a field is then
+  caught even where it agrees with itself, and a model that ignores it too is caught by the
+  first clause.
 
 Sizes are tiny (d = 8-12, one or two blocks, n = 6) so the whole zoo runs in CI.
 """
@@ -42,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.config import TransformerConfig
+from nlaverify.zoo_pairs import EFFECT_PAIRS
 
 __all__ = [
     "BASE",
@@ -132,61 +136,15 @@ ZOO: tuple[TransformerConfig, ...] = (
     # GPT-NeoX (Black et al. 2022): x + Attn(N1(x)) + MLP(N2(x)), RoPE, every bias
     _member("parallel-neox", parallel_residual=True, parallel_norms=2, n_blocks=2,
             positions="rope", attn_bias=True, mlp_bias=True),
+    # partial rotary in the half pairing (Pythia's rotary_pct, Phi's partial_rotary_factor):
+    # 4 of d_h = 6 coordinates rotated as (x_i, x_{i+2}), 2 passed through
+    _member("partial-rotary-half", d_head=6, positions="rope", rotary_dim=4,
+            rope_pairing="half"),
+    # GPT-J (Wang & Komatsuzaki 2021): one shared norm, interleaved rotary on 2 of d_h = 6,
+    # biased MLP and lm_head, no attention biases
+    _member("gptj-like", d_head=6, positions="rope", rotary_dim=2, parallel_residual=True,
+            mlp_bias=True, unembed_bias=True),
 )
-
-#: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
-#: one field changed must differ by far more than the tolerance (:func:`field_effect`).
-#: ``context`` acts on a forward pass only as the cap on the sequence length.
-EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
-    "vocab_size": (("moe-gelu-top1-tied", 11),),
-    "d_model": (("moe-relu-top2", 16),),
-    "n_heads": (("gqa-rope-swiglu", 2),),
-    "n_blocks": (("post-layernorm", 1),),
-    "d_mlp": (("moe-relu-top2", 12),),
-    "n_kv_heads": (("gqa-rope-swiglu", 4),),
-    "d_head": (("gqa-rope-swiglu", 2),),
-    "norm": (("gqa-rope-swiglu", "layernorm"),),
-    "placement": (("post-layernorm", "pre"),),
-    "positions": (("gqa-rope-swiglu", "learned"), ("moe-gelu-top1-tied", "learned"),
-                  ("post-rmsnorm-bidirectional", "learned")),
-    "context": (("post-rmsnorm-bidirectional", 8),),
-    "mlp": (("gqa-rope-swiglu", "gelu"), ("post-rmsnorm-bidirectional", "gelu"),
-            ("rope-scaled-window-qknorm", "gelu"), ("gemma-like", "swiglu")),
-    "n_experts": (("moe-relu-top2", 0),),
-    "top_k": (("moe-relu-top2", 1),),
-    "attn_bias": (("moe-relu-top2", False),),
-    "mlp_bias": (("post-layernorm", False),),
-    "tied_embeddings": (("moe-gelu-top1-tied", False),),
-    "final_norm": (("moe-gelu-top1-tied", True),),
-    "causal": (("post-rmsnorm-bidirectional", True),),
-    "temperature": (("moe-gelu-top1-tied", 1.0),),
-    "norm_eps": (("post-layernorm", 1e-5),),
-    "rope_base": (("gqa-rope-swiglu", 10000),),
-    "attention": (("favor-plus-iid", "softmax"), ("linformer-k3", "efficient")),
-    "random_features": (("favor-plus-iid", 16),),
-    "feature_seed": (("favor-plus-iid", 0),),
-    "orthogonal_features": (("favor-plus-iid", True),),
-    "linformer_k": (("linformer-k3", 4),),
-    "rope_scaling": (("rope-scaled-window-qknorm", None),),
-    "sliding_window": (("rope-scaled-window-qknorm", None),),
-    "qk_norm": (("rope-scaled-window-qknorm", False),),
-    "attn_out_bias": (("rope-scaled-window-qknorm", True),),
-    "moe_renormalize": (("moe-swiglu-gqa", True),),
-    "embed_scale": (("gemma-like", False),),
-    "lora_rank": (("lora-r2-all", 0),),
-    "lora_alpha": (("lora-r2-all", None),),
-    "lora_targets": (("lora-r2-all", ("q", "v")),),
-    "mixer": (("mamba-rmsnorm", "attention"), ("hybrid-mamba-attention",
-                                               ("attention", "mamba"))),
-    "ssm_state": (("mamba-rmsnorm", 5),),
-    "ssm_conv": (("mamba-rmsnorm", 1),),
-    "ssm_expand": (("mamba-rmsnorm", 1),),
-    "ssm_dt_rank": (("mamba-rmsnorm", None),),
-    "attn_softcap": (("softcap-rmsnorm", None),),
-    "final_softcap": (("softcap-rmsnorm", None),),
-    "parallel_residual": (("parallel-neox", False),),
-    "parallel_norms": (("parallel-neox", 1),),  # GPT-J's one shared norm
-}
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four
 #: orders of magnitude above what rounding error may do (observed effects are 1e-3 to 1,

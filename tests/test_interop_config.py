@@ -21,9 +21,14 @@ _LLAMA = {"model_type": "llama", "vocab_size": 13, "hidden_size": 16, "intermedi
 #: the fields each model type requires (everything else takes the HF class default)
 MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
-    **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED if mt not in ("gpt2", "mamba")},
+    **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED
+       if mt not in ("gpt2", "mamba", "gpt_neox", "gptj")},
     "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
               "num_hidden_layers": 2},
+    # d_h = 8: the default rotary_pct 0.25 rotates 2 coordinates
+    "gpt_neox": {**_LLAMA, "model_type": "gpt_neox", "num_attention_heads": 2},
+    # heads of 128 >= GPTJConfig's default rotary_dim 64
+    "gptj": {"model_type": "gptj", "vocab_size": 13, "n_embd": 256, "n_layer": 2, "n_head": 2},
 }
 # head counts the class defaults of num_key_value_heads (Mistral, Mixtral 8; Qwen2/3 32;
 # Gemma 16) divide but do not equal, so a wrong default would change the config
@@ -104,6 +109,21 @@ EXPRESSIBLE = {
                                norm="rmsnorm", positions="none", context=2048, mlp="none",
                                mixer="mamba", ssm_state=4, ssm_conv=3, ssm_expand=3,
                                ssm_dt_rank=2, tied_embeddings=False, norm_eps=1e-6),
+    # sequential (not parallel) blocks, no attention biases, the tanh GELU, tied, 6 of d_h = 8
+    # coordinates rotated (a fraction 0.75 that HF's int(d_h * p) must read back as 6)
+    "gpt_neox": TransformerConfig(vocab_size=13, d_model=16, n_heads=2, n_blocks=2, d_mlp=24,
+                                  positions="rope", rope_pairing="half", rotary_dim=6,
+                                  mlp="gelu", mlp_bias=True, tied_embeddings=True,
+                                  norm_eps=1e-6, rope_base=500000),
+    # the erf GELU, 4 of d_h = 8 coordinates rotated in GPT-J's (interleaved) pairing
+    "gptj": TransformerConfig(vocab_size=13, d_model=16, n_heads=2, n_blocks=2, d_mlp=24,
+                              positions="rope", rotary_dim=4, mlp="gelu_erf", mlp_bias=True,
+                              unembed_bias=True, parallel_residual=True, context=32),
+    # grouped-query attention, 2 of d_h = 4 coordinates rotated in the half pairing
+    "phi": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, n_blocks=2,
+                             d_mlp=24, positions="rope", rope_pairing="half", rotary_dim=2,
+                             attn_bias=True, mlp_bias=True, unembed_bias=True,
+                             parallel_residual=True, norm_eps=1e-6),
 }
 
 
@@ -217,6 +237,21 @@ def test_other_unsupported_values():
     ("mixtral", {"moe_renormalize": False}, "moe_renormalize"),
     ("llama", {"placement": "post"}, "placement"),
     ("llama", {"lora_rank": 2}, "lora_rank"),
+    ("llama", {"rotary_dim": 4}, "rotary_dim"),
+    ("llama", {"rope_pairing": "half"}, "rope_pairing"),
+    ("llama", {"parallel_residual": True}, "parallel_residual"),
+    ("gpt_neox", {"norm": "rmsnorm"}, "norm"),
+    ("gpt_neox", {"rope_pairing": "interleaved"}, "rope_pairing"),
+    ("gpt_neox", {"mlp_bias": False}, "mlp_bias"),
+    ("gpt_neox", {"parallel_residual": True, "parallel_norms": 1}, "parallel_norms"),
+    ("gpt_neox", {"rope_scaling": RopeScaling("linear", 2.0)}, "rope_scaling"),
+    ("llama", {"unembed_bias": True}, "unembed_bias"),
+    ("gptj", {"unembed_bias": False}, "unembed_bias"),
+    ("gptj", {"rope_pairing": "half"}, "rope_pairing"),
+    ("gptj", {"rope_base": 500000}, "rope_base"),
+    ("gptj", {"parallel_norms": 2}, "parallel_norms"),
+    ("phi", {"attn_bias": False}, "attn_bias"),
+    ("phi", {"parallel_residual": False}, "parallel_residual"),
 ])
 def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):
     cfg = EXPRESSIBLE[mt].replace(**change)

@@ -89,9 +89,13 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
                         (heads, "n", dh), eps=cfg.norm_eps)
             qh, kh = (node, kh) if name == "q" else (qh, node)
     if cfg.positions == "rope":
-        rope = {"base": cfg.rope_base}
+        rope: dict[str, Any] = {"base": cfg.rope_base}
         if cfg.rope_scaling is not None:
             rope["scaling"] = cfg.rope_scaling
+        if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
+            rope["layout"] = cfg.rope_pairing
+        if cfg.rotary_dim is not None and cfg.rotary_dim < dh:  # partial rotary
+            rope["rotary_dim"] = cfg.rotary_dim
         qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), **rope)
         kh = b.op(f"{p}.k_rope", "rope", [kh], (Hkv, "n", dh), **rope)
     if cfg.n_rep > 1:
@@ -295,7 +299,11 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
         z = b.op(raw, "unembed_tied", [x, W_E], ("n", V))
     else:
         W_U = b.param("unembed.W_U", (d, V), "unembedding", ("normal", d**-0.5))
-        z = b.op(raw, "linear", [x, W_U], ("n", V))
+        if cfg.unembed_bias:  # GPT-J, Phi: lm_head with a bias
+            b_U = b.param("unembed.b_U", (V,), "unembedding", ("normal", 0.1))
+            z = b.op(raw, "affine", [x, W_U, b_U], ("n", V))
+        else:
+            z = b.op(raw, "linear", [x, W_U], ("n", V))
     if cfg.final_softcap is not None:
         z = b.op("logits", "softcap", [z], ("n", V), cap=cfg.final_softcap)
     if cfg.temperature != 1.0:

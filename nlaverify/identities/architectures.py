@@ -3,7 +3,11 @@ decoder (issue 23), proved on the running functions. Multi-head latent attention
 §2.1): absorbing :math:`W^{UK}` into the query and :math:`W^{UV}` into the output leaves the
 attention unchanged (:func:`nlaverify.ops.mla.mla_attention` against
 :func:`~nlaverify.ops.mla.mla_attention_absorbed`, with the decoupled RoPE key, causal and
-not).
+not). Partial rotary embeddings (GPT-NeoX's ``rotary_pct``, GPT-J's ``rotary_dim``): scores
+still depend on relative positions only, in either pairing; and the half pairing is the
+interleaved one conjugated by the permutation of the rotated coordinates
+(:func:`nlaverify.interop.weights_layout.rope_permutation`, identity on the others), which
+is what lets a checkpoint of one pairing run in the other.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from nlaverify.identities._expectations import _Checks
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
 from nlaverify.identities.online_softmax import _ratio_equal
 from nlaverify.ops import mla as _mla
+from nlaverify.ops import rotary as _rotary
 from nlaverify.symbolic.exact import symbol_array
 
 SEED_MLA = "DeepSeek-AI 2024 (DeepSeek-V2, §2.1.2-2.1.3); Baggag & Saad §3.4.2"
+SEED_PARTIAL = ("Baggag & Saad §3.6.2; Black et al. 2022 (GPT-NeoX, rotary_pct); Wang & "
+                "Komatsuzaki 2021 (GPT-J, rotary_dim)")
+#: the head of the partial-rotary proofs: d_h = 6, the first r = 4 coordinates rotated
+_DH, _R = 6, 4
 
 
 def _mla_args() -> list[Any]:
@@ -71,3 +80,78 @@ register(Identity(
     r"Q^R_h][C, K^R]^\top}{\sqrt{d_c+d_r}}\Bigr) C\,(W^{UV}_h W^O_h)",
     SEED_MLA, (qualname(_mla.mla_attention), qualname(_mla.mla_attention_absorbed)),
     guard(derive_mla_absorption), tags=("closed-form",)))
+
+
+def derive_rope_partial_relative() -> Proof:
+    import itertools
+
+    import numpy as np
+    import sympy
+
+    from nlaverify.symbolic.exact import is_zero
+    from nlaverify.symbolic.normal_form import rational_zero
+
+    xp = get_namespace("sympy")
+    n = 3
+    chk = _Checks()
+    q, k = symbol_array("q", (_DH,)), symbol_array("k", (_DH,))
+    for layout in _rotary.LAYOUTS:
+        Q = np.asarray(_rotary.rope(xp, np.stack([q] * n)[None], layout=layout,
+                                    rotary_dim=_R), dtype=object)[0]
+        K = np.asarray(_rotary.rope(xp, np.stack([k] * n)[None], layout=layout,
+                                    rotary_dim=_R), dtype=object)[0]
+        chk.zero(Q[:, _R:] - np.stack([q[_R:]] * n), f"{layout}: passed coordinates")
+        S = Q @ K.T
+        for s, t in itertools.product(range(n - 1), repeat=2):
+            diff = sympy.expand_trig(S[s, t] - S[s + 1, t + 1])
+            chk.holds(rational_zero(diff, trig=True) or is_zero(diff),
+                      f"{layout}: S[{s},{t}] - S[{s + 1},{t + 1}]", diff)
+    steps = [
+        Step(f"Apply the running `rope` with `rotary_dim` = {_R} of $d_h = {_DH}$, in both "
+             f"pairings, to {n} positions carrying the same symbolic query $q$ and key $k$."),
+        Step(f"The last {_DH - _R} coordinates leave unchanged, and every score "
+             r"$S_{st} = \langle R_s q, R_t k\rangle$ equals $S_{s+1,t+1}$ exactly (rational "
+             r"normal form with $\sin^2 + \cos^2 = 1$): the passed coordinates add the "
+             r"position-free $\langle q_p, k_p\rangle$.",
+             r"\langle (R_s\oplus I) q, (R_t\oplus I) k\rangle = q_r^\top R_{t-s} k_r + "
+             r"q_p^\top k_p"),
+    ]
+    return chk.proof(steps)
+
+
+def derive_rope_pairing_permutation() -> Proof:
+    import numpy as np
+
+    from nlaverify.interop.weights_layout import rope_permutation
+
+    xp = get_namespace("sympy")
+    chk = _Checks()
+    X = symbol_array("x", (1, 3, _DH))
+    perm = np.concatenate([rope_permutation(_R), np.arange(_R, _DH)])
+    for r in (_R, _DH):
+        p = perm if r == _R else rope_permutation(_DH)
+        half = np.asarray(_rotary.rope(xp, X, layout="half", rotary_dim=r), dtype=object)
+        inter = np.asarray(_rotary.rope(xp, np.asarray(X, dtype=object)[..., p],
+                                        layout="interleaved", rotary_dim=r), dtype=object)
+        chk.zero(half[..., p] - inter, f"rotary_dim={r}")
+    steps = [
+        Step(f"Symbolic $X$ (3 positions, $d_h = {_DH}$); $P$ the permutation "
+             r"$[0, r/2, 1, r/2+1, \ldots]$ of the first $r$ coordinates (the interop's "
+             r"`rope_permutation`), the identity on the rest; $r = 4$ and $r = d_h$."),
+        Step("Rotate in the half pairing and permute, or permute and rotate in the "
+             "interleaved pairing: every entry agrees exactly.",
+             r"\operatorname{rope}_{half}(X)\,P = \operatorname{rope}_{interleaved}(X P)"),
+    ]
+    return chk.proof(steps)
+
+
+register(Identity(
+    "rope_partial_relative_position", "architectures",
+    "Partial RoPE scores depend on relative position only, in either pairing",
+    r"\langle (R_s\oplus I) q, (R_t\oplus I) k\rangle = q_r^\top R_{t-s} k_r + q_p^\top k_p",
+    SEED_PARTIAL, (qualname(_rotary.rope),), guard(derive_rope_partial_relative)))
+register(Identity(
+    "rope_pairing_permutation", "architectures",
+    "The half RoPE pairing is the interleaved one conjugated by a permutation",
+    r"\operatorname{rope}_{half}(X)\,P = \operatorname{rope}_{interleaved}(X P)",
+    SEED_PARTIAL, (qualname(_rotary.rope),), guard(derive_rope_pairing_permutation)))

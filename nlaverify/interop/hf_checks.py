@@ -99,10 +99,16 @@ def _rope_check(model: Any, config: Any) -> HFCheck:
     r"""Exact mode replaces HF's RoPE frequencies by nlaverify's: check HF's own (float32,
     from the HF config's ``rope_theta`` and ``rope_scaling``) against them at float32
     precision, so a wrong base or scaling cannot hide behind the substitution. The
-    condition of :math:`b^{-2i/d}` in its exponent is :math:`|{-2i/d}\,\ln b| \le \ln b`."""
+    condition of :math:`b^{-2i/d}` in its exponent is :math:`|{-2i/d}\,\ln b| \le \ln b`.
+    GPT-J keeps no frequencies, only its table of :math:`\sin t\theta_i, \cos t\theta_i`:
+    :math:`\theta_i` is read back from the row :math:`t = 1`."""
     ours = exact_inv_freq(config)
     rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
-    theirs = rotary[0].inv_freq.detach().double().numpy()
+    if hasattr(rotary[0], "embed_positions"):  # GPT-J: a float32 table [sin | cos] by position
+        row = rotary[0].embed_positions[1].detach().double().numpy()  # t = 1: the angles
+        theirs = np.arctan2(row[:row.size // 2], row[row.size // 2:])  # theta_i <= 1 < pi
+    else:
+        theirs = rotary[0].inv_freq.detach().double().numpy()
     tol = tolerance("float32", size=config.d_head // 2, depth=2,
                     condition=max(1.0, math.log(config.rope_base)))
     if theirs.shape != ours.shape:

@@ -31,6 +31,12 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
   as ``gelu_pytorch_tanh`` (its other values meant different functions across versions).
 * ``mamba``: Mamba's blocks without an MLP (:mod:`nlaverify.interop.hf_config_mamba`).
+* ``gpt_neox``: Pythia / GPT-NeoX, the parallel LayerNorm block with partial rotary in the half
+  pairing (:mod:`nlaverify.interop.hf_config_neox`).
+* ``gptj``: GPT-J, one LayerNorm per parallel block, interleaved partial rotary, a biased
+  ``lm_head`` (:mod:`nlaverify.interop.hf_config_gptj`).
+* ``phi``: Phi-2, one LayerNorm per parallel block, half-pairing partial rotary, every bias
+  (:mod:`nlaverify.interop.hf_config_neox`).
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -75,7 +81,9 @@ from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
 from nlaverify.interop.hf_config_export import hf_config_dict
+from nlaverify.interop.hf_config_gptj import gptj_fields
 from nlaverify.interop.hf_config_mamba import mamba_fields
+from nlaverify.interop.hf_config_neox import neox_fields, phi_fields
 from nlaverify.interop.hf_config_tables import (
     _GATED_ACTS,
     _GPT2_ACTS,
@@ -221,7 +229,9 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
     if r.get_any("return_dict", "bool") is False:
         raise ConfigError(f"load_hf_config: {mt} config: field 'return_dict': only true is "
                           "supported, got false")
-    kw = _gpt2(r) if mt == "gpt2" else mamba_fields(r) if mt == "mamba" else _llama_family(r)
+    kw = (_gpt2(r) if mt == "gpt2" else mamba_fields(r) if mt == "mamba" else
+          neox_fields(r, _rope) if mt == "gpt_neox" else gptj_fields(r) if mt == "gptj" else
+          phi_fields(r, _rope) if mt == "phi" else _llama_family(r))
     r.check_unknown()
     kw["name"] = name or f"hf-{mt}"
     try:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
 from nlaverify.interop.hf_config_mamba import mamba_hf_dict, mamba_mismatch
+from nlaverify.interop.hf_config_neox import (
+    neox_hf_dict,
+    neox_mismatch,
+    phi_hf_dict,
+    phi_mismatch,
+)
 from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
 
 
@@ -41,6 +48,24 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             raise ConfigError(f"hf_config_dict: mamba cannot express TransformerConfig."
                               f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
         return mamba_hf_dict(c)
+    if model_type == "gpt_neox":
+        bad = neox_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: gpt_neox cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return neox_hf_dict(c)
+    if model_type == "gptj":
+        bad = gptj_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: gptj cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return gptj_hf_dict(c)
+    if model_type == "phi":
+        bad = phi_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: phi cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return phi_hf_dict(c)
     gpt2 = model_type == "gpt2"
     fixed: dict[str, Any] = {
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
@@ -48,7 +73,8 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "positions": "learned" if gpt2 else "rope",
         "n_experts": 0 if model_type != "mixtral" else c.n_experts,
         "qk_norm": model_type == "qwen3", "embed_scale": model_type == "gemma",
-        "moe_renormalize": True,
+        "moe_renormalize": True, "rope_pairing": "interleaved", "rotary_dim": None,
+        "parallel_residual": False, "unembed_bias": False,
     }
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
         fixed["sliding_window"] = None

@@ -13,13 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 #: the Hugging Face ``model_type`` values nlaverify maps
-SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba")
+SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
+             "gpt_neox", "gptj", "phi")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM",
                  "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                 "gemma": "GemmaForCausalLM", "mamba": "MambaForCausalLM"}
+                 "gemma": "GemmaForCausalLM", "mamba": "MambaForCausalLM",
+                 "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM",
+                 "phi": "PhiForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -59,12 +62,14 @@ IGNORED: dict[str, str] = {
     "fused_add_norm": "a mamba_ssm kernel choice (MambaConfig does not read it)",
     "rms_norm": "a mamba_ssm option MambaConfig does not read (HF's MambaBlock is RMSNorm)",
     "n_layer": "mamba_ssm's name of num_hidden_layers (MambaConfig does not read it)",
+    "hidden_dropout": _TRAIN, "classifier_dropout": _TRAIN + " (the classification head)",
+    "is_decoder": _SERIAL + " (GPTNeoXForCausalLM is causal whatever it says)",
 }
 
 #: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
 IGNORED_ONLY: dict[str, tuple[str, ...]] = {
-    **{k: ("gpt2",) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop",
-                              "reorder_and_upcast_attn", "summary_type", "summary_use_proj",
+    **{k: ("gpt2", "gptj", "phi") for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
+    **{k: ("gpt2",) for k in ("reorder_and_upcast_attn", "summary_type", "summary_use_proj",
                               "summary_activation", "summary_proj_to_labels",
                               "summary_first_dropout")},
     **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
@@ -76,6 +81,7 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
                                "use_associative_scan", "residual_in_fp32",
                                "pad_vocab_size_multiple", "fused_add_norm", "rms_norm",
                                "n_layer")},
+    **{k: ("gpt_neox",) for k in ("hidden_dropout", "classifier_dropout", "is_decoder")},
 }
 
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
@@ -116,6 +122,15 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "mamba": {"state_size": 16, "expand": 2, "conv_kernel": 4, "use_bias": False,
               "use_conv_bias": True, "hidden_act": "silu", "layer_norm_epsilon": 1e-5,
               "time_step_rank": "auto", "tie_word_embeddings": True, "intermediate_size": None},
+    "gpt_neox": {"hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5,
+                 "tie_word_embeddings": False, "use_parallel_residual": True,
+                 "attention_bias": True, "rope_theta": 10000.0},
+    "gptj": {"n_positions": 2048, "rotary_dim": 64, "n_inner": None,
+             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": False},
+    "phi": {"num_key_value_heads": None, "hidden_act": "gelu_new",
+            "max_position_embeddings": 2048, "layer_norm_eps": 1e-5,
+            "tie_word_embeddings": False, "qk_layernorm": False, "rope_theta": 10000.0},
 }
 
 #: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``

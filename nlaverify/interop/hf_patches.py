@@ -51,7 +51,8 @@ The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_fre
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
 checks HF's own float32 ``inv_freq`` against them at float32 precision, so the
 substitution cannot hide a wrong base or scaling. Only the patches a model needs are
-applied (:func:`needed_patches`): GPT-2 needs none but the loss (its LayerNorm, tanh-GELU
+applied (:func:`needed_patches`; GPT-NeoX: RoPE, softmax, loss): GPT-2 needs none but the
+loss (its LayerNorm, tanh-GELU
 and eager softmax stay in the model dtype; its attention stays HF's own unless
 ``reorder_and_upcast_attn``), the router patch is Mixtral's only.
 
@@ -119,10 +120,12 @@ PLANTS: dict[str, str] = {
     "no_renormalize": "Mixtral's top-k router gates not renormalised to sum to 1",
 }
 
-#: the planted mistakes of Hugging Face Mamba (test instruments)
+#: the planted mistakes of Hugging Face Mamba and GPT-NeoX (test instruments)
 MAMBA_PLANTS: dict[str, str] = {
     "mamba_in_proj_swap": "block 0's in_proj halves swapped (the gate z read as the "
                           "convolved branch x, and x as z)",
+    "qkv_blocked": "block 0's query_key_value written as blocked [Q | K | V] rows instead "
+                   "of HF's per-head (heads, 3, head_dim) layout",
 }
 
 
@@ -177,6 +180,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
     if model_type == "gpt2":
         return frozenset({"loss"} | ({"attention_softmax"} if raw.get(
             "reorder_and_upcast_attn") else set()))
+    if model_type in ("gpt_neox", "gptj", "phi"):  # LayerNorm, GELU stay in the model dtype
+        return frozenset({"rotary", "attention_softmax", "loss"})
     if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
         return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
             {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
@@ -258,11 +263,13 @@ def _gemma_rmsnorm_exact(self: Any, x: Any) -> Any:
 def _rotary_exact(self: Any, x: Any, position_ids: Any) -> Any:
     r"""``*RotaryEmbedding.forward`` with float64 angles :math:`t\theta_i` from float64
     frequencies (``self._nlaverify_inv_freq``), HF's half layout ``cat(freqs, freqs)``;
-    cos and sin returned in ``x``'s dtype, as HF does."""
+    cos and sin returned in ``x``'s dtype, as HF does (GPT-J: ``(sin, cos)`` of ``freqs``)."""
     import torch
 
     inv = self._nlaverify_inv_freq
     freqs = position_ids[..., None].to(torch.float64) * inv.to(device=x.device)
+    if hasattr(self, "embed_positions"):  # GPTJRotaryEmbedding: (sin, cos), r/2 each
+        return freqs.sin().to(dtype=x.dtype), freqs.cos().to(dtype=x.dtype)
     emb = torch.cat((freqs, freqs), dim=-1)
     scale = self.attention_scaling
     return (emb.cos() * scale).to(dtype=x.dtype), (emb.sin() * scale).to(dtype=x.dtype)
@@ -317,13 +324,15 @@ def _is_mixtral_router(module: Any) -> bool:
 
 
 def exact_inv_freq(config: Any) -> np.ndarray:
-    r"""The float64 RoPE frequencies :math:`\theta_i` of an nlaverify config (base and
-    scaling), :func:`nlaverify.ops.rotary.rope_frequencies` on NumPy."""
+    r"""The float64 RoPE frequencies :math:`\theta_i` of an nlaverify config (base, scaling,
+    and the rotated coordinates ``rotary_dim``: :math:`b^{-2i/r}`),
+    :func:`nlaverify.ops.rotary.rope_frequencies` on NumPy."""
     from nlaverify.backends import get_namespace
     from nlaverify.ops.rotary import rope_frequencies
 
     xp = get_namespace("numpy")
-    return np.asarray(rope_frequencies(xp, config.d_head, config.rope_base,
+    r = getattr(config, "rotary_dim", None) or config.d_head
+    return np.asarray(rope_frequencies(xp, r, config.rope_base,
                                        config.rope_scaling), dtype=np.float64)
 
 
@@ -457,6 +466,18 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
                 w.copy_(torch.cat([saved[half:], saved[:half]]))
             undo.on_exit(lambda: w.data.copy_(saved))
             what = f"{key}: its halves (x, z) swapped"
+        elif plant == "qkv_blocked":  # GPT-NeoX: (heads, 3, d_h) rows regrouped (3, heads, d_h)
+            key = "gpt_neox.layers.0.attention.query_key_value"
+            ws = [w for n, w in model.named_parameters() if n.startswith(key + ".")]
+            if not ws:
+                raise ArgumentError(f"plant 'qkv_blocked': model {model_type!r} has no {key}")
+            for w in ws:
+                saved, H = w.detach().clone(), model.config.num_attention_heads
+                with torch.no_grad():
+                    w.copy_(saved.reshape(H, 3, -1, *saved.shape[1:]).transpose(0, 1)
+                            .reshape(saved.shape))
+                undo.on_exit(lambda w=w, saved=saved: w.data.copy_(saved))
+            what = f"{key}: rows written blocked [Q | K | V]"
         elif plant == "rope_pairing":
             mod = modeling_module(model)
             if not hasattr(mod, "rotate_half"):

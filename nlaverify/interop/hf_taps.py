@@ -9,7 +9,8 @@ HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
 ``(H, n, d_h)``, GPT-2's fused ``c_attn`` (split into q, k, v), Mixtral's top-k indices
 (as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
 the graph's ``embed_scaled``), Mamba's fused ``in_proj`` / ``x_proj`` outputs and
-channels-first ``(1, E, n)`` tensors.
+channels-first ``(1, E, n)`` tensors, GPT-NeoX's per-head fused ``query_key_value`` output
+``(n, H, 3, d_h)``.
 """
 
 from __future__ import annotations
@@ -91,8 +92,12 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _llama_taps(config, model_type)
     if model_type == "mamba":
         return _mamba_taps(config)
+    if model_type == "gpt_neox":
+        return _neox_taps(config)
+    if model_type in ("gptj", "phi"):
+        return _gptj_taps(config, model_type)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
-                           f"{', '.join(LLAMA_LIKE)}, mamba")
+                           f"{', '.join(LLAMA_LIKE)}, mamba, gpt_neox, gptj, phi")
 
 
 def _gpt2_taps(c: Any) -> list[_Tap]:
@@ -209,6 +214,90 @@ def _mamba_taps(c: Any) -> list[_Tap]:
                  _Tap(f"{p}.resid1", h, "out", _rows)]
     return [*taps, _Tap("final_norm", "backbone.norm_f", "out", _rows),
             _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _neox_qkv(H: int, dh: int, j: int, heads: bool) -> Callable[[Any], np.ndarray]:
+    """GPT-NeoX's ``query_key_value`` output ``(1, n, 3 H d_h)``, per token ``(H, 3, d_h)``:
+    part ``j`` (0 query, 1 key, 2 value) as the graph's ``(n, H d_h)`` rows or, ``heads``,
+    its ``(H, n, d_h)``."""
+    def f(a: Any) -> np.ndarray:
+        r = _rows(a)
+        x = r.reshape(r.shape[0], H, 3, dh)[:, :, j]
+        return x.transpose(1, 0, 2) if heads else x.reshape(r.shape[0], H * dh)
+    return f
+
+
+def _neox_taps(c: Any) -> list[_Tap]:
+    r"""``GPTNeoXForCausalLM``: ``query_key_value``'s output split per head into q, k, v
+    (:func:`_neox_qkv`), the rotated query and key from the attention function (RoPE's half
+    pairing is the config's, so nothing is permuted). HF sums a parallel block as
+    ``mlp + attn + x`` in one statement: the graph's ``resid1`` (:math:`x + a`) is no HF
+    tensor there and stays unmapped; sequential, it is ``post_attention_layernorm``'s
+    input."""
+    H, dh = c.n_heads, c.d_head
+    taps = [_Tap("embed", "gpt_neox.embed_in", "out", _rows),
+            _Tap("x0", "gpt_neox.embed_in", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"gpt_neox.layers.{layer}"
+        a, qkv = f"{h}.attention", f"{h}.attention.query_key_value"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows))
+        for j, x in enumerate("qkv"):
+            taps += [_Tap(f"{p}.attn.{x}", qkv, "out", _neox_qkv(H, dh, j, False)),
+                     _Tap(f"{p}.attn.{x}_heads", qkv, "out", _neox_qkv(H, dh, j, True))]
+        taps += [_Tap(f"{p}.attn.q_rope", None, "query", lambda t: np.asarray(t)[0], layer),
+                 _Tap(f"{p}.attn.k_rope", None, "key", lambda t: np.asarray(t)[0], layer),
+                 _Tap(f"{p}.attn.heads", None, "output",
+                      lambda t: np.asarray(t)[0].transpose(1, 0, 2), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.dense", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.dense", "out", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows),
+                 _Tap(f"{p}.mlp.in", f"{h}.mlp.dense_h_to_4h", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.mlp.act", "out", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.mlp.dense_4h_to_h", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _rows)]
+        if not c.parallel_residual:
+            taps.append(_Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows))
+    return [*taps, _Tap("final_norm", "gpt_neox.final_layer_norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+#: GPT-J's and Phi's module names: (embedding, stream entry, block, norm, attention,
+#: output projection, MLP in, activation, MLP out, final norm)
+_PARALLEL_NAMES = {
+    "gptj": ("transformer.wte", "transformer.drop", "transformer.h", "ln_1", "attn", "out_proj",
+             "mlp.fc_in", "mlp.act", "mlp.fc_out", "transformer.ln_f"),
+    "phi": ("model.embed_tokens", "model.embed_dropout", "model.layers", "input_layernorm",
+            "self_attn", "dense", "mlp.fc1", "mlp.activation_fn", "mlp.fc2",
+            "model.final_layernorm")}
+
+
+def _gptj_taps(c: Any, model_type: str) -> list[_Tap]:
+    r"""``GPTJForCausalLM`` and ``PhiForCausalLM``: separate projections, the rotated query
+    and key from the attention function (the config's pairing: nothing permuted), one norm
+    feeding both sublayers. HF sums the block as ``attn + mlp + x`` in one statement:
+    ``resid1`` stays unmapped."""
+    emb, drop, blocks, norm, att, out, fc_in, act, fc_out, final = _PARALLEL_NAMES[model_type]
+    lay = _layouts(c)
+    taps = [_Tap("embed", emb, "out", _rows), _Tap("x0", drop, "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"{blocks}.{layer}"
+        a = f"{h}.{att}"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.{norm}", "out", _rows))
+        for x, heads in (("q", c.n_heads), ("k", c.n_kv_heads), ("v", c.n_kv_heads)):
+            taps += [_Tap(f"{p}.attn.{x}", f"{a}.{x}_proj", "out", _rows),
+                     _Tap(f"{p}.attn.{x}_heads", f"{a}.{x}_proj", "out",
+                          lay["heads_of_rows"](heads, False))]
+        taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.{out}", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.{out}", "out", _rows),
+                 _Tap(f"{p}.mlp.in", f"{h}.{fc_in}", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.{act}", "out", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.{fc_out}", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _rows)]
+    return [*taps, _Tap("final_norm", final, "out", _rows), _Tap("logits", "lm_head", "out",
+                                                                     _rows)]
 
 
 def _capture_name(t: _Tap) -> str:

@@ -40,7 +40,11 @@ logits to float32); exact mode computes the same mean with ``torch`` in the mode
 departs from the model dtype's arithmetic. Found by experiment (``transformers`` 5.24,
 float64): ``blocks.0.norm1`` (the first RMSNorm, computed in float32) for Llama, Mistral,
 Mixtral, Qwen2, Qwen3, Gemma and Mamba; ``loss`` for GPT-2 (its LayerNorm, GELU and eager
-attention stay in float64), or ``blocks.0.attn.heads`` with ``reorder_and_upcast_attn``.
+attention stay in float64), or ``blocks.0.attn.heads`` with ``reorder_and_upcast_attn``;
+``blocks.0.attn.q_rope`` for GPT-NeoX (float32 RoPE angles; its LayerNorms stay in float64);
+``blocks.0.attn.heads`` for GPT-J (its eager attention forms :math:`QK^\top` in float32; its
+sin/cos table is built in the default dtype, float64 under ``from_config(dtype=float64)``);
+``blocks.0.attn.q_rope`` for Phi.
 The float32 islands behind them, each located at its own node by leaving its patch out
 (:data:`~nlaverify.interop.hf_patches.EXACT_PATCHES`): every RMSNorm (``norm1``,
 ``norm2``, ``final_norm``, Qwen3's ``q_norm``/``k_norm``), the RoPE angles (``q_rope``),

@@ -46,6 +46,16 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   taps), ``dt_proj.bias`` is :math:`b_\Delta` (inside the softplus), ``A_log`` (HF's
   :math:`A = -e^{A_{\log}}`, as the graph's ``mamba_scan``) and ``D`` are copied. Keys carry
   ``backbone.`` (the base model's state dict does not).
+* **GPT-NeoX.** ``attention.query_key_value`` ``(3d, d)`` (and its bias) holds, per head, the
+  query, key and value rows of that head (``(heads, 3, head_dim)``: ``view(..., -1, 3 *
+  head_size)``, ``chunk(3)``), not GPT-2's blocked :math:`[Q | K | V]`; split per head and
+  transposed. RoPE's half pairing is the config's ``rope_pairing="half"``: nothing is permuted.
+  Released checkpoints name the head ``embed_out.weight`` (read as ``lm_head.weight``, as
+  ``transformers`` renames it) and carry no ``gpt_neox.`` prefix; both are accepted.
+* **GPT-J, Phi.** Separate ``q/k/v_proj`` and ``out_proj`` / ``dense`` (transposed; Phi's
+  biased), one LayerNorm per block (``norm1``), ``lm_head.bias`` the config's ``unembed.b_U``.
+  GPT-J's interleaved pairing is nlaverify's own and Phi's half pairing the config's
+  ``rope_pairing``: nothing is permuted.
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict
@@ -145,8 +155,9 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
         st = {k: v.astype(cast) for k, v in st.items()}
     if mt == "mixtral":
         _fuse_mixtral_experts(st, config, fn, user)
-    embed_key = {"gpt2": "transformer.wte.weight", "mamba": "backbone.embeddings.weight"
-                 }.get(mt, "model.embed_tokens.weight")
+    embed_key = {"gpt2": "transformer.wte.weight", "gptj": "transformer.wte.weight",
+                 "mamba": "backbone.embeddings.weight",
+                 "gpt_neox": "gpt_neox.embed_in.weight"}.get(mt, "model.embed_tokens.weight")
     known = {k for e in entries for k in e.hf}
     tied_head = config.tied_embeddings and "lm_head.weight" in st
     for k in st:

@@ -4,8 +4,9 @@ One :class:`_Entry` per HF state-dict tensor (canonical ``*ForCausalLM.state_dic
 shape) with the nlaverify parameters it holds and the two maps between them: the
 transposes of ``nn.Linear``, GPT-2's fused QKV, the RoPE pairing permutation, Mixtral's
 fused experts, Gemma's ``1 + w`` norms, Mamba's fused ``in_proj`` / ``x_proj`` and depthwise
-``conv1d``. Every convention is stated in the module docstring
-of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with this table.
+``conv1d``, GPT-NeoX's per-head fused ``query_key_value``. Every convention is stated in the
+module docstring of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with
+this table.
 """
 
 from __future__ import annotations
@@ -96,6 +97,12 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
     hf_config_dict(config, model_type)  # raises, naming the field, if HF cannot express it
     if model_type == "mamba":
         return _mamba_entries(config)
+    if model_type == "gpt_neox":
+        return _neox_entries(config)
+    if model_type == "gptj":
+        return _gptj_entries(config)
+    if model_type == "phi":
+        return _phi_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 
 
@@ -137,8 +144,12 @@ def _gpt2_entries(c: TransformerConfig) -> list[_Entry]:
 def _unembed(c: TransformerConfig) -> list[_Entry]:
     if c.tied_embeddings:
         return []  # lm_head.weight: see _TIED
-    return [_Entry(("lm_head.weight",), ((c.vocab_size, c.d_model),), ("unembed.W_U",),
+    head = [_Entry(("lm_head.weight",), ((c.vocab_size, c.d_model),), ("unembed.W_U",),
                    _transpose, _transpose)]
+    if c.unembed_bias:  # GPT-J, Phi
+        head.append(_Entry(("lm_head.bias",), ((c.vocab_size,),), ("unembed.b_U",), _copy,
+                           _copy))
+    return head
 
 
 def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
@@ -271,3 +282,117 @@ def _mamba_entries(c: TransformerConfig) -> list[_Entry]:
     out.append(_Entry(("backbone.norm_f.weight",), ((d,),), ("final_norm.gamma",), _copy,
                       _copy))
     return out + _unembed(c)
+
+
+def _neox_qkv(H: int, dh: int, weight: bool) -> tuple[Transform, Transform]:
+    r"""GPT-NeoX's fused ``query_key_value``: its ``3d`` output rows are ordered ``(heads, 3,
+    head_dim)`` (``GPTNeoXAttention.forward``: ``view(..., -1, 3 * head_size)`` then
+    ``chunk(3)``): head :math:`h`'s query, key and value, then head :math:`h+1`'s; *not* the
+    blocked :math:`[Q | K | V]` of GPT-2's ``c_attn``. Weight ``(3d, d)`` <-> ``W_Q, W_K,
+    W_V`` ``(d, d)``; bias ``(3d,)`` <-> ``b_Q, b_K, b_V``."""
+    def to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        rest = a[0].shape[1:]  # (d,) for the weight, () for the bias
+        x = a[0].reshape(H, 3, dh, *rest)
+        out = [x[:, j].reshape(H * dh, *rest) for j in range(3)]
+        return [np.ascontiguousarray(w.T if weight else w) for w in out]
+
+    def to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
+        rows = [(w.T if weight else w).reshape(H, dh, *w.shape[:-1]) for w in a]
+        stacked = np.stack(rows, axis=1)  # (H, 3, dh, ...)
+        return [np.ascontiguousarray(stacked.reshape(3 * H * dh, *stacked.shape[3:]))]
+
+    return to_ours, to_hf
+
+
+def _neox_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``GPTNeoXForCausalLM``: ``gpt_neox.embed_in``, per layer the two LayerNorms
+    (``input_layernorm`` = ``norm1``, ``post_attention_layernorm`` = ``norm2``, weight and
+    bias), ``attention.query_key_value`` (:func:`_neox_qkv`; RoPE's half pairing is the
+    config's ``rope_pairing``, so nothing is permuted), ``attention.dense``,
+    ``mlp.dense_h_to_4h`` / ``dense_4h_to_h`` (Linear, transposed, biased),
+    ``gpt_neox.final_layer_norm``, ``lm_head`` (released checkpoints: ``embed_out``)."""
+    d, m, V, H = c.d_model, c.d_mlp, c.vocab_size, c.n_heads
+    dh = c.d_head
+    assert dh is not None
+    E = [_Entry(("gpt_neox.embed_in.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"gpt_neox.layers.{layer}.", f"blocks.{layer}."
+        for hn, pn in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")):
+            E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+        E.append(_Entry((f"{h}attention.query_key_value.weight",), ((3 * H * dh, d),),
+                        tuple(f"{p}attn.{x}.W_{x.upper()}" for x in "qkv"),
+                        *_neox_qkv(H, dh, True)))
+        if c.attn_bias:
+            E.append(_Entry((f"{h}attention.query_key_value.bias",), ((3 * H * dh,),),
+                            tuple(f"{p}attn.{x}.b_{x.upper()}" for x in "qkv"),
+                            *_neox_qkv(H, dh, False)))
+        for hn, pn, shape, bias in (("attention.dense", "attn.out.{}_O", (d, H * dh), c.out_bias),
+                                    ("mlp.dense_h_to_4h", "mlp.in.{}_in", (m, d), True),
+                                    ("mlp.dense_4h_to_h", "mlp.out.{}_out", (d, m), True)):
+            E.append(_Entry((f"{h}{hn}.weight",), (shape,), (p + pn.format("W"),), _transpose,
+                            _transpose))
+            if bias:
+                E.append(_Entry((f"{h}{hn}.bias",), ((shape[0],),), (p + pn.format("b"),),
+                                _copy, _copy))
+    E += [_Entry(("gpt_neox.final_layer_norm.weight",), ((d,),), ("final_norm.gamma",), _copy,
+                 _copy),
+          _Entry(("gpt_neox.final_layer_norm.bias",), ((d,),), ("final_norm.beta",), _copy,
+                 _copy)]
+    return E + _unembed(c)
+
+
+def _gptj_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``GPTJForCausalLM``: ``transformer.wte``, per layer the one LayerNorm ``ln_1``
+    (``norm1``, shared by attention and MLP), ``attn.{q,k,v,out}_proj`` (Linear, transposed,
+    no bias; RoPE's interleaved pairing is nlaverify's own: nothing permuted), ``mlp.fc_in`` /
+    ``fc_out`` (biased), ``transformer.ln_f``, ``lm_head`` weight and bias."""
+    d, m, V = c.d_model, c.d_mlp, c.vocab_size
+    E = [_Entry(("transformer.wte.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"transformer.h.{layer}.", f"blocks.{layer}."
+        E += [_Entry((f"{h}ln_1.weight",), ((d,),), (f"{p}norm1.gamma",), _copy, _copy),
+              _Entry((f"{h}ln_1.bias",), ((d,),), (f"{p}norm1.beta",), _copy, _copy)]
+        E += [_Entry((f"{h}attn.{x}_proj.weight",), ((d, d),), (f"{p}attn.{x}.W_{x.upper()}",),
+                     _transpose, _transpose) for x in "qkv"]
+        E.append(_Entry((f"{h}attn.out_proj.weight",), ((d, d),), (f"{p}attn.out.W_O",),
+                        _transpose, _transpose))
+        for hn, pn, shape in (("mlp.fc_in", "mlp.in.{}_in", (m, d)),
+                              ("mlp.fc_out", "mlp.out.{}_out", (d, m))):
+            E += [_Entry((f"{h}{hn}.weight",), (shape,), (p + pn.format("W"),), _transpose,
+                         _transpose),
+                  _Entry((f"{h}{hn}.bias",), ((shape[0],),), (p + pn.format("b"),), _copy,
+                         _copy)]
+    E += [_Entry(("transformer.ln_f.weight",), ((d,),), ("final_norm.gamma",), _copy, _copy),
+          _Entry(("transformer.ln_f.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+    return E + _unembed(c)
+
+
+def _phi_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``PhiForCausalLM``: ``model.embed_tokens``, per layer the one ``input_layernorm``
+    (``norm1``), ``self_attn.{q,k,v}_proj`` and ``dense`` (Linear, transposed, biased; RoPE's
+    half pairing is the config's ``rope_pairing``: nothing permuted), ``mlp.fc1`` / ``fc2``,
+    ``model.final_layernorm``, ``lm_head`` weight and bias."""
+    d, m, V, dh = c.d_model, c.d_mlp, c.vocab_size, c.d_head
+    H, Hkv = c.n_heads, c.n_kv_heads
+    assert dh is not None and Hkv is not None
+    E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"model.layers.{layer}.", f"blocks.{layer}."
+        rows = (("self_attn.q_proj", "attn.q.{}_Q", (H * dh, d)),
+                ("self_attn.k_proj", "attn.k.{}_K", (Hkv * dh, d)),
+                ("self_attn.v_proj", "attn.v.{}_V", (Hkv * dh, d)),
+                ("self_attn.dense", "attn.out.{}_O", (d, H * dh)),
+                ("mlp.fc1", "mlp.in.{}_in", (m, d)), ("mlp.fc2", "mlp.out.{}_out", (d, m)))
+        E += [_Entry((f"{h}input_layernorm.weight",), ((d,),), (f"{p}norm1.gamma",), _copy,
+                     _copy),
+              _Entry((f"{h}input_layernorm.bias",), ((d,),), (f"{p}norm1.beta",), _copy, _copy)]
+        for hn, pn, shape in rows:
+            E += [_Entry((f"{h}{hn}.weight",), (shape,), (p + pn.format("W"),), _transpose,
+                         _transpose),
+                  _Entry((f"{h}{hn}.bias",), ((shape[0],),), (p + pn.format("b"),), _copy,
+                         _copy)]
+    E += [_Entry(("model.final_layernorm.weight",), ((d,),), ("final_norm.gamma",), _copy,
+                 _copy),
+          _Entry(("model.final_layernorm.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+    return E + _unembed(c)

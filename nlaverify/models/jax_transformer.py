@@ -82,12 +82,21 @@ def _frequencies(dh: int, cfg: TransformerConfig) -> Any:
 
 
 def _rope(x: Any, cfg: TransformerConfig) -> Any:
-    """Rotate coordinate pairs (2i, 2i+1) of row t by t*theta_i: complex multiplication."""
+    """Rotate coordinate pairs of row t by t*theta_i: complex multiplication. The pairs are
+    (2i, 2i+1) (``rope_pairing="interleaved"``) or (i, i + r/2) (``"half"``) of the first
+    r = ``rotary_dim`` coordinates (theta_i = base^(-2i/r)); the others pass unchanged."""
     h, n, dh = x.shape
-    theta = _frequencies(dh, cfg)
+    r = dh if cfg.rotary_dim is None else cfg.rotary_dim
+    rot, rest = x[..., :r], x[..., r:]
+    theta = _frequencies(r, cfg)
     phase = jnp.exp(1j * jnp.arange(n)[:, None] * theta[None, :])
-    z = (x[..., 0::2] + 1j * x[..., 1::2]) * phase
-    return jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, dh)
+    if cfg.rope_pairing == "half":
+        z = (rot[..., : r // 2] + 1j * rot[..., r // 2:]) * phase
+        rot = jnp.concatenate([z.real, z.imag], axis=-1)
+    else:
+        z = (rot[..., 0::2] + 1j * rot[..., 1::2]) * phase
+        rot = jnp.stack([z.real, z.imag], axis=-1).reshape(h, n, r)
+    return jnp.concatenate([rot, rest], axis=-1)
 
 
 def _softcap(z: Any, c: float) -> Any:
@@ -296,6 +305,7 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
     if cfg.final_norm:
         x = rec["final_norm"] = _norm(params, "final_norm", x, cfg)
     z = x @ (params["embed.W_E"].T if cfg.tied_embeddings else params["unembed.W_U"])
+    z = z + params["unembed.b_U"] if cfg.unembed_bias else z
     if cfg.final_softcap is not None:
         rec["logits_uncapped"], z = z, _softcap(z, cfg.final_softcap)
     rec["logits"] = z
@@ -448,6 +458,7 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
             if cfg.final_norm:
                 x = _norm(p, "final_norm", x, cfg)
             z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
+            z = z + p["unembed.b_U"] if cfg.unembed_bias else z
             z = z if cfg.final_softcap is None else _softcap(z, cfg.final_softcap)
             rows.append(z / cfg.temperature)
         return jnp.stack(rows), states, {k: jnp.stack(v) for k, v in rec.items()}

@@ -357,6 +357,14 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
           {"h": 1, "n": 3, "d_h": 6}, {"h": _NUM, "n": _NUM, "d_h": (2, 8)},
           static={"scaling": RopeScaling("llama3", 8.0, 1.0, 4.0, 512)},
           fix_sizes=_even("d_h")),
+    # partial rotary in the half pairing (GPT-NeoX/Pythia's rotary_pct, Phi's
+    # partial_rotary_factor): 4 of 6 coordinates rotated, 2 passed through
+    _spec("rope_partial", rotary.rope, rotary.rope_vjp, [R("X", ("h", "n", "d_h"))],
+          "Baggag & Saad §3.6.2; Black et al. 2022 (GPT-NeoX rotary_pct), Wang & "
+          "Komatsuzaki 2021 (GPT-J rotary_dim)",
+          r"\bar X = G\odot C - (R\oplus 0)(G\odot S),\ C = 1,\ S = 0 \text{ past } r",
+          {"h": 1, "n": 3, "d_h": 6}, {"h": _NUM, "n": _NUM, "d_h": (4, 8)},
+          static={"layout": "half", "rotary_dim": 4}, fix_sizes=_even("d_h")),
     _spec("repeat_kv", sdpa.repeat_kv, sdpa.repeat_kv_vjp, [R("X", ("h_kv", "n", "d"))],
           "Baggag & Saad §3.11.2 (grouped-query attention)",
           r"\bar X_j = \textstyle\sum_{r=0}^{n_{\mathrm{rep}}-1} G_{j n_{\mathrm{rep}} + r}",

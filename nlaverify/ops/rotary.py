@@ -7,7 +7,12 @@ coordinates apart, and both are options (``layout``): ``"interleaved"`` pairs
 :math:`(x_{2i}, x_{2i+1})` (RoFormer, the graph's convention); ``"half"`` pairs
 :math:`(x_i, x_{i+d_h/2})` (GPT-NeoX, Hugging Face Llama's ``rotate_half``; for the graph,
 :mod:`nlaverify.interop.weights` permutes the query and key projections instead). Optionally
-rescaled for long contexts (:class:`~nlaverify.config.RopeScaling`, Llama-3.1). Since
+rescaled for long contexts (:class:`~nlaverify.config.RopeScaling`, Llama-3.1), and optionally
+*partial* (``rotary_dim`` :math:`r < d_h`: only the first :math:`r` coordinates are rotated, at
+frequencies :math:`b^{-2i/r}`, the other :math:`d_h - r` pass unchanged; GPT-NeoX/Pythia's
+``rotary_pct``, GPT-J's ``rotary_dim``, Phi's ``partial_rotary_factor``): the rotation is then
+:math:`R_t \\oplus I`, so the tables are padded with :math:`C = 1`, :math:`S = 0` and the skew
+map with 0, and every formula below holds unchanged. Since
 rotations compose, :math:`\\langle R_s q, R_t k\\rangle = \\langle q, R_{t-s} k\\rangle`:
 scores depend on relative positions only (identity ``rope_relative_position``).
 """
@@ -88,28 +93,41 @@ def _check_layout(op: str, layout: str) -> None:
 
 
 def rope_tables(xp: Namespace, n: int, d: int, base: int = 10000,
-                scaling: RopeScaling | None = None, layout: str = "interleaved"
-                ) -> tuple[Any, Any]:
+                scaling: RopeScaling | None = None, layout: str = "interleaved",
+                rotary_dim: int | None = None) -> tuple[Any, Any]:
     r"""``(C, S)``, each ``(n, d)``: :math:`C_{t,k} = \cos(t\theta_{i(k)})` and likewise
-    :math:`S` with :math:`\sin`, :math:`\theta_i` from :func:`rope_frequencies`, where
-    coordinate :math:`k` belongs to pair :math:`i(k) = \lfloor k/2 \rfloor`
-    (``"interleaved"``) or :math:`k \bmod d/2` (``"half"``). Exact on SymPy."""
+    :math:`S` with :math:`\sin`, :math:`\theta_i` from :func:`rope_frequencies` (of
+    :math:`r` = ``rotary_dim``, default :math:`d`), where coordinate :math:`k < r` belongs to
+    pair :math:`i(k) = \lfloor k/2 \rfloor` (``"interleaved"``) or :math:`k \bmod r/2`
+    (``"half"``); :math:`C = 1`, :math:`S = 0` on the :math:`d - r` coordinates that are not
+    rotated. Exact on SymPy."""
     _check_layout("rope_tables", layout)
-    theta = rope_frequencies(xp, d, base, scaling)
+    r = d if rotary_dim is None else rotary_dim
+    theta = rope_frequencies(xp, r, base, scaling)
     if layout == "interleaved":
-        theta = xp.reshape(xp.stack([theta, theta], axis=-1), (d,))  # theta_{k // 2}
+        theta = xp.reshape(xp.stack([theta, theta], axis=-1), (r,))  # theta_{k // 2}
     else:
-        theta = xp.concat([theta, theta], axis=0)  # theta_{k mod d/2}
+        theta = xp.concat([theta, theta], axis=0)  # theta_{k mod r/2}
     angle = xp.asarray([[xp.rational(t)] for t in range(n)]) * theta
-    return xp.cos(angle), xp.sin(angle)
+    C, S = xp.cos(angle), xp.sin(angle)
+    if r == d:
+        return C, S
+    one = xp.asarray([[xp.rational(1)] * (d - r) for _ in range(n)])
+    return xp.concat([C, one], axis=-1), xp.concat([S, 0 * one], axis=-1)
 
 
-def rotate_half(xp: Namespace, x: Any, layout: str = "interleaved") -> Any:
+def rotate_half(xp: Namespace, x: Any, layout: str = "interleaved",
+                rotary_dim: int | None = None) -> Any:
     r"""The skew map :math:`R` of the pairing: ``"interleaved"`` :math:`(x_{2i}, x_{2i+1})
     \mapsto (-x_{2i+1}, x_{2i})`; ``"half"`` :math:`(x_i, x_{i+d/2}) \mapsto (-x_{i+d/2},
     x_i)`, i.e. :math:`[x_1, x_2] \mapsto [-x_2, x_1]` on the two halves (Hugging Face's
-    ``rotate_half``). Either way :math:`R^\top = -R`."""
+    ``rotate_half``). With ``rotary_dim`` :math:`r` below the last axis, :math:`R \oplus 0`:
+    the map on the first :math:`r` coordinates, zero on the others. Either way
+    :math:`R^\top = -R`."""
     shape = tuple(x.shape)
+    if rotary_dim is not None and rotary_dim < shape[-1]:
+        return xp.concat([rotate_half(xp, x[..., :rotary_dim], layout),
+                          0 * x[..., rotary_dim:]], axis=-1)
     if layout == "half":
         h = shape[-1] // 2
         return xp.concat([-x[..., h:], x[..., :h]], axis=-1)
@@ -117,53 +135,74 @@ def rotate_half(xp: Namespace, x: Any, layout: str = "interleaved") -> Any:
     return xp.reshape(xp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1), shape)
 
 
-def _check(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
+def _check(op: str, xp: Namespace, specs: dict, rotary_dim: int | None = None
+           ) -> dict[str, int]:
     dims = check_args(op, xp, specs)
     if dims["d_h"] % 2:
         from nlaverify.errors import ShapeError
 
         raise ShapeError(f"{op}: argument 'X': expected an even head dimension, got {dims['d_h']}")
+    r = rotary_dim
+    if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 2 or r % 2
+                          or r > dims["d_h"]):
+        from nlaverify.errors import ArgumentError
+
+        raise ArgumentError(f"{op}: argument 'rotary_dim': expected None or an even integer in "
+                            f"[2, d_h={dims['d_h']}] (the rotated coordinates), got {r!r}")
     return dims
 
 
 def rope(xp: Namespace, X: Any, base: int = 10000, scaling: RopeScaling | None = None,
-         layout: str = "interleaved") -> Any:
+         layout: str = "interleaved", rotary_dim: int | None = None) -> Any:
     r"""RoPE of ``X`` ``(*, n, d_h)``: :math:`X \odot C + R(X) \odot S` (frequencies of base
     ``base``, rescaled by ``scaling``, :func:`rope_frequencies`; coordinates paired by
-    ``layout``, :func:`rotate_half`)."""
-    dims = _check("rope", xp, {"X": (X, ("*", "n", "d_h"))})
+    ``layout``, :func:`rotate_half`; only the first ``rotary_dim`` coordinates rotated, the
+    rest passed through, when it is given)."""
+    dims = _check("rope", xp, {"X": (X, ("*", "n", "d_h"))}, rotary_dim)
     _check_layout("rope", layout)
-    return _rotate(xp, X, dims, base, scaling, layout)
+    return _rotate(xp, X, dims, base, scaling, layout, rotary_dim)
+
+
+def _partial(rotary_dim: int | None) -> dict[str, int]:
+    """``rotary_dim`` as a keyword for the tables and the skew map, none for the whole head
+    (so that a whole-head call passes exactly what it always did)."""
+    return {} if rotary_dim is None else {"rotary_dim": rotary_dim}
 
 
 def _rotate(xp: Namespace, X: Any, dims: dict[str, int], base: int,
-            scaling: RopeScaling | None, layout: str = "interleaved") -> Any:
+            scaling: RopeScaling | None, layout: str = "interleaved",
+            rotary_dim: int | None = None) -> Any:
     r""":math:`X \odot C + R(X) \odot S`, the tables in ``X``'s dtype."""
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout)
+    part = _partial(rotary_dim)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout, **part)
     if not xp.object_arrays:
         C, S = xp.astype(C, X.dtype), xp.astype(S, X.dtype)
-    return X * C + rotate_half(xp, X, layout) * S
+    return X * C + rotate_half(xp, X, layout, **part) * S
 
 
 def rope_vjp(xp: Namespace, G: Any, X: Any, base: int = 10000,
-             scaling: RopeScaling | None = None, layout: str = "interleaved") -> tuple[Any]:
+             scaling: RopeScaling | None = None, layout: str = "interleaved",
+             rotary_dim: int | None = None) -> tuple[Any]:
     r"""VJP of :func:`rope`: the transpose rotation,
     :math:`\bar X = G \odot C + R^\top(G \odot S) = G\odot C - R(G \odot S)` (either
-    layout: :math:`R^\top = -R`)."""
-    dims = _check("rope_vjp", xp, {"X": (X, ("*", "n", "d_h")), "G": (G, ("*", "n", "d_h"))})
+    layout, partial or not: :math:`(R \oplus 0)^\top = -(R \oplus 0)`)."""
+    dims = _check("rope_vjp", xp, {"X": (X, ("*", "n", "d_h")), "G": (G, ("*", "n", "d_h"))},
+                  rotary_dim)
     _check_layout("rope_vjp", layout)
-    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout)
+    part = _partial(rotary_dim)
+    C, S = rope_tables(xp, dims["n"], dims["d_h"], base, scaling, layout, **part)
     if not xp.object_arrays:
         C, S = xp.astype(C, G.dtype), xp.astype(S, G.dtype)
-    return (G * C - rotate_half(xp, G * S, layout),)
+    return (G * C - rotate_half(xp, G * S, layout, **part),)
 
 
 @jvp_rule("dX",)
 def rope_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000,
-             scaling: RopeScaling | None = None, layout: str = "interleaved") -> Any:
+             scaling: RopeScaling | None = None, layout: str = "interleaved",
+             rotary_dim: int | None = None) -> Any:
     r"""JVP of :func:`rope` (Baggag & Saad §3.6.2): RoPE is linear in :math:`X`, so the
     tangent is rotated alike, :math:`\dot Y = \dot X \odot C + R(\dot X) \odot S`."""
     dims = _check("rope_jvp", xp, {"X": (X, ("*", "n", "d_h")),
-                                   "dX": (T[0], ("*", "n", "d_h"))})
+                                   "dX": (T[0], ("*", "n", "d_h"))}, rotary_dim)
     _check_layout("rope_jvp", layout)
-    return _rotate(xp, T[0], dims, base, scaling, layout)
+    return _rotate(xp, T[0], dims, base, scaling, layout, rotary_dim)

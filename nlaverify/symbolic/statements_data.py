@@ -160,6 +160,14 @@ OP_TEXT: dict[str, T] = {
                              r"500000^{-2i/d_h}$ (Llama-3's base)"),
                     ("R", r"the half rotation $[x_1, x_2] \mapsto [-x_2, x_1]$ on the two "
                           r"halves (Hugging Face's rotate_half, GPT-NeoX), $R^\top = -R$"))),
+    "rope_partial": T("Y", r"Y = X\odot C + (R\oplus 0)(X)\odot S\quad (\text{first } r "
+                           r"\text{ coordinates rotated})",
+                      r"\dot Y = \dot X\odot C + (R\oplus 0)(\dot X)\odot S",
+                      (("C, S", r"the tables $\cos(t\theta_i)$, $\sin(t\theta_i)$ for the "
+                                r"pair $(i, i+r/2)$, $\theta_i = 10000^{-2i/r}$, $r = 4$ of "
+                                r"$d_h = 6$; $C = 1$, $S = 0$ on the last $d_h - r$"),
+                       (r"R\oplus 0", r"the half rotation on the first $r$ coordinates, zero "
+                                      r"on the rest (GPT-NeoX's rotary_pct), skew")),),
     "rope_scaled": T("Y", r"Y = X\odot C + R(X)\odot S\quad (C, S \text{ at the scaled } "
                           r"\theta_i')",
                      r"\dot Y = \dot X\odot C + R(\dot X)\odot S",

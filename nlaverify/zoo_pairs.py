@@ -1,0 +1,66 @@
+"""The field-effect pairs of the zoo (:mod:`nlaverify.zoo`): for every field of
+:class:`~nlaverify.config.TransformerConfig`, zoo members and another value of that field,
+so that :func:`nlaverify.zoo.field_effect` sees each field change the model. A table only
+(member names, values); kept apart so that :mod:`nlaverify.zoo` stays readable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: For each field, ``(zoo member, other value)`` pairs: the member and its copy with that
+#: one field changed must differ by far more than the tolerance (:func:`field_effect`).
+#: ``context`` acts on a forward pass only as the cap on the sequence length.
+EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "vocab_size": (("moe-gelu-top1-tied", 11),),
+    "d_model": (("moe-relu-top2", 16),),
+    "n_heads": (("gqa-rope-swiglu", 2),),
+    "n_blocks": (("post-layernorm", 1),),
+    "d_mlp": (("moe-relu-top2", 12),),
+    "n_kv_heads": (("gqa-rope-swiglu", 4),),
+    "d_head": (("gqa-rope-swiglu", 2),),
+    "norm": (("gqa-rope-swiglu", "layernorm"),),
+    "placement": (("post-layernorm", "pre"),),
+    "positions": (("gqa-rope-swiglu", "learned"), ("moe-gelu-top1-tied", "learned"),
+                  ("post-rmsnorm-bidirectional", "learned")),
+    "context": (("post-rmsnorm-bidirectional", 8),),
+    "mlp": (("gqa-rope-swiglu", "gelu"), ("post-rmsnorm-bidirectional", "gelu"),
+            ("rope-scaled-window-qknorm", "gelu"), ("gemma-like", "swiglu")),
+    "n_experts": (("moe-relu-top2", 0),),
+    "top_k": (("moe-relu-top2", 1),),
+    "attn_bias": (("moe-relu-top2", False),),
+    "mlp_bias": (("post-layernorm", False),),
+    "tied_embeddings": (("moe-gelu-top1-tied", False),),
+    "final_norm": (("moe-gelu-top1-tied", True),),
+    "causal": (("post-rmsnorm-bidirectional", True),),
+    "temperature": (("moe-gelu-top1-tied", 1.0),),
+    "norm_eps": (("post-layernorm", 1e-5),),
+    "rope_base": (("gqa-rope-swiglu", 10000),),
+    "attention": (("favor-plus-iid", "softmax"), ("linformer-k3", "efficient")),
+    "random_features": (("favor-plus-iid", 16),),
+    "feature_seed": (("favor-plus-iid", 0),),
+    "orthogonal_features": (("favor-plus-iid", True),),
+    "linformer_k": (("linformer-k3", 4),),
+    "rope_scaling": (("rope-scaled-window-qknorm", None),),
+    "sliding_window": (("rope-scaled-window-qknorm", None),),
+    "qk_norm": (("rope-scaled-window-qknorm", False),),
+    "attn_out_bias": (("rope-scaled-window-qknorm", True),),
+    "moe_renormalize": (("moe-swiglu-gqa", True),),
+    "embed_scale": (("gemma-like", False),),
+    "lora_rank": (("lora-r2-all", 0),),
+    "lora_alpha": (("lora-r2-all", None),),
+    "lora_targets": (("lora-r2-all", ("q", "v")),),
+    "mixer": (("mamba-rmsnorm", "attention"), ("hybrid-mamba-attention",
+                                               ("attention", "mamba"))),
+    "ssm_state": (("mamba-rmsnorm", 5),),
+    "ssm_conv": (("mamba-rmsnorm", 1),),
+    "ssm_expand": (("mamba-rmsnorm", 1),),
+    "ssm_dt_rank": (("mamba-rmsnorm", None),),
+    "attn_softcap": (("softcap-rmsnorm", None),),
+    "final_softcap": (("softcap-rmsnorm", None),),
+    "parallel_residual": (("parallel-neox", False),),
+    "parallel_norms": (("parallel-neox", 1),),  # GPT-J's one shared norm
+    "rotary_dim": (("partial-rotary-half", None),),  # the whole head rotated
+    "rope_pairing": (("partial-rotary-half", "interleaved"),),  # GPT-J's pairs
+    "unembed_bias": (("gptj-like", False),),
+}
