@@ -272,6 +272,52 @@ def _size(case: OpCaseInput) -> int:
 # -- the bound of a row ------------------------------------------------------------------
 
 
+#: ops whose rows take the running error bound (:mod:`nlaverify.precision.running`) instead of
+#: the generic stage model: recurrences, :math:`n` stages deep forward and backward, whose
+#: rounding errors decay by the products of their own coefficients
+RUNNING_ERROR_OPS = frozenset({"selective_scan", "mamba_scan"})
+
+
+def running_bounds(s: _Settings, case: OpCaseInput, which: str) -> list[np.ndarray] | None:
+    r"""The first-order running error bound (:mod:`nlaverify.precision.running`) of each
+    result array of the op's forward, VJP or JVP at the case, for a kernel in ``s.dtype``
+    accumulating in ``s.accumulation``: the op's own evaluation on the kernel's inputs
+    (exact in the dtype), the cotangent and tangents likewise. ``None`` for an op outside
+    :data:`RUNNING_ERROR_OPS` or a hostile case (its derived condition stands)."""
+    if case.spec.name not in RUNNING_ERROR_OPS or case.origin.startswith("hostile"):
+        return None
+    from nlaverify.precision.running import as_arrays, running_namespace
+    from nlaverify.tolerance import unit_roundoff
+
+    u = unit_roundoff(s.dtype)
+    xp = running_namespace(u, unit_roundoff(s.accumulation) if s.accumulation else u)
+    args = _ns_args(xp, case)
+    spec, st = case.spec, case.static
+    with np.errstate(all="ignore"):
+        if which == "forward":
+            return as_arrays([spec.forward(xp, *args, **st)])
+        if which == "vjp":
+            return as_arrays(list(spec.vjp(xp, xp.asarray(case.cotangent), *args, **st)))
+        if spec.jvp is None:
+            return None
+        return as_arrays([spec.jvp(xp, tuple(xp.asarray(t) for t in case.tangents), *args,
+                                   **st)])
+
+
+def running_tol(bound: np.ndarray, expected: np.ndarray, floor: float, dtype: str
+                ) -> Tolerance:
+    r"""The row's tolerance from the entrywise bound :math:`e_i`: the comparison is
+    :math:`\max_i|a_i - r_i| \le \mathrm{rtol}\cdot\max(\text{floor}, \max_i|r_i|)`, so
+    :math:`\mathrm{rtol} = \max_i e_i / \max(\text{floor}, \max_i|r_i|)`: the normwise
+    check of the entrywise bound, nothing added."""
+    e = np.asarray(expected, dtype=np.float64)
+    scale = max(floor, float(np.max(np.abs(e))) if e.size else 0.0) or 1.0
+    worst = float(np.max(bound)) if np.size(bound) else 0.0
+    return Tolerance(worst / scale, f"running error bound in {dtype}: max_i e_i={worst:.3g} "
+                     f"over scale {scale:.3g} (first order, /(1 - m u); sums in the "
+                     "accumulation precision)")
+
+
 def _tol(s: _Settings, case: OpCaseInput, kappa: float, depth: int) -> Tolerance:
     return tolerance(s.dtype, size=_size(case), condition=max(1.0, kappa), depth=depth,
                      accumulation=s.accumulation, products=s.products)

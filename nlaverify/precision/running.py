@@ -1,0 +1,298 @@
+r"""A first-order running error bound of an op evaluated in a floating precision (Wilkinson's
+running error analysis, Higham 2002 §3.3; the recurrence bound of §3.1 and Lemma 3.1).
+
+The tolerance model's generic bound :math:`C\kappa D \max(\sqrt k u_a, u)` counts a
+computation as :math:`D` stages of one rounding each, amplified by one condition number. A
+recurrence is not: the selective scan :math:`x_k = \bar A_k x_{k-1} + \bar B_k u_k` is
+:math:`L` stages deep, and its backward (the state adjoint
+:math:`\lambda_k = \bar y_k C_k^\top + \bar A_{k+1}\lambda_{k+1}`) too, and both damp
+an old rounding error by the decay products :math:`\prod \bar A`. Here the op itself (the
+proved forward, VJP or JVP of :data:`~nlaverify.ops.registry.OPS`, written once against
+``xp``) runs on :class:`RunningErrorNamespace`, whose scalars carry their value :math:`v`
+(float64, at the case's inputs, which are exact in the kernel's dtype: the reference sees the
+kernel's rounded inputs, so only the kernel's arithmetic errs) and a first-order bound
+:math:`e` on the absolute error a kernel that rounds every result to the dtype makes in it:
+
+.. math::
+   \widehat{a \circ b} = (a \circ b)(1 + \delta),\ |\delta| \le u
+   \quad\Longrightarrow\quad
+   e_{a\pm b} = e_a + e_b + u|a \pm b|,\quad
+   e_{ab} = |b| e_a + |a| e_b + u|ab|,\quad
+   e_{a/b} = \frac{e_a + |a/b|\, e_b}{|b|} + u\,\Bigl|\frac ab\Bigr| ,
+
+an elementary function :math:`f` (``exp``, ``log1p``, ...) :math:`e_{f(a)} = |f'(a)| e_a +
+u_f |f(a)|` with :math:`u_f = u + u_a` (evaluated faithfully in the accumulation precision
+:math:`u_a`, then rounded once to the dtype: XLA and PyTorch evaluate bfloat16 ``exp`` in
+float32), and a sum of :math:`k` terms accumulated in :math:`u_a` and stored in the dtype
+(Higham (4.4), recursive summation, first order)
+
+.. math:: e_{\sum_i a_i} = \sum_i e_{a_i} + (k-1)\,u_a \sum_i |a_i| + u\,\Bigl|\sum_i a_i\Bigr| .
+
+Applied to the recurrence this is the sum over the depth weighted by the decay products,
+:math:`e_{x_k} = \sum_{j\le k} \bigl(\prod_{i=j+1}^{k} |\bar A_i|\bigr)\, u\,(|\bar A_j
+x_{j-1}| + |x_j|) + \dots` (a product and a sum rounded a step; the dots are the drive's
+:math:`\bar B_j u_j` own roundings, damped alike): no constant :math:`C`, no generic
+:math:`\kappa` (the weights :math:`\sum|\text{terms}|` of every sum relative to
+:math:`|\text{sum}|` are the scan's own condition, entry by entry), no stage count. Each scalar
+also counts the roundings :math:`m` on its deepest path, and :func:`running_error` divides the
+first-order bound by :math:`1 - m u`, the second-order terms of every path bounded as in
+Higham's Lemma 3.1 (:math:`\prod_{i\le m}(1+\delta_i)^{\pm1} = 1 + \theta_m`, :math:`|\theta_m|
+\le m u/(1 - m u)`; the weights :math:`|\cdot|` are the exact values, a kernel's differ by the
+same relative :math:`\theta_m`); it returns :math:`\infty` when :math:`m u \ge 1` (nothing can
+be said).
+
+Scope and honesty. The bound is the worst case over the signs of every rounding of *the op's
+own evaluation order* (the reference's). A kernel that evaluates the same sums in another
+order (an associative scan inside chunks, autodiff's backward) rounds at other sites: each
+product :math:`\prod \bar A` reassociated, each state a sum of the same terms. The terms
+:math:`|\cdot|` it rounds are the same as here up to one level of reassociation, and the
+worst case aligns every rounding, which rounding errors of independent sign do not do (they
+add in quadrature, Higham & Mary 2019): the measured errors of sequential and chunked
+bfloat16 and float32 scans are 2 to 20 times below this bound (worst row 0.52, median
+0.05 to 0.2; ``tests/test_ssm_check_op.py``, ``docs/guide/precision.md``). A kernel that
+keeps intermediates in a wider precision (XLA's fusions) only errs less. A kernel that
+accumulates sums in the dtype itself (not in float32) is outside the default model: pass
+``accumulation=`` to ``check_op``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from nlaverify.backends.objectns import ObjectNamespace
+
+__all__ = ["RunningError", "RunningErrorNamespace", "as_arrays", "running_error",
+           "running_namespace"]
+
+
+class RunningError:
+    """A value, a first-order bound on its absolute rounding error, and the number of
+    roundings on its deepest path (see the module docstring for the rules)."""
+
+    __slots__ = ("e", "m", "ns", "v")
+
+    def __init__(self, v: float, e: float, m: int, ns: RunningErrorNamespace) -> None:
+        self.v, self.e, self.m, self.ns = float(v), float(e), int(m), ns
+
+    # -- helpers -----------------------------------------------------------------------
+    def _lift(self, other: Any) -> RunningError:
+        """A constant of the op (a Python number): exact."""
+        if isinstance(other, RunningError):
+            return other
+        return RunningError(float(other), 0.0, 0, self.ns)
+
+    def _rounded(self, v: float, e: float, m: int) -> RunningError:
+        return RunningError(v, e + self.ns.u * abs(v), m + 1, self.ns)
+
+    # -- arithmetic ----------------------------------------------------------------------
+    def __add__(self, other: Any) -> RunningError:
+        o = self._lift(other)
+        return self._rounded(self.v + o.v, self.e + o.e, max(self.m, o.m))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> RunningError:
+        o = self._lift(other)
+        return self._rounded(self.v - o.v, self.e + o.e, max(self.m, o.m))
+
+    def __rsub__(self, other: Any) -> RunningError:
+        return self._lift(other).__sub__(self)
+
+    def __mul__(self, other: Any) -> RunningError:
+        o = self._lift(other)
+        if o.e == 0.0 and o.m == 0 and o.v in (1.0, -1.0):  # a sign: exact
+            return RunningError(self.v * o.v, self.e, self.m, self.ns)
+        return self._rounded(self.v * o.v, abs(o.v) * self.e + abs(self.v) * o.e,
+                             max(self.m, o.m))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> RunningError:
+        o = self._lift(other)
+        q = self.v / o.v
+        return self._rounded(q, (self.e + abs(q) * o.e) / abs(o.v), max(self.m, o.m))
+
+    def __rtruediv__(self, other: Any) -> RunningError:
+        return self._lift(other).__truediv__(self)
+
+    def __neg__(self) -> RunningError:
+        return RunningError(-self.v, self.e, self.m, self.ns)
+
+    def __pos__(self) -> RunningError:
+        return self
+
+    def __abs__(self) -> RunningError:
+        return RunningError(abs(self.v), self.e, self.m, self.ns)
+
+    # comparisons decide branches on the value (a branch flip inside the error band is a
+    # jump the first-order model does not see: the ops branch only where both sides agree,
+    # softplus' and the sigmoid's stable forms)
+    def __gt__(self, other: Any) -> bool:
+        return self.v > self._lift(other).v
+
+    def __lt__(self, other: Any) -> bool:
+        return self.v < self._lift(other).v
+
+    def __ge__(self, other: Any) -> bool:
+        return self.v >= self._lift(other).v
+
+    def __le__(self, other: Any) -> bool:
+        return self.v <= self._lift(other).v
+
+    def __eq__(self, other: Any) -> bool:  # type: ignore[override]
+        return self.v == self._lift(other).v
+
+    def __hash__(self) -> int:
+        return hash(self.v)
+
+    def __float__(self) -> float:
+        return self.v
+
+    def __repr__(self) -> str:
+        return f"RunningError({self.v:.6g} ± {self.e:.3g}, m={self.m})"
+
+
+class RunningErrorNamespace(ObjectNamespace):
+    r"""The array namespace of :class:`RunningError` scalars: an op written against ``xp``
+    runs on it unchanged and returns, entry by entry, its value and the first-order bound
+    on the error of a kernel in precision ``u`` with sums accumulated in ``u_acc``."""
+
+    name = "running_error"
+
+    def __init__(self, u: float, u_acc: float) -> None:
+        self.u, self.u_acc = float(u), float(u_acc)
+        self.pi, self.inf = math.pi, math.inf
+        self._equal = operator.eq
+
+    def scalar(self, v: Any) -> Any:
+        if isinstance(v, bool | np.bool_):
+            return bool(v)
+        if isinstance(v, RunningError):
+            return v
+        return RunningError(float(v), 0.0, 0, self)
+
+    def rational(self, p: int, q: int = 1) -> Any:
+        # a constant of the op: the kernel rounds it once to the dtype (1/2, 1/sqrt(d), ...)
+        v = p / q
+        return RunningError(v, 0.0 if float(v).is_integer() else self.u * abs(v), 0, self)
+
+    def const_sqrt(self, p: int, q: int = 1, pi_power: int = 0) -> Any:
+        v = math.sqrt(p / q * math.pi**pi_power)
+        return RunningError(v, self.u * v, 0, self)
+
+    def _function(self, f: Callable[[float], float], df: Callable[[float], float],
+                  x: Any) -> np.ndarray:
+        u_f = self.u + self.u_acc
+
+        def one(a: Any) -> RunningError:
+            a = self.scalar(a)
+            v = f(a.v)
+            return RunningError(v, abs(df(a.v)) * a.e + u_f * abs(v), a.m + 1, self)
+
+        return self._map(one, x)
+
+    def exp(self, x: Any) -> np.ndarray:
+        return self._function(math.exp, math.exp, x)
+
+    def expm1(self, x: Any) -> np.ndarray:
+        return self._function(math.expm1, math.exp, x)
+
+    def log(self, x: Any) -> np.ndarray:
+        return self._function(math.log, lambda a: 1.0 / a, x)
+
+    def log1p(self, x: Any) -> np.ndarray:
+        return self._function(math.log1p, lambda a: 1.0 / (1.0 + a), x)
+
+    def sqrt(self, x: Any) -> np.ndarray:
+        return self._function(math.sqrt, lambda a: 0.5 / math.sqrt(a) if a else math.inf, x)
+
+    def tanh(self, x: Any) -> np.ndarray:
+        return self._function(math.tanh, lambda a: 1.0 - math.tanh(a) ** 2, x)
+
+    def sin(self, x: Any) -> np.ndarray:
+        return self._function(math.sin, math.cos, x)
+
+    def cos(self, x: Any) -> np.ndarray:
+        return self._function(math.cos, lambda a: -math.sin(a), x)
+
+    def erf(self, x: Any) -> np.ndarray:
+        return self._function(math.erf, lambda a: 2 / math.sqrt(math.pi) * math.exp(-a * a), x)
+
+    def sum(self, x: Any, axis: int | tuple[int, ...] | None = None,
+            keepdims: bool = False) -> np.ndarray:
+        r"""Recursive summation in :math:`u_a`, stored in the dtype (module docstring):
+        :math:`\sum e_i + (k - 1) u_a \sum|a_i| + u|\sum a_i|`, :math:`m = \max m_i + k`."""
+        arr = np.asarray(x, dtype=object)
+        if arr.size == 0:
+            return self._wrap(np.sum(arr, axis=axis, keepdims=keepdims))
+        lifted = self._map(self.scalar, arr)
+        v = np.vectorize(lambda s: s.v, otypes=[float])(lifted)
+        e = np.vectorize(lambda s: s.e, otypes=[float])(lifted)
+        m = np.vectorize(lambda s: s.m, otypes=[float])(lifted)
+        k = arr.size // max(1, np.sum(np.ones(arr.shape), axis=axis, keepdims=keepdims).size)
+        total = np.sum(v, axis=axis, keepdims=keepdims)
+        err = (np.sum(e, axis=axis, keepdims=keepdims)
+               + (k - 1) * self.u_acc * np.sum(np.abs(v), axis=axis, keepdims=keepdims)
+               + self.u * np.abs(total))
+        depth = np.max(m, axis=axis, keepdims=keepdims) + k
+        out = np.empty(np.shape(total), dtype=object)
+        for idx in np.ndindex(np.shape(total)):
+            out[idx] = RunningError(np.asarray(total)[idx], np.asarray(err)[idx],
+                                    int(np.asarray(depth)[idx]), self)
+        return out
+
+    def matmul(self, a: Any, b: Any) -> np.ndarray:
+        a, b = np.asarray(a, dtype=object), np.asarray(b, dtype=object)
+        return self.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+
+    def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+        return self._wrap(np.max(np.asarray(x, dtype=object), axis=axis, keepdims=keepdims))
+
+    def isfinite(self, x: Any) -> np.ndarray:
+        return self._map(lambda s: math.isfinite(self.scalar(s).v), x).astype(bool)
+
+    def stability_shift(self, z: Any, axis: int = -1) -> np.ndarray:
+        return self._map(lambda s: self.scalar(0) if self.scalar(s).v == -math.inf else s,
+                         self.max(z, axis=axis, keepdims=True))
+
+    def safe_row_sum(self, e: Any, axis: int = -1) -> np.ndarray:
+        return self._map(lambda s: self.scalar(1) if self.scalar(s).v == 0 else s,
+                         self.sum(e, axis=axis, keepdims=True))
+
+    def norm_scale(self, x: Any, eps: Any, axis: int = -1) -> np.ndarray:
+        shape = list(np.shape(x))
+        shape[axis] = 1
+        return self.ones(shape)
+
+
+def running_error(values: Any) -> np.ndarray:
+    r"""The bound on the absolute error of each entry of an op's result evaluated on
+    :class:`RunningErrorNamespace`: :math:`e / (1 - m u)` (Higham's Lemma 3.1 turns the
+    first-order bound of :math:`m` roundings into a rigorous one), :math:`\infty` where
+    :math:`m u \ge 1` or the value is not finite."""
+    arr = np.asarray(values, dtype=object)
+
+    def one(s: Any) -> float:
+        if not isinstance(s, RunningError):
+            return 0.0  # a constant of the op: exact
+        mu = s.m * s.ns.u
+        if mu >= 1.0 or not (math.isfinite(s.v) and math.isfinite(s.e)):
+            return math.inf
+        return s.e / (1.0 - mu)
+
+    return np.vectorize(one, otypes=[float])(arr) if arr.size else np.zeros(arr.shape)
+
+
+def running_namespace(u: float, u_acc: float) -> RunningErrorNamespace:
+    """The namespace for a kernel of unit roundoff ``u`` accumulating in ``u_acc``."""
+    return RunningErrorNamespace(u, u_acc)
+
+
+def as_arrays(xs: Sequence[Any]) -> list[np.ndarray]:
+    """Each result of an op on the namespace as its bound array (``None`` kept)."""
+    return [None if x is None else running_error(x) for x in xs]
