@@ -74,6 +74,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.ssm",
     "nlaverify.identities.ssm_duality",
     "nlaverify.identities.ssm_derivatives",
+    "nlaverify.identities.rwkv",
     "nlaverify.identities.interpretability",
     "nlaverify.identities.objectives",
     "nlaverify.identities.decoding",
