@@ -184,9 +184,10 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
     if not backends:
         raise ArgumentError("verify: --backends: expected at least one backend, got none")
     if args.hf is not None and (args.zoo or args.preset or args.dtype != "float64"
-                                or args.batch is not None):
-        raise ArgumentError("verify: --hf runs the Hugging Face model in its own dtype on one "
-                            "sequence: drop --zoo, --preset, --dtype and --batch")
+                                or args.batch is not None or args.mesh is not None):
+        raise ArgumentError("verify: --hf runs the Hugging Face model (in float64, its weights "
+                            "cast) on one sequence, unsharded: drop --zoo, --preset, --dtype, "
+                            "--batch and --mesh")
     if args.op and (args.hf is not None or args.zoo or args.preset):
         raise ArgumentError("verify: --op selects ops of the op cross-check: drop --hf, --zoo "
                             "and --preset")
@@ -195,6 +196,9 @@ def _check_verify_args(args: argparse.Namespace, backends: list[str]) -> None:
     if args.mesh is not None and (not args.preset or args.dtype != "float64"):
         raise ArgumentError("verify: --mesh shards the pipeline of a --preset, in float64: give "
                             "--preset NAME (and drop --dtype)")
+    if args.mesh is not None and args.backends != "numpy,jax,mpmath":
+        raise ArgumentError("verify: --mesh runs the graph on JAX's simulated devices against "
+                            "the unsharded JAX run: drop --backends")
     if args.jobs is not None and not args.zoo:
         raise ArgumentError("verify: --jobs applies to --zoo (its members run in parallel)")
     if args.zoo and (args.preset or args.dtype != "float64"):

@@ -15,7 +15,8 @@ rows) to a distribution :math:`q` over the vocabulary:
   (ties ordered by token id);
 * min-:math:`p`: the tokens with :math:`p_i \ge p_{\min}\max_j p_j`;
 * typical (mass :math:`\tau`): the tokens ordered by :math:`|-\log p_i - H(p)|`, up to and
-  including the first at which their mass reaches :math:`\tau`;
+  including the first at which their mass reaches :math:`\tau`, and every token tied with
+  that one (as Hugging Face keeps them);
 * repetition penalty :math:`\theta`: each logit of a token already in the sequence is
   divided by :math:`\theta` when positive and multiplied by it when negative.
 
@@ -30,6 +31,8 @@ float64 functions (rows along the last axis) keep the dropped tokens at probabil
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +42,9 @@ from nlaverify.backends import Namespace, get_namespace
 from nlaverify.errors import ArgumentError
 from nlaverify.ops.softmaxes import softmax
 
-__all__ = ["keep_min_p", "keep_top_k", "keep_top_p", "keep_typical", "min_p", "renormalise",
-           "repetition_penalty", "sample", "softmax_rows", "temperature", "tempered", "top_k",
-           "top_p", "typical"]
+__all__ = ["check_logits", "keep_min_p", "keep_top_k", "keep_top_p", "keep_typical", "min_p",
+           "renormalise", "repetition_penalty", "sample", "scale_logits", "softmax_rows",
+           "temperature", "tempered", "top_k", "top_p", "typical"]
 
 _NP = get_namespace("numpy")
 
@@ -53,10 +56,37 @@ def softmax_rows(z: np.ndarray) -> np.ndarray:
 
 
 def _positive(name: str, value: float, hi: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 or (
-            hi is not None and value > hi):
+    """A finite real number (Python's or NumPy's) in ``(0, hi]`` (or ``> 0``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            math.isfinite(value) and value > 0) or (hi is not None and value > hi):
         rng = f"in (0, {hi:g}]" if hi is not None else "> 0"
-        raise ArgumentError(f"{name}: expected a number {rng}, got {value!r}")
+        raise ArgumentError(f"{name}: expected a finite number {rng}, got {value!r}")
+
+
+def check_logits(op: str, z: Any) -> np.ndarray:
+    r"""``z`` as float64 logits, rows along the last axis: every entry finite or
+    :math:`-\infty` (a masked token), and no row masked entirely (it is no distribution).
+
+    Raises:
+        ArgumentError: NaN or :math:`+\infty`, or a row whose every token is masked, named
+            with ``op`` and the row.
+    """
+    z = np.asarray(z, np.float64)
+    if z.ndim == 0 or z.shape[-1] == 0:
+        raise ArgumentError(f"{op}: argument 'z': expected logits with a vocabulary axis, got "
+                            f"shape {z.shape}")
+    bad = np.isnan(z) | (z == np.inf)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ArgumentError(f"{op}: argument 'z': expected finite logits or -inf (masked), got "
+                            f"{z[where]} at {where}")
+    masked = np.all(z == -np.inf, axis=-1)
+    if masked.any():
+        row = (f" of row {tuple(int(i) for i in np.argwhere(masked)[0])}" if masked.ndim
+               else "")
+        raise ArgumentError(f"{op}: argument 'z': every token{row} is masked (-inf): no "
+                            f"distribution to draw from")
+    return z
 
 
 def tempered(xp: Namespace, z: Any, T: Any) -> Any:
@@ -86,10 +116,10 @@ def keep_top_k(z: Any, k: int) -> np.ndarray:
     whose logit is at least the :math:`k`-th largest (ties at the boundary kept, as Hugging
     Face does, so :math:`|K| \ge \min(k, V)`). Works on any ordered scalars (floats or exact
     rationals), rows along the last axis."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k:
         raise ArgumentError(f"top_k: argument 'k': expected an integer >= 1, got {k!r}")
     z = np.asarray(z)
-    k = min(k, z.shape[-1])
+    k = min(int(k), z.shape[-1])
     kth = -np.sort(-z, axis=-1)[..., k - 1:k]
     return np.asarray(z >= kth, dtype=bool)
 
@@ -123,32 +153,54 @@ def keep_min_p(probs: Any, p_min: Any) -> np.ndarray:
 
 
 def keep_typical(probs: Any, logp: Any, mass: Any) -> np.ndarray:
-    r"""The kept set of locally typical sampling: the tokens ordered by
-    :math:`|-\log p_i - H(p)|` (ties by token id), :math:`H(p) = -\sum_j p_j\log p_j`, up to
-    and including the first at which their cumulative mass reaches ``mass`` (Hugging Face's
-    ``TypicalLogitsWarper``). ``logp`` is :math:`\log p` (given, so that exact rationals and
-    their SymPy logarithms work as floats do)."""
+    r"""The kept set of locally typical sampling (Hugging Face's ``TypicalLogitsWarper``):
+    with the distances :math:`\delta_i = |-\log p_i - H(p)|`, :math:`H(p) = -\sum_j
+    p_j\log p_j`, the tokens in increasing :math:`\delta` up to the first at which their
+    cumulative mass reaches ``mass``, at distance :math:`\delta^*`; kept:
+    :math:`\{i : \delta_i \le \delta^*\}` (every token tied with the cut is kept, as
+    Hugging Face does; :math:`\delta^*` does not depend on the order within a tie).
+    ``logp`` is :math:`\log p` (given, so that exact rationals and their SymPy logarithms
+    work as floats do)."""
     probs, logp = np.asarray(probs), np.asarray(logp)
     flat_p = probs.reshape(-1, probs.shape[-1])
     flat = logp.reshape(flat_p.shape)
     plogp = np.where(flat_p > 0, flat_p * np.where(flat_p > 0, flat, 0), 0)
     entropy = -np.sum(plogp, axis=-1, keepdims=True)
-    order = np.argsort(np.abs(-flat - entropy), axis=-1, kind="stable")
+    dist = np.abs(-flat - entropy)
+    order = np.argsort(dist, axis=-1, kind="stable")
     cum = np.cumsum(np.take_along_axis(flat_p, order, axis=-1), axis=-1)
     cut = np.minimum(np.sum(np.asarray(cum < mass, dtype=bool), axis=-1),
                      flat_p.shape[-1] - 1)
-    return _prefix_keep(order, cut).reshape(probs.shape)
+    dstar = np.take_along_axis(np.take_along_axis(dist, order, axis=-1), cut[:, None], axis=-1)
+    return np.asarray(dist <= dstar, dtype=bool).reshape(probs.shape)
+
+
+def scale_logits(op: str, z: Any, T: float, name: str = "T") -> np.ndarray:
+    r""":math:`z/T` of checked logits (:func:`check_logits`), refused when the division
+    overflows float64 (finite logits and a small :math:`T`); ``name`` is the caller's name
+    of :math:`T`."""
+    _positive(f"{op}: argument {name!r}", T)
+    z = check_logits(op, z)
+    with np.errstate(over="ignore"):
+        out = z / T
+    big = np.isinf(out) & np.isfinite(z)
+    if big.any():
+        raise ArgumentError(f"{op}: z / T overflows float64 (T = {T!r}, the largest |z| = "
+                            f"{np.max(np.abs(z[np.isfinite(z)])):.3g}): a temperature this "
+                            f"small is greedy decoding")
+    return out
 
 
 def temperature(z: np.ndarray, T: float) -> np.ndarray:
-    r""":math:`\operatorname{softmax}(z/T)` (:func:`tempered` in float64)."""
-    _positive("temperature: argument 'T'", T)
+    r""":math:`\operatorname{softmax}(z/T)` (:func:`tempered` in float64, on
+    :func:`scale_logits`)."""
+    scale_logits("temperature", z, T)  # checked: finite, and z / T does not overflow
     return tempered(_NP, np.asarray(z, np.float64), T)
 
 
 def top_k(z: np.ndarray, k: int) -> np.ndarray:
     """Top-:math:`k`: :func:`renormalise` on :func:`keep_top_k`."""
-    z = np.asarray(z, np.float64)
+    z = check_logits("top_k", z)
     return renormalise(_NP, z, keep_top_k(z, k))
 
 
@@ -156,21 +208,21 @@ def top_p(z: np.ndarray, p: float) -> np.ndarray:
     r"""Top-:math:`p`: :func:`renormalise` on :func:`keep_top_p` (the smallest set of most
     probable tokens, ties by token id, whose mass reaches :math:`p`)."""
     _positive("top_p: argument 'p'", p, 1.0)
-    z = np.asarray(z, np.float64)
+    z = check_logits("top_p", z)
     return renormalise(_NP, z, keep_top_p(softmax_rows(z), p))
 
 
 def min_p(z: np.ndarray, p_min: float) -> np.ndarray:
     r"""Min-:math:`p`: :func:`renormalise` on :func:`keep_min_p`."""
     _positive("min_p: argument 'p_min'", p_min, 1.0)
-    z = np.asarray(z, np.float64)
+    z = check_logits("min_p", z)
     return renormalise(_NP, z, keep_min_p(softmax_rows(z), p_min))
 
 
 def typical(z: np.ndarray, mass: float) -> np.ndarray:
     r"""Locally typical sampling: :func:`renormalise` on :func:`keep_typical`."""
     _positive("typical: argument 'mass'", mass, 1.0)
-    z = np.asarray(z, np.float64)
+    z = check_logits("typical", z)
     p = softmax_rows(z)
     with np.errstate(divide="ignore"):
         logp = np.log(p)

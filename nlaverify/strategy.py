@@ -37,12 +37,11 @@ def step_distribution(z: np.ndarray, previous: Sequence[int], strategy: str, *,
     if (need == "k" and k is None) or (need == "p" and p is None):
         raise ArgumentError(f"step_distribution: strategy {strategy!r} needs the option "
                             f"{need!r}")
-    z = np.asarray(z, np.float64)
+    z = dec.check_logits("step_distribution", z)
     if repetition_penalty != 1.0:
         z = dec.repetition_penalty(z, previous, repetition_penalty)
     if temperature != 1.0:
-        dec._positive("step_distribution: argument 'temperature'", temperature)
-        z = z / temperature
+        z = dec.scale_logits("step_distribution", z, temperature, "temperature")
     if strategy == "temperature":
         return dec.softmax_rows(z)
     if strategy == "top-k":
@@ -89,6 +88,7 @@ def generate_tokens(next_logits: Callable[[np.ndarray], np.ndarray], prompt: Seq
     for _ in range(max_new_tokens):
         z = np.asarray(next_logits(np.asarray([tokens], dtype=np.int64)), np.float64)[0]
         if strategy == "greedy":
+            z = dec.check_logits("generate", z)
             if repetition_penalty != 1.0:
                 z = dec.repetition_penalty(z, tokens, repetition_penalty)
             nxt = int(np.argmax(z))

@@ -157,3 +157,44 @@ def test_unknown_divergence_is_not_named() -> None:
     assert not r.ok and "matches none of the known sharding bugs" in _note(r)
     r = check_sharded(lambda G: muon_zero(G) * 1.001, "muon_update")
     assert not r.ok and "matches none" in _note(r), r.notes
+
+
+def _muon_global_norm_local_ns(G: np.ndarray, shards: int = 4) -> np.ndarray:
+    """Normalised by the global norm, but Newton-Schulz per row shard (no Gram all-reduce)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    out = []
+    for x in np.split(G / (np.linalg.norm(G) + 1e-7), shards):
+        for _ in range(5):
+            A = x.T @ x
+            x = a * x + x @ (b * A + c * A @ A)
+        out.append(x)
+    return np.concatenate(out)
+
+
+def _blockwise_stale_accumulators(Q, K, V, blocks: int = 4) -> np.ndarray:
+    """The running maximum kept, the sums already held never multiplied by exp(m - m')."""
+    L, d = Q.shape
+    b, out = L // blocks, []
+    for i in range(blocks):
+        q = Q[i * b:(i + 1) * b]
+        m, ell, acc = np.full((b, 1), -np.inf), np.zeros((b, 1)), np.zeros((b, d))
+        for j in range(i + 1):
+            s = q @ K[j * b:(j + 1) * b].T / np.sqrt(d)
+            if j == i:
+                s = np.where(np.tril(np.ones((b, b), bool)), s, -np.inf)
+            m = np.maximum(m, s.max(-1, keepdims=True))
+            p = np.exp(s - m)
+            ell, acc = ell + p.sum(-1, keepdims=True), acc + p @ V[j * b:(j + 1) * b]
+        out.append(acc / ell)
+    return np.concatenate(out)
+
+
+def test_the_common_variants_of_the_bugs_are_named() -> None:
+    """The usual ways to write the bugs (a hostile review found them reported as 'matches
+    none'): Muon normalised globally but orthogonalised per shard, and a blockwise loop that
+    keeps the running maximum but never rescales what it already holds."""
+    r = check_sharded(_muon_global_norm_local_ns, "muon_update")
+    assert not r.ok and "normalised by its global norm" in r.notes[-1] and "4 shards" in r.notes[-1]
+    r = check_sharded(_blockwise_stale_accumulators, "ring_attention")
+    assert not r.ok and "never multiplied by exp(m - m')" in r.notes[-1]
+    assert "natural order" in r.notes[-1] and "4 shards" in r.notes[-1]

@@ -122,6 +122,37 @@ def test_hugging_face_logits_processors_agree(z, k, p, T) -> None:
                           .numpy()[0], D.repetition_penalty(z[0], [0, 1, 1], 1.3))
 
 
+def test_typical_keeps_every_token_tied_with_the_cut_as_hugging_face() -> None:
+    """Ties in |-log p - H| at the cut are kept whole (Hugging Face's rule); a prefix cut by
+    token id would keep [.5 .5 0 0] on the uniform row and [1 0 0 0] on the second."""
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    for z, mass in ((np.zeros(4), 0.5), (np.array([5.0, 5.0, 0.0, -3.0]), 0.3),
+                    (np.log([0.4, 0.2, 0.2, 0.2]), 0.5)):
+        got = torch.softmax(lp.TypicalLogitsWarper(mass)(torch.zeros((1, 1), dtype=torch.long),
+                                                         torch.tensor(z[None])), -1).numpy()[0]
+        ours = D.typical(z, mass)
+        assert np.array_equal(got > 0, ours > 0), (z, got, ours)
+        assert tolerance("float64", size=4, depth=4).compare(got, ours).ok
+
+
+def test_hostile_logits_and_numpy_scalars() -> None:
+    z = np.array([0.0, 1.0, 2.0])
+    assert D.top_p(z, np.float32(0.5))[2] > 0 and np.sum(D.top_k(z, np.int64(2)) > 0) == 2
+    with pytest.raises(ArgumentError, match="overflows float64"):
+        D.temperature(np.array([1e308, 0.0]), 0.5)
+    with pytest.raises(ArgumentError, match="expected a finite number > 0"):
+        D.temperature(z, float("inf"))
+    for f in (lambda v: D.temperature(v, 1.0), lambda v: D.top_k(v, 1),
+              lambda v: D.top_p(v, 0.5)):
+        with pytest.raises(ArgumentError, match="every token is masked"):
+            f(np.array([-np.inf, -np.inf]))
+        with pytest.raises(ArgumentError, match="expected finite logits or -inf"):
+            f(np.array([0.0, np.nan, 1.0]))
+    with pytest.raises(ArgumentError, match=r"every token of row \(1,\) is masked"):
+        D.min_p(np.array([[0.0, 1.0], [-np.inf, -np.inf]]), 0.5)
+
+
 def _chi2(counts: np.ndarray, q: np.ndarray) -> tuple[float, int]:
     kept = q > 0
     n = counts.sum()

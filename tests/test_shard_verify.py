@@ -80,6 +80,10 @@ def test_the_accumulation_length_is_the_longer_of_the_whole_and_the_split_sum():
     ("pp=2", {}, "unknown axis 'pp'"),
     ("dp=0", {}, "dp=0: expected a positive integer"),
     ("dp", {}, "'dp' is not AXIS=SIZE"),
+    ("tp=-1", {}, "tp=-1: expected a positive integer size"),
+    ("dp=2.5", {}, "dp=2.5: expected a positive integer size"),
+    ("sp=64", {}, "sp=64 needs a sequence of at least 64 tokens (one per shard), more than "
+                  "the context of tiny (16)"),
 ])
 def test_a_bad_mesh_is_refused_before_anything_runs(mesh, kw, words, monkeypatch):
     def no_run(*a, **k):
@@ -97,9 +101,17 @@ def test_the_devices_xla_flags_fixes_are_the_ones_that_exist(monkeypatch, capsys
     assert "needs 4 devices, more than the 2 devices available" in capsys.readouterr().err
 
 
+def test_a_malformed_device_count_in_xla_flags_is_named(monkeypatch, capsys):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=abc")
+    assert main(["verify", "--preset", "tiny", "--mesh", "dp=2"]) == 2
+    assert "expected a positive integer count of devices" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["--mesh", "dp=2"],
                                   ["--preset", "tiny", "--dtype", "float32", "--mesh", "dp=2"],
-                                  ["--zoo", "--mesh", "dp=2"]])
+                                  ["--zoo", "--mesh", "dp=2"],
+                                  ["--preset", "tiny", "--mesh", "dp=2", "--backends", "numpy"],
+                                  ["--hf", "config.json", "--mesh", "dp=2"]])
 def test_mesh_needs_a_float64_preset(argv, capsys):
     assert main(["verify", *argv]) == 2
     assert "--mesh" in capsys.readouterr().err

@@ -204,6 +204,13 @@ def test_selective_scan_names_a_bad_argument():
                            discretization="euler")
     with pytest.raises(Exception, match="'A'"):
         ssm.selective_scan(NP, k["u"], k["delta"], k["A"][:, :2].T, k["B"], k["C"])
+    empty = {n: k[n][:0] for n in ("u", "delta", "B", "C")}
+    for f in (lambda: ssm.selective_scan(NP, empty["u"], empty["delta"], k["A"], empty["B"],
+                                         empty["C"]),
+              lambda: ssm.selective_scan_vjp(NP, empty["u"], empty["u"], empty["delta"], k["A"],
+                                             empty["B"], empty["C"])):
+        with pytest.raises(ArgumentError, match=r"at least one token \(L >= 1\)"):
+            f()
 
 
 def test_lti_scan_is_the_causal_convolution_with_batch_axes():

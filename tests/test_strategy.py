@@ -81,7 +81,8 @@ def test_bad_options() -> None:
         generate_tokens(f, [1], 2, "top-p")
     with pytest.raises(ArgumentError, match="needs the option 'k'"):
         generate_tokens(f, [1], 2, "top-k")
-    with pytest.raises(ArgumentError, match=r"top_p: argument 'p': expected a number in \(0, 1\]"):
+    with pytest.raises(ArgumentError,
+                       match=r"top_p: argument 'p': expected a finite number in \(0, 1\]"):
         generate_tokens(f, [1], 2, "top-p", p=1.5)
     with pytest.raises(ArgumentError, match="temperature"):
         generate_tokens(f, [1], 2, "temperature", temperature=-1.0)

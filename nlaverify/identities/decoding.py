@@ -197,11 +197,13 @@ def _weak_orders(n: int, levels: int) -> list[tuple[int, ...]]:
 
 def _typical_property(p: tuple[Fraction, ...], dist: list[Any], tau: Fraction,
                       kept: set[int]) -> bool:
-    key = {i: (dist[i], i) for i in range(V)}
-    closed = all(j in kept for i in kept for j in range(V) if key[j] < key[i])
-    last = max(kept, key=lambda i: key[i])
-    mass = sum(p[i] for i in kept)
-    return closed and mass >= tau and (len(kept) == 1 or mass - p[last] < tau)
+    r"""``kept`` is :math:`\{i : \delta_i \le \delta^*\}` for the :math:`\delta^*` at
+    which the mass first reaches :math:`\tau`: it has mass :math:`\ge\tau` and the tokens
+    strictly more typical than :math:`\delta^*` have mass :math:`< \tau`."""
+    dstar = max(dist[i] for i in kept)
+    closed = kept == {j for j in range(V) if dist[j] <= dstar}
+    inner = sum(p[j] for j in range(V) if dist[j] < dstar)
+    return closed and sum(p[i] for i in kept) >= tau and inner < tau
 
 
 def derive_truncation_sets() -> Proof:
@@ -254,9 +256,11 @@ def derive_truncation_sets() -> Proof:
             bad_t += not _typical_property(probs, dist, tau, kept)
     steps.append(Step(r"Typical (mass $\tau$): on every third grid vector and $\tau = j/16$, "
                       r"$j = 1, 4, \dots, 16$, the kept set of `keep_typical` (exact "
-                      r"logarithms) contains every token more typical than a kept one (by "
-                      r"$|-\log p_i - H(p)|$, to 50 digits; ties by id), has mass $\ge \tau$, "
-                      r"and without its least typical token has mass $< \tau$: "
+                      r"logarithms) is $\{i : \delta_i \le \delta^*\}$, "
+                      r"$\delta_i = |-\log p_i - H(p)|$ (to 50 digits): it has mass "
+                      r"$\ge \tau$, the tokens strictly more typical than $\delta^*$ have "
+                      r"mass $< \tau$, and every token tied with the cut is kept (Hugging "
+                      r"Face's rule): "
                       + str(bad_t == 0)))
     ok = bad_k == 0 and exact and ratio_ok and bad_m == 0 and bad_t == 0
     return Proof("proved" if ok else "failed", tuple(steps),

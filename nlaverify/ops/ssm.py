@@ -187,6 +187,7 @@ def selective_scan(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any,
         "B": (B, ("*", "L", "N")), "C": (C, ("*", "L", "N")), "D": (D, ("d",)),
         "z": (z, ("*", "L", "d")), "delta_bias": (delta_bias, ("d",)),
         "state": (state, ("*", "d", "N"))})
+    _at_least_one_token("selective_scan", u)
     if delta_bias is not None:
         delta = delta + delta_bias
     if delta_softplus:
@@ -206,6 +207,13 @@ def selective_scan(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any,
     return (y, x) if return_state else y
 
 
+def _at_least_one_token(op: str, u: Any) -> None:
+    """A scan runs over at least one token (``L >= 1``)."""
+    if u.shape[-2] == 0:
+        raise ArgumentError(f"{op}: argument 'u': expected at least one token (L >= 1), got "
+                            f"shape {tuple(u.shape)}")
+
+
 def _mamba_parts(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any,
                  delta_bias: Any, delta_softplus: bool, discretization: str
                  ) -> tuple[Any, ...]:
@@ -217,6 +225,7 @@ def _mamba_parts(xp: Namespace, u: Any, delta: Any, A: Any, B: Any, C: Any, D: A
         raise ArgumentError(f"selective_scan_vjp/jvp: argument 'discretization': the "
                             f"derivatives are written for Mamba's 'zoh_euler', got "
                             f"{discretization!r}")
+    _at_least_one_token("selective_scan_vjp/jvp", u)
     pre = delta if delta_bias is None else delta + delta_bias
     Dt = softplus(xp, pre) if delta_softplus else pre
     Abar, Bbar = discretize_zoh_euler(xp, Dt[..., None], A, B[..., None, :])

@@ -23,7 +23,7 @@ from typing import Any
 
 from nlaverify.config import TransformerConfig
 from nlaverify.errors import ArgumentError
-from nlaverify.shard.plan import MeshPlan, default_run_size, plan_mesh
+from nlaverify.shard.plan import MeshPlan, default_run_size, parse_mesh, plan_mesh
 from nlaverify.shard.run import PLANTS, ShardReport, ShardRow
 
 _FLAG = "--xla_force_host_platform_device_count"
@@ -32,8 +32,13 @@ _FLAG = "--xla_force_host_platform_device_count"
 def existing_devices(environ: dict[str, str] | None = None) -> int | None:
     """The CPU device count ``XLA_FLAGS`` already fixes, or ``None``."""
     flags = (os.environ if environ is None else environ).get("XLA_FLAGS", "")
-    m = re.search(_FLAG + r"=(\d+)", flags)
-    return int(m.group(1)) if m else None
+    m = re.search(_FLAG + r"=(\S*)", flags)
+    if m is None:
+        return None
+    if not m.group(1).isdigit() or int(m.group(1)) < 1:
+        raise ArgumentError(f"mesh: XLA_FLAGS sets {_FLAG}={m.group(1)!r}: expected a "
+                            f"positive integer count of devices")
+    return int(m.group(1))
 
 
 def run_shard_verify(config: TransformerConfig, mesh: str, *, seq_len: int | None = None,
@@ -46,7 +51,13 @@ def run_shard_verify(config: TransformerConfig, mesh: str, *, seq_len: int | Non
     count, else the mesh's) is how many simulated devices exist."""
     from nlaverify.graph.run import check_run_size
 
+    given = seq_len
     seq_len, batch = default_run_size(mesh, seq_len, batch)
+    sp = parse_mesh(mesh).get("sp", 1)
+    if given is None and seq_len > config.context:
+        raise ArgumentError(f"mesh: sp={sp} needs a sequence of at least {sp} tokens (one per "
+                            f"shard), more than the context of {config.name} "
+                            f"({config.context})")
     check_run_size(config, seq_len, batch)
     unknown = [p for p in plants if p not in PLANTS]
     if unknown:

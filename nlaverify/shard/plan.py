@@ -101,7 +101,7 @@ def parse_mesh(spec: str) -> dict[str, int]:
                             f"got {spec!r}")
     out: dict[str, int] = {}
     for item in spec.split(","):
-        m = re.fullmatch(r"\s*([a-z]+)\s*=\s*([A-Za-z0-9]+)\s*", item)
+        m = re.fullmatch(r"\s*([a-z]+)\s*=\s*([+-]?[A-Za-z0-9.]+)\s*", item)
         if m is None:
             raise ArgumentError(f"mesh: {item.strip()!r} is not AXIS=SIZE (e.g. 'dp=2,tp=2')")
         axis, value = m.groups()

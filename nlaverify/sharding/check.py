@@ -146,6 +146,18 @@ def _ring_without_rescale(a: Args, s: int) -> Any:
         _np(), *(split(_np(), x, sizes, 0) for x in a), causal=True), axis=0)
 
 
+def _ring_stale(ascending: bool) -> Callable[[Args, int], Any]:
+    """The stale-accumulator bug, the blocks arriving on the ring (own block first) or in
+    their natural order (a sequential loop over the key blocks)."""
+    def wrong(a: Args, s: int) -> Any:
+        sizes = shard_sizes(a[0].shape[0], s)
+        orders = [list(range(s))] * s if ascending else None
+        return _np().concat(_sq.ring_attention_stale_accumulators(
+            _np(), *(split(_np(), x, sizes, 0) for x in a), causal=True, orders=orders),
+            axis=0)
+    return wrong
+
+
 def _attention_tol(dtype: str, a: Args) -> Tolerance:
     # three dependent stages (projections or block scores, the softmax sums, the merge or
     # W_O), the longest accumulation the model width or the sequence
@@ -163,7 +175,12 @@ KINDS["ring_attention"] = _Kind(
                  rng.standard_normal((8, 4))),
     lambda Q, K, V: _sd.attention(_np(), Q, K, V, True, None),
     (("a ring attention step without the rescale (the blocks' sums added at their own "
-      "maxima, never multiplied by exp(m - m'))", _ring_without_rescale),),
+      "maxima, never multiplied by exp(m - m'))", _ring_without_rescale),
+     ("a ring attention step without the rescale (the running maximum kept, but the sums "
+      "already held never multiplied by exp(m - m'))", _ring_stale(False)),
+     ("a blockwise attention loop without the rescale (the running maximum kept, but the "
+      "sums already held never multiplied by exp(m - m'); blocks in their natural order)",
+      _ring_stale(True))),
     lambda a: a[0].shape[0], lambda a: a[0].shape[0], _attention_tol)
 
 
@@ -182,6 +199,15 @@ def _muon_on_shards(axis: int) -> Callable[[Args, int], Any]:
     return wrong
 
 
+def _muon_global_norm_on_shards(axis: int) -> Callable[[Args, int], Any]:
+    def wrong(a: Args, s: int) -> Any:
+        G = a[0] / (_np().sqrt(_np().sum(a[0] * a[0])) + 1e-7)
+        return _np().concat(_op.newton_schulz_on_shards(
+            _np(), split(_np(), G, shard_sizes(G.shape[axis], s), axis), axis,
+            _ns.MUON, 5, normalize=False), axis=axis)
+    return wrong
+
+
 def _muon_tol(dtype: str, a: Args) -> Tolerance:
     # check_optimizer's Muon model: 3 x 5 dependent products, normalisation and moment,
     # amplified by sum |a_i| (the quintic's cancelling terms)
@@ -194,7 +220,9 @@ KINDS["muon_update"] = _Kind(
     (("Muon on a shard: needs the Gram all-reduce (each device orthogonalised its own rows "
       "of the long axis, not sum_s G_s^T G_s)", _muon_on_shards(-2)),
      ("Muon on a shard: needs the all-gather (each device orthogonalised its own columns of "
-      "the short axis)", _muon_on_shards(-1), lambda a: a[0].shape[1])),
+      "the short axis)", _muon_on_shards(-1), lambda a: a[0].shape[1]),
+     ("Muon on a shard: needs the Gram all-reduce (G normalised by its global norm, but each "
+      "device's Newton-Schulz run on its own rows)", _muon_global_norm_on_shards(-2))),
     lambda a: a[0].shape[0], lambda a: max(a[0].shape), _muon_tol)
 
 

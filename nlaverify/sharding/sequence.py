@@ -42,6 +42,16 @@ def _merge_without_rescale(xp: Namespace, a: _os.Statistics, b: _os.Statistics
     return (a[0], *(x + y for x, y in zip(a[1:], b[1:], strict=True)))
 
 
+def _merge_stale_accumulators(xp: Namespace, a: _os.Statistics, b: _os.Statistics
+                              ) -> _os.Statistics:
+    """The common form of the bug: the running maximum kept and the arriving block put at
+    it, but the accumulators already held never multiplied by :math:`e^{m - m'}`."""
+    (m_a, *acc_a), (m_b, *acc_b) = a, b
+    shift = xp.stability_shift(xp.concat([m_a, m_b], axis=-1), -1)
+    beta = xp.exp(m_b - shift)
+    return (shift, *(x + beta * y for x, y in zip(acc_a, acc_b, strict=True)))
+
+
 def _check(op: str, Q_shards: Any, K_shards: Any, V_shards: Any,
            orders: Sequence[Sequence[int]] | None) -> tuple[list, list, list, list]:
     Q = check_shards(op, "Q_shards", Q_shards, -2)
@@ -64,7 +74,7 @@ def _check(op: str, Q_shards: Any, K_shards: Any, V_shards: Any,
 def ring_attention(xp: Namespace, Q_shards: Sequence[Any], K_shards: Sequence[Any],
                    V_shards: Sequence[Any], *, causal: bool = False,
                    orders: Sequence[Sequence[int]] | None = None,
-                   rescale: bool = True) -> list[Any]:
+                   rescale: bool | str = True) -> list[Any]:
     r"""Ring attention (module docstring): each device's output block :math:`A_i`.
 
     Args:
@@ -74,12 +84,18 @@ def ring_attention(xp: Namespace, Q_shards: Sequence[Any], K_shards: Sequence[An
         causal: query at global position :math:`p` sees keys at positions :math:`\le p`.
         orders: for each query block, the order in which the key/value blocks arrive
             (default :func:`ring_order`).
-        rescale: ``False`` plants the bug of :func:`ring_attention_without_rescale`.
+        rescale: ``False`` plants the bug of :func:`ring_attention_without_rescale`,
+            ``"stale"`` that of :func:`ring_attention_stale_accumulators`.
     """
     Q, K, V, orders = _check("ring_attention", Q_shards, K_shards, V_shards, orders)
     q_lo = offsets([_shape(q)[-2] for q in Q])
     k_lo = offsets([_shape(k)[-2] for k in K])
-    merge = _os.merge_statistics if rescale else _merge_without_rescale
+    merges = {True: _os.merge_statistics, False: _merge_without_rescale,
+              "stale": _merge_stale_accumulators}
+    if rescale not in merges:
+        raise ArgumentError(f"ring_attention: argument 'rescale': expected True, False or "
+                            f"'stale', got {rescale!r}")
+    merge = merges[rescale]
     out = []
     for i, q in enumerate(Q):
         q_hi = q_lo[i] + _shape(q)[-2]  # block_scores places queries at q_hi - n_q + row
@@ -103,4 +119,17 @@ def ring_attention_without_rescale(xp: Namespace, Q_shards: Sequence[Any],
                           rescale=False)
 
 
-__all__ = ["ring_attention", "ring_attention_without_rescale", "ring_order"]
+def ring_attention_stale_accumulators(xp: Namespace, Q_shards: Sequence[Any],
+                                      K_shards: Sequence[Any], V_shards: Sequence[Any], *,
+                                      causal: bool = False,
+                                      orders: Sequence[Sequence[int]] | None = None
+                                      ) -> list[Any]:
+    r"""A counterexample (the usual way to forget the rescale): the running maximum
+    :math:`m'` kept and each arriving block put at it, but :math:`\ell` and :math:`O` already
+    accumulated never multiplied by :math:`e^{m - m'}`."""
+    return ring_attention(xp, Q_shards, K_shards, V_shards, causal=causal, orders=orders,
+                          rescale="stale")
+
+
+__all__ = ["ring_attention", "ring_attention_stale_accumulators",
+           "ring_attention_without_rescale", "ring_order"]
