@@ -42,6 +42,7 @@ from nlaverify.precision.emulate import (
     planted,
     round_tf32,
 )
+from nlaverify.precision.recurrence import recurrence_tolerances, tighter
 
 __all__ = [
     "KNOWN_ZERO_COTANGENTS", "PrecisionReport", "PrecisionRow", "PrecisionSetup", "emulate_tf32",
@@ -282,7 +283,11 @@ def run_subject(setup: PrecisionSetup, graph: nx.DiGraph | None = None, xp: Any 
 
 
 def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
-    """Compare ``subject`` with the setup's reference node by node."""
+    """Compare ``subject`` with the setup's reference node by node: the stage model's
+    bounds; the rows of a recurrence (a selective scan's value and the cotangents it alone
+    sends) also have its running error bound at the run's own inputs plus the exact effect
+    of their errors (:mod:`nlaverify.precision.recurrence`) and take the smaller of the two;
+    they report the stage model's stages and condition either way."""
     t0 = time.perf_counter()
     g, ref = setup.graph, setup.reference
     depth, height = graph_depths(g)
@@ -290,6 +295,8 @@ def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
                           setup.matmul_precision, setup.accumulation, setup.n, setup.seed,
                           timings=dict(setup.timings))
     order = list(nx.topological_sort(g))
+    # the rows a recurrence decides: its running bound at the run's own inputs (recurrence.py)
+    local = recurrence_tolerances(g, ref, subject, setup.dtype, setup.accumulation)
     for v in order:
         attrs = g.nodes[v]
         if attrs.get("dtype") == "int" or v not in subject.values:
@@ -300,6 +307,8 @@ def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
             if dt is not None and str(dt) != setup.dtype:
                 rep.promoted.append(f"{v} ({what}): {dt}")
         b = setup.bounds[v]
+        b = dataclasses.replace(b, value=tighter(b.value, local.get((v, "value"))),
+                                cotangent=tighter(b.cotangent, local.get((v, "cotangent"))))
         vc = b.value.compare(subject.values[v], ref.values[v], floor=0.0)
         ce = None
         if b.cotangent is not None and v in subject.cotangents and v in ref.cotangents:
