@@ -35,6 +35,7 @@ from nlaverify.config_options import (
     check_lora,
     check_no_mlp,
     check_rotary,
+    check_softcaps,
 )
 from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
 from nlaverify.errors import UnknownNameError
@@ -103,7 +104,17 @@ class TransformerConfig:
 
     Soft-capping (Gemma Team 2024, Gemma 2 §2): ``attn_softcap`` :math:`c` caps the scaled
     attention scores, :math:`c\tanh(s/c)`, before the causal mask (softmax attention only);
-    ``final_softcap`` caps the logits (before the temperature). ``None``: no cap.
+    ``final_softcap`` caps the logits (before the temperature). ``None``: no cap. Also Gemma
+    2's: ``post_norms`` (pre-LN only; sandwich norms ``post_norm1``, ``post_norm2`` on each
+    sublayer's output before the residual add), ``query_pre_attn_scalar`` :math:`s` (scores
+    :math:`qk^T/\sqrt s` for :math:`qk^T/\sqrt{d_h}`), ``window_layers`` (the blocks that use
+    ``sliding_window``, the others full; ``None``: all), checked by :func:`check_softcaps`.
+    Granite's multipliers (IBM 2024): ``embed_multiplier`` :math:`m` (the embedding times
+    :math:`m`, in place of ``embed_scale``), ``residual_multiplier`` :math:`r` (sequential
+    pre-LN: :math:`x \leftarrow x + r\,F(N(x))` for each sublayer :math:`F`). OLMo 2's
+    (OLMo Team 2024): ``pre_norms=False`` (with ``post_norms``: :math:`x \leftarrow x +
+    N'(F(x))`, no ``norm1``/``norm2``), ``qk_norm_joint`` (QK-norm over all heads' queries
+    and keys at once, gains of size :math:`h\,d_h`, before the split into heads).
 
     ``parallel_residual`` (pre-LN only): attention and MLP read the same stream, :math:`x
     \leftarrow x + \operatorname{Attn}(N_1(x)) + \operatorname{MLP}(N(x))` with :math:`N =
@@ -167,6 +178,13 @@ class TransformerConfig:
     rotary_dim: int | None = None
     rope_pairing: str = "interleaved"
     unembed_bias: bool = False
+    post_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    window_layers: tuple[int, ...] | None = None
+    embed_multiplier: float | None = None
+    residual_multiplier: float | None = None
+    pre_norms: bool = True
+    qk_norm_joint: bool = False
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -271,7 +289,7 @@ class TransformerConfig:
             if self.positions != "rope":
                 raise ConfigError(f"TransformerConfig.rope_scaling: applies to positions='rope',"
                                   f" got positions={self.positions!r}")
-        self._check_softcaps()
+        check_softcaps(self)
         w = self.sliding_window
         if w is not None:
             if isinstance(w, bool) or not isinstance(w, int) or w < 1:
@@ -281,26 +299,6 @@ class TransformerConfig:
                 raise ConfigError("TransformerConfig.sliding_window: applies to causal softmax "
                                   f"attention, got causal={self.causal}, "
                                   f"attention={self.attention!r}")
-
-    def _check_softcaps(self) -> None:
-        """Each cap a finite number > 0 or ``None``; the attention cap on softmax attention."""
-        import math
-
-        for f in ("attn_softcap", "final_softcap"):
-            c = getattr(self, f)
-            if c is not None and (isinstance(c, bool) or not isinstance(c, int | float)
-                                  or not (math.isfinite(c) and c > 0)):
-                raise ConfigError(f"TransformerConfig.{f}: expected a finite number > 0 or "
-                                  f"None, got {c!r}")
-        if self.attn_softcap is not None and self.attention != "softmax":
-            raise ConfigError("TransformerConfig.attn_softcap: caps softmax attention's scores,"
-                              f" got attention={self.attention!r}")
-        if self.parallel_residual and self.placement != "pre":
-            raise ConfigError("TransformerConfig.parallel_residual: both sublayers read the "
-                              f"stream through a norm (pre-LN), got placement={self.placement!r}")
-        if self.parallel_norms not in (1, 2) or isinstance(self.parallel_norms, bool):
-            raise ConfigError("TransformerConfig.parallel_norms: expected 1 (one norm shared by "
-                              f"attention and MLP) or 2, got {self.parallel_norms!r}")
 
     def _check_attention(self) -> None:
         """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""
@@ -320,7 +318,8 @@ class TransformerConfig:
 
         for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
                   "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale",
-                  "parallel_residual", "unembed_bias"):
+                  "parallel_residual", "unembed_bias", "post_norms", "pre_norms",
+                  "qk_norm_joint"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")

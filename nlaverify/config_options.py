@@ -3,7 +3,8 @@ the RoPE frequency scaling.
 
 The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
 targets, RoPE pairings; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA, MLP-less and
-partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`),
+partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`), the
+soft caps and Gemma 2's options (:func:`check_softcaps`),
 :class:`ConfigError` and :class:`RopeScaling`, the
 one structured field:
 :math:`\theta_i = b^{-2i/d_h}` rescaled for long contexts (Chen et al. 2023; Dubey et al.
@@ -164,3 +165,65 @@ def check_rotary(cfg: Any) -> None:
     if cfg.positions != "rope":
         raise ConfigError(f"TransformerConfig.rotary_dim: applies to positions='rope', got "
                           f"positions={cfg.positions!r}")
+
+
+def check_softcaps(cfg: Any) -> None:
+    """Each soft cap a finite number > 0 or ``None``, the attention cap on softmax attention;
+    the parallel residual pre-LN with 1 or 2 norms; Gemma 2's ``post_norms`` (pre-LN, not
+    parallel), ``query_pre_attn_scalar`` (a finite number > 0 or ``None``, softmax attention)
+    and ``window_layers`` (distinct block indices in increasing order, a list becoming a
+    tuple, with a ``sliding_window``); Granite's ``embed_multiplier`` (not with
+    ``embed_scale``) and ``residual_multiplier`` (sequential pre-LN), finite and > 0;
+    OLMo 2's ``pre_norms=False`` (with ``post_norms`` and an MLP) and ``qk_norm_joint``
+    (with ``qk_norm``)."""
+    import math
+
+    for f in ("attn_softcap", "final_softcap", "query_pre_attn_scalar", "embed_multiplier",
+              "residual_multiplier"):
+        c = getattr(cfg, f)
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int | float)
+                              or not (math.isfinite(c) and c > 0)):
+            raise ConfigError(f"TransformerConfig.{f}: expected a finite number > 0 or "
+                              f"None, got {c!r}")
+        if c is not None and f in ("attn_softcap", "query_pre_attn_scalar") and (
+                cfg.attention != "softmax"):
+            raise ConfigError(f"TransformerConfig.{f}: scales or caps softmax attention's "
+                              f"scores, got attention={cfg.attention!r}")
+    if cfg.parallel_residual and cfg.placement != "pre":
+        raise ConfigError("TransformerConfig.parallel_residual: both sublayers read the "
+                          f"stream through a norm (pre-LN), got placement={cfg.placement!r}")
+    if cfg.parallel_norms not in (1, 2) or isinstance(cfg.parallel_norms, bool):
+        raise ConfigError("TransformerConfig.parallel_norms: expected 1 (one norm shared by "
+                          f"attention and MLP) or 2, got {cfg.parallel_norms!r}")
+    if cfg.post_norms and (cfg.placement != "pre" or cfg.parallel_residual):
+        raise ConfigError("TransformerConfig.post_norms: a norm on each sublayer's output "
+                          "inside a sequential pre-LN block (Gemma 2), got placement="
+                          f"{cfg.placement!r}, parallel_residual={cfg.parallel_residual}")
+    if cfg.embed_multiplier is not None and cfg.embed_scale:
+        raise ConfigError("TransformerConfig.embed_multiplier: the embedding is scaled by "
+                          "sqrt(d) (embed_scale) or by embed_multiplier, not both")
+    if cfg.residual_multiplier is not None and (cfg.placement != "pre"
+                                                or cfg.parallel_residual):
+        raise ConfigError("TransformerConfig.residual_multiplier: scales each sublayer of a "
+                          "sequential pre-LN block (Granite), got placement="
+                          f"{cfg.placement!r}, parallel_residual={cfg.parallel_residual}")
+    if not cfg.pre_norms and not (cfg.post_norms and cfg.mlp != NO_MLP):
+        raise ConfigError("TransformerConfig.pre_norms: False leaves each sublayer only the "
+                          "norm on its output (OLMo 2); expected post_norms=True and an MLP")
+    if cfg.qk_norm_joint and not cfg.qk_norm:
+        raise ConfigError("TransformerConfig.qk_norm_joint: how QK-norm normalises (all heads "
+                          "at once); expected qk_norm=True")
+    w = cfg.window_layers
+    if w is None:
+        return
+    if isinstance(w, list):
+        w = tuple(w)
+        object.__setattr__(cfg, "window_layers", w)
+    if not isinstance(w, tuple) or any(isinstance(i, bool) or not isinstance(i, int)
+                                       for i in w) or list(w) != sorted(set(w)) or (
+            w and not 0 <= w[0] <= w[-1] < cfg.n_blocks):
+        raise ConfigError(f"TransformerConfig.window_layers: expected distinct block indices in "
+                          f"[0, n_blocks={cfg.n_blocks}) in increasing order, got {w!r}")
+    if cfg.sliding_window is None:
+        raise ConfigError("TransformerConfig.window_layers: names the blocks that use the "
+                          "sliding window; expected a sliding_window")

@@ -61,6 +61,13 @@ _SOFTMAX = {
     "parallel_norms": Figure(1, _UNUSED),
     "rotary_dim": Figure(None, "RoPE, where used, rotates the whole head"),
     "unembed_bias": Figure(False, "logits x W_U without a bias"),
+    "post_norms": Figure(False, "no norm on the sublayer outputs (Gemma 2 has them)"),
+    "query_pre_attn_scalar": Figure(None, "scores q k^T / sqrt(d_head)"),
+    "window_layers": Figure(None, _UNUSED),
+    "embed_multiplier": Figure(None, "embeddings not multiplied (Granite multiplies them)"),
+    "residual_multiplier": Figure(None, "x + F(N(x)), the sublayer output unscaled"),
+    "pre_norms": Figure(True, "each sublayer reads the normalised stream"),
+    "qk_norm_joint": Figure(False, _UNUSED),
     "rope_pairing": Figure("interleaved", "the graph's RoPE pairing (Hugging Face's half "
                                           "pairing is a permutation of W_Q, W_K columns)"),
 }

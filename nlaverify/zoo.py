@@ -22,7 +22,9 @@ large. The zoo is that set of configurations:
   :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
   attention (Gu & Dao 2023); Gemma 2's soft caps; GPT-NeoX's parallel block; partial
   rotary in the half pairing (Pythia, Phi) and GPT-J's block (interleaved partial
-  rotary, a biased unembedding); FAVOR+ and Linformer attention (Baggag &
+  rotary, a biased unembedding); Gemma 2's sandwich norms, query scalar and alternating
+  local/global layers; Granite's multipliers; OLMo 2's output-only norms and joint QK-norm;
+  FAVOR+ and Linformer attention (Baggag &
   Saad §4.4; the other attention variants are verified node by node in
   ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
@@ -144,6 +146,21 @@ ZOO: tuple[TransformerConfig, ...] = (
     # biased MLP and lm_head, no attention biases
     _member("gptj-like", d_head=6, positions="rope", rotary_dim=2, parallel_residual=True,
             mlp_bias=True, unembed_bias=True),
+    # Gemma 2 (Gemma Team 2024): sandwich norms, scores over sqrt(s = 2) not sqrt(d_h = 6),
+    # a window of 2 < n on block 0 only (block 1 global), soft caps, RMSNorm, GeGLU
+    _member("gemma2-like", n_blocks=2, d_head=6, norm="rmsnorm", positions="rope",
+            mlp="geglu", post_norms=True, query_pre_attn_scalar=2, sliding_window=2,
+            window_layers=(0,), attn_softcap=2.0, final_softcap=3.0, norm_eps=0.1),
+    # Granite (IBM 2024): embeddings times 3, sublayer outputs times 0.25, scores over
+    # sqrt(s = 4) (attention_multiplier 1/2), logits over 2 (temperature); SwiGLU, GQA
+    _member("granite-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            n_kv_heads=1, embed_multiplier=3.0, residual_multiplier=0.25,
+            query_pre_attn_scalar=4, temperature=2.0),
+    # OLMo 2 (OLMo Team 2024): no pre-norms, a norm on each sublayer's output, QK-norm over
+    # all heads at once (gains of h d_h = 8), GQA, SwiGLU, RoPE in the half pairing
+    _member("olmo2-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            n_kv_heads=1, d_head=4, rope_pairing="half", pre_norms=False, post_norms=True,
+            qk_norm=True, qk_norm_joint=True, norm_eps=0.1),
 )
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

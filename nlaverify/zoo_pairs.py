@@ -63,4 +63,11 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "rotary_dim": (("partial-rotary-half", None),),  # the whole head rotated
     "rope_pairing": (("partial-rotary-half", "interleaved"),),  # GPT-J's pairs
     "unembed_bias": (("gptj-like", False),),
+    "post_norms": (("gemma2-like", False),),
+    "query_pre_attn_scalar": (("gemma2-like", None),),
+    "window_layers": (("gemma2-like", (1,)), ("gemma2-like", None)),
+    "embed_multiplier": (("granite-like", None),),
+    "residual_multiplier": (("granite-like", None), ("granite-like", 1.5)),
+    "pre_norms": (("olmo2-like", True),),
+    "qk_norm_joint": (("olmo2-like", False),),
 }

@@ -106,17 +106,21 @@ def kv_cache_bytes(config: TransformerConfig, context: int, batch: int = 1,
     :math:`2\,n_\text{layer}\,n_{kv}\,d_h\,\min(n_\text{ctx}, w)\,B \cdot s` (``itemsize``
     :math:`s`; :math:`w` the sliding window, :math:`\infty` without), :math:`n_\text{layer}`
     the attention blocks (Mamba's keep a state of fixed size, as the linear attentions do:
-    0 for a pure Mamba). Softmax attention only."""
+    0 for a pure Mamba), each with its own :math:`w` under ``window_layers``. Softmax
+    attention only."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ArgumentError(f"kv_cache_bytes: context: expected a positive integer, got "
                             f"{context!r}")
     if config.attention != "softmax":
         raise ArgumentError(f"kv_cache_bytes: attention={config.attention!r} keeps no KV "
                             "cache (a fixed-size state); expected softmax attention")
-    w = context if config.sliding_window is None else min(context, config.sliding_window)
     assert config.n_kv_heads is not None and config.d_head is not None
-    layers = sum(config.block_mixer(b) == "attention" for b in range(config.n_blocks))
-    return 2 * layers * config.n_kv_heads * config.d_head * w * batch * itemsize
+    # per attention block: the window where it has one (Gemma 2's window_layers), else all
+    rows = sum(context if config.sliding_window is None or (
+        config.window_layers is not None and b not in config.window_layers)
+        else min(context, config.sliding_window) for b in range(config.n_blocks)
+        if config.block_mixer(b) == "attention")
+    return 2 * config.n_kv_heads * config.d_head * rows * batch * itemsize
 
 
 def roofline(costs: list[NodeCost], peak_flops: float, bandwidth: float) -> dict[str, Any]:

@@ -122,10 +122,14 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
         if attrs["kind"] == "param" and attrs["block"] is not None and len(attrs["shape"]) == 2:
             weights += math.prod(attrs["shape"])
     dk = config.d_head
-    pairs = attention_pairs(seq_len, config.causal, config.sliding_window)
-    # the attention terms count attention blocks only (Mamba's mixers have no QK^T, PV)
-    La = sum(config.block_mixer(b) == "attention" for b in range(L))
-    attn_fwd_ideal = 2 * pairs * 2 * dk * config.n_heads * La * batch if \
+    # the attention terms count attention blocks only (Mamba's mixers have no QK^T, PV),
+    # each with its window (Gemma 2's window_layers: the others see the whole prefix)
+    attn = [b for b in range(L) if config.block_mixer(b) == "attention"]
+    La = len(attn)
+    pairs = sum(attention_pairs(seq_len, config.causal, None if config.window_layers is not None
+                                and b not in config.window_layers else config.sliding_window)
+                for b in attn)
+    attn_fwd_ideal = 2 * pairs * 2 * dk * config.n_heads * batch if \
         config.attention == "softmax" else mm["attention"] / 3
     code = sum(c.forward.flops + c.backward.flops for c in costs) * per
     non_matmul = sum(elementwise.values()) * per

@@ -79,10 +79,15 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
     q = b.project(f"{p}.q", x, d, H * dh, cfg.attn_bias, comp, block, "W_Q", "b_Q", "q")
     k = b.project(f"{p}.k", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_K", "b_K", "k")
     v = b.project(f"{p}.v", x, d, Hkv * dh, cfg.attn_bias, comp, block, "W_V", "b_V", "v")
+    if cfg.qk_norm_joint:  # OLMo 2: one RMSNorm over all heads' queries (keys), then split
+        q, k = (b.op(f"{p}.{name}_norm", "rmsnorm", [z, b.param(
+            f"{p}.{name}_norm.gamma", (heads * dh,), "norms.qk", ("one_plus", 0.1), block)],
+            ("n", heads * dh), eps=cfg.norm_eps) for name, z, heads in (("q", q, H),
+                                                                         ("k", k, Hkv)))
     qh = b.op(f"{p}.q_heads", "split_heads", [q], (H, "n", dh), n_heads=H)
     kh = b.op(f"{p}.k_heads", "split_heads", [k], (Hkv, "n", dh), n_heads=Hkv)
     vh = b.op(f"{p}.v_heads", "split_heads", [v], (Hkv, "n", dh), n_heads=Hkv)
-    if cfg.qk_norm:  # RMSNorm over each head's d_h (Qwen3), before RoPE
+    if cfg.qk_norm and not cfg.qk_norm_joint:  # RMSNorm over each head's d_h (Qwen3)
         for name, heads in (("q", H), ("k", Hkv)):
             g = b.param(f"{p}.{name}_norm.gamma", (dh,), "norms.qk", ("one_plus", 0.1), block)
             node = b.op(f"{p}.{name}_norm", "rmsnorm", [qh if name == "q" else kh, g],
@@ -98,6 +103,9 @@ def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) 
             rope["rotary_dim"] = cfg.rotary_dim
         qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), **rope)
         kh = b.op(f"{p}.k_rope", "rope", [kh], (Hkv, "n", dh), **rope)
+    if cfg.query_pre_attn_scalar is not None:  # Gemma 2: scores qk^T / sqrt(s), not sqrt(d_h)
+        qh = b.op(f"{p}.q_scaled", "scale", [qh], (H, "n", dh),
+                  c=math.sqrt(dh / cfg.query_pre_attn_scalar))
     if cfg.n_rep > 1:
         kh = b.op(f"{p}.k_shared", "repeat_kv", [kh], (H, "n", dh), n_rep=cfg.n_rep)
         vh = b.op(f"{p}.v_shared", "repeat_kv", [vh], (H, "n", dh), n_rep=cfg.n_rep)
@@ -164,7 +172,9 @@ def _attention_heads(b: _Builder, p: str, qh: str, kh: str, vh: str, cfg: Transf
     op = ATTENTION_OPS[cfg.attention]
     shape = (H, "n", dh)
     if cfg.attention == "softmax":
-        window = {} if cfg.sliding_window is None else {"window": cfg.sliding_window}
+        windowed = cfg.sliding_window is not None and (
+            cfg.window_layers is None or block in cfg.window_layers)  # Gemma 2: some blocks
+        window = {"window": cfg.sliding_window} if windowed else {}
         if cfg.attn_softcap is not None:  # Gemma 2: c tanh(S/c) on the scores, then the mask
             return b.op(f"{p}.heads", "softcap_attention", [qh, kh, vh], shape,
                         cap=cfg.attn_softcap, causal=cfg.causal, **window)
@@ -245,7 +255,16 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     x + \operatorname{Attn}(N_1(x))`, ``resid2`` :math:`=` ``resid1`` :math:`+
     \operatorname{MLP}(N(x))`, :math:`N` the shared ``norm1`` or NeoX's ``norm2``. Without
     an MLP (``mlp="none"``, Mamba's block) a block ends at ``resid1`` (pre-LN) or ``norm1``
-    (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``.
+    (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``. Gemma 2 (``post_norms``): ``resid1``
+    :math:`= x + N'_1(\operatorname{Attn}(N_1(x)))` with ``post_norm1``, likewise
+    ``post_norm2`` on the MLP's output; ``query_pre_attn_scalar`` :math:`s` scales the rotated
+    queries by :math:`\sqrt{d_h/s}` (``attn.q_scaled``) so the attention's
+    :math:`1/\sqrt{d_h}` gives :math:`qk^T/\sqrt s`; ``window_layers`` picks the windowed
+    blocks. Granite: ``embed_scaled`` is the embedding times ``embed_multiplier``;
+    ``residual_multiplier`` scales each sublayer's output (``scaled1``, ``scaled2``). OLMo 2:
+    ``pre_norms=False`` drops ``norm1``/``norm2`` (the sublayers read the stream), and
+    ``qk_norm_joint`` normalises ``attn.q``/``attn.k`` as rows of :math:`h\,d_h` before the
+    split (``attn.q_norm``, ``attn.k_norm`` of shape ``(n, h d_h)``).
     """
     cfg, b = config, _Builder(config)
     d, V = cfg.d_model, cfg.vocab_size
@@ -256,6 +275,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     x = b.op("embed", "embed", ["tokens", W_E], ("n", d))
     if cfg.embed_scale:  # Gemma: the embedding times sqrt(d), rounded to the working dtype
         x = b.op("embed_scaled", "scale", [x], ("n", d), c=math.sqrt(d))
+    elif cfg.embed_multiplier is not None:  # Granite: times embedding_multiplier
+        x = b.op("embed_scaled", "scale", [x], ("n", d), c=cfg.embed_multiplier)
     if cfg.positions == "learned":
         W_P = b.param("pos.W_P", (cfg.context, d), "positions", ("normal", 0.5))
         x = b.op("x0", "add_learned_positions", [x, W_P], ("n", d))
@@ -274,12 +295,22 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
             x = b.op(f"{p}.resid2", "residual_add", [
                 b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d)), m], ("n", d))
         elif cfg.placement == "pre":
-            a = _mixer(b, p, b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer), cfg, layer)
+            h = b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer) if cfg.pre_norms else x
+            a = _mixer(b, p, h, cfg, layer)
+            if cfg.post_norms:  # Gemma 2's sandwich: N(sublayer output) before the add
+                a = b.norm(f"{p}.post_norm1", a, cfg, "norms.blocks", layer)
+            r = cfg.residual_multiplier
+            if r is not None:  # Granite: x + r F(N(x))
+                a = b.op(f"{p}.scaled1", "scale", [a], ("n", d), c=r)
             x = b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d))
             if cfg.mlp == NO_MLP:
                 continue
-            m = _mlp(b, f"{p}.mlp", b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer),
-                     cfg, layer)
+            h = b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer) if cfg.pre_norms else x
+            m = _mlp(b, f"{p}.mlp", h, cfg, layer)
+            if cfg.post_norms:
+                m = b.norm(f"{p}.post_norm2", m, cfg, "norms.blocks", layer)
+            if r is not None:
+                m = b.op(f"{p}.scaled2", "scale", [m], ("n", d), c=r)
             x = b.op(f"{p}.resid2", "residual_add", [x, m], ("n", d))
         else:
             a = _mixer(b, p, x, cfg, layer)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nlaverify.errors import ArgumentError
 from nlaverify.interop.hf_patches import modeling_module, record_fidelity
 
 #: the name of nlaverify's capturing attention function in ``AttentionInterface``
@@ -78,12 +77,11 @@ def exact_eager_attention(module: Any, query: Any, key: Any, value: Any,
     softmax in the model dtype instead of float32:
     :math:`\operatorname{softmax}(QK^\top s + M)V`, keys and values repeated over the
     ``num_key_value_groups`` query heads, :math:`M` HF's additive mask (causal, or a
-    sliding window). Returns ``(B, n, H, d_h)`` and the weights, as HF does."""
+    sliding window); with ``softcap`` :math:`c` (Gemma 2) the scores are :math:`c\tanh(S/c)`
+    before the mask. Returns ``(B, n, H, d_h)`` and the weights, as HF does."""
     import torch
 
-    if kwargs.get("softcap") is not None:
-        raise ArgumentError("exact_eager_attention: attention logit soft-capping is not "
-                            "modelled by nlaverify")
+    cap = kwargs.get("softcap")
     rep = getattr(module, "num_key_value_groups", 1)
     if rep > 1:
         b, h, n, d = key.shape
@@ -91,6 +89,8 @@ def exact_eager_attention(module: Any, query: Any, key: Any, value: Any,
         value = value[:, :, None].expand(b, h, rep, n, d).reshape(b, h * rep, n, d)
     s = query.shape[-1] ** -0.5 if scaling is None else scaling
     weights = torch.matmul(query, key.transpose(2, 3)) * s
+    if cap is not None:  # Gemma 2's eager_attention_forward: c tanh(S/c) before the mask
+        weights = torch.tanh(weights / cap) * cap
     if attention_mask is not None:
         weights = weights + attention_mask
     weights = torch.softmax(weights, dim=-1)
@@ -239,5 +239,7 @@ def _hf_call(exact_attention: bool, exact_loss: bool, fidelity: list[Any],
                     logits, loss = out.logits, out.loss
         finally:
             _ACTIVE.reset(token)
-        return logits, dict(rec.tensors), loss
+        # the returned logits of the batch of one: read by check_model where no tap gives
+        # the graph's "logits" (Gemma 2 caps lm_head's output in *ForCausalLM.forward)
+        return logits[0], dict(rec.tensors), loss
     return call

@@ -11,14 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
+from nlaverify.interop.hf_config_granite import granite_hf_dict, granite_mismatch
 from nlaverify.interop.hf_config_mamba import mamba_hf_dict, mamba_mismatch
+from nlaverify.interop.hf_config_ministral import ministral_hf_dict, ministral_mismatch
 from nlaverify.interop.hf_config_neox import (
     neox_hf_dict,
     neox_mismatch,
     phi_hf_dict,
     phi_mismatch,
 )
+from nlaverify.interop.hf_config_olmo2 import olmo2_hf_dict, olmo2_mismatch
+from nlaverify.interop.hf_config_phi3 import phi3_hf_dict, phi3_mismatch
+from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mismatch
+from nlaverify.interop.hf_config_starcoder2 import starcoder2_hf_dict, starcoder2_mismatch
 from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
 
 
@@ -66,6 +73,48 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             raise ConfigError(f"hf_config_dict: phi cannot express TransformerConfig."
                               f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
         return phi_hf_dict(c)
+    if model_type == "starcoder2":
+        bad = starcoder2_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: starcoder2 cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return starcoder2_hf_dict(c)
+    if model_type == "stablelm":
+        bad = stablelm_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: stablelm cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return stablelm_hf_dict(c)
+    if model_type == "gemma2":
+        bad = gemma2_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: gemma2 cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return gemma2_hf_dict(c, _rope_parameters(c))
+    if model_type == "granite":
+        bad = granite_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: granite cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return granite_hf_dict(c, _rope_parameters(c))
+    if model_type == "olmo2":
+        bad = olmo2_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: olmo2 cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return olmo2_hf_dict(c, _rope_parameters(c))
+    if model_type == "phi3":
+        bad = phi3_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: phi3 cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return phi3_hf_dict(c)
+    if model_type == "ministral":
+        bad = ministral_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: ministral cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return ministral_hf_dict(c, _rope_parameters(c))
     gpt2 = model_type == "gpt2"
     fixed: dict[str, Any] = {
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
@@ -74,7 +123,10 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "n_experts": 0 if model_type != "mixtral" else c.n_experts,
         "qk_norm": model_type == "qwen3", "embed_scale": model_type == "gemma",
         "moe_renormalize": True, "rope_pairing": "interleaved", "rotary_dim": None,
-        "parallel_residual": False, "unembed_bias": False,
+        "parallel_residual": False, "unembed_bias": False, "post_norms": False,
+        "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
+        "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
+        "pre_norms": True, "qk_norm_joint": False,
     }
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
         fixed["sliding_window"] = None
@@ -132,6 +184,12 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
     elif model_type in ("qwen2", "qwen3"):
         d.update(use_sliding_window=c.sliding_window is not None,
                  sliding_window=c.sliding_window, max_window_layers=0)
+    d["rope_parameters"] = _rope_parameters(c)
+    return d
+
+
+def _rope_parameters(c: TransformerConfig) -> dict[str, Any]:
+    """``rope_parameters`` of ``c`` as ``transformers`` 5 writes it (base and scaling)."""
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": float(c.rope_base)}
     s = c.rope_scaling
     if s is not None:
@@ -140,5 +198,4 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             rope.update(low_freq_factor=float(s.low_freq_factor),
                         high_freq_factor=float(s.high_freq_factor),
                         original_max_position_embeddings=s.original_context)
-    d["rope_parameters"] = rope
-    return d
+    return rope

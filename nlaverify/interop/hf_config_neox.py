@@ -49,7 +49,9 @@ NEOX_ACTS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"
 #: per model type: the legacy top-level keys of the rotated fraction and the base, and the
 #: fraction's default (``GPTNeoXConfig.convert_rope_params_to_dict``; ``PhiConfig``)
 _LEGACY = {"gpt_neox": ("rotary_pct", "rotary_emb_base", 0.25),
-           "phi": ("partial_rotary_factor", "rope_theta", 0.5)}
+           "phi": ("partial_rotary_factor", "rope_theta", 0.5),
+           "stablelm": ("partial_rotary_factor", "rope_theta", 0.25),
+           "phi3": ("partial_rotary_factor", "rope_theta", 1.0)}
 
 
 def _rope_dict(r: Any) -> tuple[dict[str, Any], float]:

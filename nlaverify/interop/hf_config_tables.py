@@ -14,7 +14,8 @@ from typing import Any
 
 #: the Hugging Face ``model_type`` values nlaverify maps
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
-             "gpt_neox", "gptj", "phi")
+             "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
+             "gemma2", "granite", "olmo2", "phi3", "ministral")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -22,7 +23,10 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "gemma": "GemmaForCausalLM", "mamba": "MambaForCausalLM",
                  "gpt_neox": "GPTNeoXForCausalLM", "gptj": "GPTJForCausalLM",
-                 "phi": "PhiForCausalLM"}
+                 "phi": "PhiForCausalLM", "starcoder2": "Starcoder2ForCausalLM",
+                 "stablelm": "StableLmForCausalLM", "gemma2": "Gemma2ForCausalLM",
+                 "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
+                 "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -33,7 +37,8 @@ _SERIAL = "a PreTrainedConfig serialisation field (no effect on the forward pass
 IGNORED: dict[str, str] = {
     "architectures": _META, "transformers_version": _META, "torch_dtype": _META,
     "dtype": "the weights carry their dtype", "use_cache": _GEN, "bos_token_id": _GEN,
-    "eos_token_id": _GEN, "pad_token_id": _GEN, "tokenizer_class": _GEN,
+    "eos_token_id": _GEN, "pad_token_id": _GEN, "cache_implementation": _GEN,
+    "tokenizer_class": _GEN,
     "task_specific_params": _GEN, "initializer_range": _TRAIN, "attention_dropout": _TRAIN,
     "resid_pdrop": _TRAIN, "embd_pdrop": _TRAIN, "attn_pdrop": _TRAIN,
     "router_aux_loss_coef": _TRAIN, "output_router_logits": _TRAIN,
@@ -64,11 +69,14 @@ IGNORED: dict[str, str] = {
     "n_layer": "mamba_ssm's name of num_hidden_layers (MambaConfig does not read it)",
     "hidden_dropout": _TRAIN, "classifier_dropout": _TRAIN + " (the classification head)",
     "is_decoder": _SERIAL + " (GPTNeoXForCausalLM is causal whatever it says)",
+    "residual_dropout": _TRAIN, "embedding_dropout": _TRAIN,
+    "hidden_act": "not read by Gemma2Config (Gemma2MLP reads hidden_activation)",
 }
 
 #: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
 IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     **{k: ("gpt2", "gptj", "phi") for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")},
+    **{k: ("gpt2", "gptj", "phi", "phi3") for k in ("resid_pdrop", "embd_pdrop")},
     **{k: ("gpt2",) for k in ("reorder_and_upcast_attn", "summary_type", "summary_use_proj",
                               "summary_activation", "summary_proj_to_labels",
                               "summary_first_dropout")},
@@ -81,7 +89,10 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
                                "use_associative_scan", "residual_in_fp32",
                                "pad_vocab_size_multiple", "fused_add_norm", "rms_norm",
                                "n_layer")},
-    **{k: ("gpt_neox",) for k in ("hidden_dropout", "classifier_dropout", "is_decoder")},
+    **{k: ("gpt_neox",) for k in ("classifier_dropout", "is_decoder")},
+    "hidden_dropout": ("gpt_neox", "stablelm"),
+    "hidden_act": ("gemma2",),
+    **{k: ("starcoder2",) for k in ("residual_dropout", "embedding_dropout")},
 }
 
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
@@ -131,6 +142,37 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi": {"num_key_value_heads": None, "hidden_act": "gelu_new",
             "max_position_embeddings": 2048, "layer_norm_eps": 1e-5,
             "tie_word_embeddings": False, "qk_layernorm": False, "rope_theta": 10000.0},
+    "starcoder2": {"num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh",
+                   "max_position_embeddings": 4096, "norm_epsilon": 1e-5,
+                   "tie_word_embeddings": True, "sliding_window": None, "use_bias": True,
+                   "rope_theta": 10000.0},
+    "stablelm": {"num_key_value_heads": 32, "hidden_act": "silu",
+                 "max_position_embeddings": 4096, "layer_norm_eps": 1e-5,
+                 "tie_word_embeddings": False, "use_qkv_bias": False, "qk_layernorm": False,
+                 "use_parallel_residual": False, "rope_theta": 10000.0},
+    "gemma2": {"num_key_value_heads": 4, "head_dim": 256,
+               "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+               "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "attention_bias": False,
+               "query_pre_attn_scalar": 256, "sliding_window": 4096, "layer_types": None,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+               "use_bidirectional_attention": None, "rope_theta": 10000.0},
+    "granite": {"num_key_value_heads": None, "hidden_act": "silu",
+                "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+                "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+                "embedding_multiplier": 1.0, "logits_scaling": 1.0,
+                "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+                "rope_theta": 10000.0},
+    "olmo2": {"num_key_value_heads": None, "hidden_act": "silu",
+              "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False, "attention_bias": False, "rope_theta": 10000.0},
+    "phi3": {"num_key_value_heads": None, "hidden_act": "silu",
+             "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
+             "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,
+             "rope_theta": 10000.0},
+    "ministral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+                  "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
+                  "tie_word_embeddings": False, "sliding_window": 4096, "layer_types": None,
+                  "rope_theta": 10000.0},
 }
 
 #: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``

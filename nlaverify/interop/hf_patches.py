@@ -180,7 +180,7 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
     if model_type == "gpt2":
         return frozenset({"loss"} | ({"attention_softmax"} if raw.get(
             "reorder_and_upcast_attn") else set()))
-    if model_type in ("gpt_neox", "gptj", "phi"):  # LayerNorm, GELU stay in the model dtype
+    if model_type in ("gpt_neox", "gptj", "phi", "starcoder2", "stablelm"):  # LayerNorm: as is
         return frozenset({"rotary", "attention_softmax", "loss"})
     if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
         return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
@@ -365,7 +365,7 @@ def exact_arithmetic(model: Any, config: Any,
                 undo.on_exit(lambda m=module, v=module.residual_in_fp32: setattr(
                     m, "residual_in_fp32", v))
                 module.residual_in_fp32 = False
-            if cls == "GemmaRMSNorm" and "rmsnorm" in parts:
+            if cls in ("GemmaRMSNorm", "Gemma2RMSNorm") and "rmsnorm" in parts:
                 undo.set_exact(module, name, "rmsnorm", _gemma_rmsnorm_exact, fidelity)
             elif cls.endswith("RMSNorm") and "rmsnorm" in parts:
                 if not hasattr(module, "variance_epsilon"):

@@ -26,7 +26,8 @@ from nlaverify.interop.weights_layout import rope_permutation
 
 #: the HF ``model_type``\ s whose module layout :func:`~nlaverify.interop.hf_verify.verify_hf`
 #: maps
-LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite",
+              "olmo2", "ministral")
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,13 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _neox_taps(config)
     if model_type in ("gptj", "phi"):
         return _gptj_taps(config, model_type)
+    if model_type in ("starcoder2", "stablelm"):
+        return _starcoder2_taps(config)
+    if model_type == "phi3":
+        return _phi3_taps(config)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
-                           f"{', '.join(LLAMA_LIKE)}, mamba, gpt_neox, gptj, phi")
+                           f"{', '.join(LLAMA_LIKE)}, mamba, gpt_neox, gptj, phi, starcoder2, "
+                           "stablelm, phi3")
 
 
 def _gpt2_taps(c: Any) -> list[_Tap]:
@@ -144,18 +150,27 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
     first = "embed_scaled" if c.embed_scale else "embed"
     taps = [_Tap(first, "model.embed_tokens", "out", _rows),
             _Tap("x0", "model.embed_tokens", "out", _rows)]
+    if c.embed_multiplier is not None:  # Granite multiplies in GraniteModel.forward
+        taps = [_Tap("embed", "model.embed_tokens", "out", _rows)] + [
+            _Tap(n, "model.layers.0", "in", _rows) for n in ("embed_scaled", "x0")]
     for layer in range(c.n_blocks):
         p, h = f"blocks.{layer}", f"model.layers.{layer}"
         a = f"{h}.self_attn"
-        taps += [_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows),
-                 _Tap(f"{p}.attn.q", f"{a}.q_proj", "out", lay["cols"](H, rope)),
+        if c.pre_norms:  # OLMo 2 has no input_layernorm
+            taps.append(_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows))
+        # the heads are split from q_proj's output, or from the joint QK-norm's (OLMo 2)
+        qs, ks = (f"{a}.q_norm", f"{a}.k_norm") if c.qk_norm_joint else (f"{a}.q_proj",
+                                                                         f"{a}.k_proj")
+        taps += [_Tap(f"{p}.attn.q", f"{a}.q_proj", "out", lay["cols"](H, rope)),
                  _Tap(f"{p}.attn.k", f"{a}.k_proj", "out", lay["cols"](Hkv, rope)),
                  _Tap(f"{p}.attn.v", f"{a}.v_proj", "out", _rows),
-                 _Tap(f"{p}.attn.q_heads", f"{a}.q_proj", "out", lay["heads_of_rows"](H, rope)),
-                 _Tap(f"{p}.attn.k_heads", f"{a}.k_proj", "out",
-                      lay["heads_of_rows"](Hkv, rope)),
+                 _Tap(f"{p}.attn.q_heads", qs, "out", lay["heads_of_rows"](H, rope)),
+                 _Tap(f"{p}.attn.k_heads", ks, "out", lay["heads_of_rows"](Hkv, rope)),
                  _Tap(f"{p}.attn.v_heads", None, "value", lay["bhnd"](False), layer)]
-        if getattr(c, "qk_norm", False):
+        if c.qk_norm_joint:
+            taps += [_Tap(f"{p}.attn.q_norm", qs, "out", lay["cols"](H, rope)),
+                     _Tap(f"{p}.attn.k_norm", ks, "out", lay["cols"](Hkv, rope))]
+        elif getattr(c, "qk_norm", False):
             taps += [_Tap(f"{p}.attn.q_norm", f"{a}.q_norm", "out", lay["bnhd"](rope)),
                      _Tap(f"{p}.attn.k_norm", f"{a}.k_norm", "out", lay["bnhd"](rope))]
         if rope:
@@ -163,9 +178,19 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
                      _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](), layer)]
         taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
                  _Tap(f"{p}.attn.merged", f"{a}.o_proj", "in", _rows),
-                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows),
-                 _Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
-                 _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
+                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows)]
+        if c.post_norms and not c.pre_norms:  # OLMo 2: the MLP reads the stream itself
+            taps += [_Tap(f"{p}.post_norm1", f"{h}.post_attention_layernorm", "out", _rows),
+                     _Tap(f"{p}.resid1", f"{h}.mlp", "in", _rows),
+                     _Tap(f"{p}.post_norm2", f"{h}.post_feedforward_layernorm", "out", _rows)]
+        elif c.post_norms:  # Gemma 2: post_attention_layernorm normalises the attention output
+            taps += [_Tap(f"{p}.post_norm1", f"{h}.post_attention_layernorm", "out", _rows),
+                     _Tap(f"{p}.resid1", f"{h}.pre_feedforward_layernorm", "in", _rows),
+                     _Tap(f"{p}.norm2", f"{h}.pre_feedforward_layernorm", "out", _rows),
+                     _Tap(f"{p}.post_norm2", f"{h}.post_feedforward_layernorm", "out", _rows)]
+        else:
+            taps += [_Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                     _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
         m = f"{h}.mlp"
         if c.n_experts:
             taps += [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),
@@ -177,8 +202,11 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
                      _Tap(f"{p}.mlp.act", f"{m}.down_proj", "in", _rows),
                      _Tap(f"{p}.mlp.out", f"{m}.down_proj", "out", _rows)]
         taps.append(_Tap(f"{p}.resid2", h, "out", _rows))
+    # Gemma 2 caps lm_head's output in Gemma2ForCausalLM.forward: the graph's logits_uncapped
+    head = "logits" if c.final_softcap is None else "logits_uncapped"
+    # (the capped logits are then the model's returned output, check_model's "logits")
     return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
-            _Tap("logits", "lm_head", "out", _rows)]
+            _Tap(head, "lm_head", "out", _rows)]
 
 
 def _channels(a: Any) -> np.ndarray:
@@ -298,6 +326,81 @@ def _gptj_taps(c: Any, model_type: str) -> list[_Tap]:
                  _Tap(f"{p}.resid2", h, "out", _rows)]
     return [*taps, _Tap("final_norm", final, "out", _rows), _Tap("logits", "lm_head", "out",
                                                                      _rows)]
+
+
+def _starcoder2_taps(c: Any) -> list[_Tap]:
+    r"""``Starcoder2ForCausalLM`` and ``StableLmForCausalLM``: Llama's module layout with
+    LayerNorms and the half pairing (nothing permuted); StarCoder 2's non-gated MLP ``c_fc``
+    -> ``act`` -> ``c_proj``, StableLM's gated one. A parallel StableLM block sums ``x +
+    attn + mlp`` in one statement: ``resid1`` stays unmapped, and there is no ``norm2``."""
+    lay = _layouts(c)
+    H, Hkv = c.n_heads, c.n_kv_heads
+    taps = [_Tap("embed", "model.embed_tokens", "out", _rows),
+            _Tap("x0", "model.embed_tokens", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"model.layers.{layer}"
+        a = f"{h}.self_attn"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows))
+        for x, heads in (("q", H), ("k", Hkv), ("v", Hkv)):
+            taps += [_Tap(f"{p}.attn.{x}", f"{a}.{x}_proj", "out", _rows),
+                     _Tap(f"{p}.attn.{x}_heads", f"{a}.{x}_proj", "out",
+                          lay["heads_of_rows"](heads, False))]
+        taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.o_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows)]
+        if not c.parallel_residual:
+            taps += [_Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                     _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
+        m = f"{h}.mlp"
+        if c.mlp in ("swiglu", "geglu"):
+            taps += [_Tap(f"{p}.mlp.gate", f"{m}.gate_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.up", f"{m}.up_proj", "out", _rows),
+                     _Tap(f"{p}.mlp.act", f"{m}.down_proj", "in", _rows),
+                     _Tap(f"{p}.mlp.out", f"{m}.down_proj", "out", _rows)]
+        else:
+            taps += [_Tap(f"{p}.mlp.in", f"{m}.c_fc", "out", _rows),
+                     _Tap(f"{p}.mlp.act", f"{m}.act", "out", _rows),
+                     _Tap(f"{p}.mlp.out", f"{m}.c_proj", "out", _rows)]
+        taps.append(_Tap(f"{p}.resid2", h, "out", _rows))
+    return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _phi3_taps(c: Any) -> list[_Tap]:
+    r"""``Phi3ForCausalLM``: ``qkv_proj``'s output split at :math:`h d_h` and :math:`(h +
+    h_{kv}) d_h` into the graph's q, k, v, ``gate_up_proj``'s halves into gate and up; the
+    half pairing is the config's (nothing permuted)."""
+    lay = _layouts(c)
+    H, Hkv, dh, m = c.n_heads, c.n_kv_heads, c.d_head, c.d_mlp
+    cuts = {"q": (0, H * dh, H), "k": (H * dh, (H + Hkv) * dh, Hkv),
+            "v": ((H + Hkv) * dh, (H + 2 * Hkv) * dh, Hkv)}
+    taps = [_Tap("embed", "model.embed_tokens", "out", _rows),
+            _Tap("x0", "model.embed_tokens", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"model.layers.{layer}"
+        a, qkv = f"{h}.self_attn", f"{h}.self_attn.qkv_proj"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows))
+        for x, (lo, hi, heads) in cuts.items():
+            taps += [_Tap(f"{p}.attn.{x}", qkv, "out", lambda t, lo=lo, hi=hi: _rows(t)[:, lo:hi]),
+                     _Tap(f"{p}.attn.{x}_heads", qkv, "out", lambda t, lo=lo, hi=hi, n=heads:
+                          lay["heads_of_rows"](n, False)(_rows(t)[:, lo:hi]))]
+        taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.o_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.o_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows),
+                 _Tap(f"{p}.mlp.gate", f"{h}.mlp.gate_up_proj", "out",
+                      lambda t: _rows(t)[:, :m]),
+                 _Tap(f"{p}.mlp.up", f"{h}.mlp.gate_up_proj", "out", lambda t: _rows(t)[:, m:]),
+                 _Tap(f"{p}.mlp.act", f"{h}.mlp.down_proj", "in", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.mlp.down_proj", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _rows)]
+    return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
 
 
 def _capture_name(t: _Tap) -> str:

@@ -210,6 +210,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
                             weights, tokens.tolist(), patches=sorted(parts), plant=plant)
     fidelity: list[Any] = []
     sources = {t.node: t.source for t in taps}
+    sources.setdefault("logits", f"{type(model).__name__}.output.logits")  # Gemma 2: capped
     sources["loss"] = ("torch cross_entropy in the model dtype" if "loss" in parts
                        else "HF ForCausalLMLoss (loss_utils.py)")
     with exact_arithmetic(model, config, parts, fidelity=fidelity), plant_mistake(

@@ -3,8 +3,10 @@ r"""The table of every Hugging Face tensor and the nlaverify parameters it holds
 One :class:`_Entry` per HF state-dict tensor (canonical ``*ForCausalLM.state_dict()`` key,
 shape) with the nlaverify parameters it holds and the two maps between them: the
 transposes of ``nn.Linear``, GPT-2's fused QKV, the RoPE pairing permutation, Mixtral's
-fused experts, Gemma's ``1 + w`` norms, Mamba's fused ``in_proj`` / ``x_proj`` and depthwise
-``conv1d``, GPT-NeoX's per-head fused ``query_key_value``. Every convention is stated in the
+fused experts, Gemma's ``1 + w`` norms (and Gemma 2's four per block), Mamba's fused
+``in_proj`` / ``x_proj`` and depthwise ``conv1d``, GPT-NeoX's per-head fused
+``query_key_value``, StarCoder 2's and StableLM's biased LayerNorm blocks. Every convention
+is stated in the
 module docstring of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with
 this table.
 """
@@ -103,6 +105,10 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         return _gptj_entries(config)
     if model_type == "phi":
         return _phi_entries(config)
+    if model_type in ("starcoder2", "stablelm"):
+        return _starcoder2_entries(config)
+    if model_type == "phi3":
+        return _phi3_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 
 
@@ -156,7 +162,8 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
     d, V = c.d_model, c.vocab_size
     H, Hkv, dh = c.n_heads, c.n_kv_heads, c.d_head
     assert Hkv is not None and dh is not None
-    norm_in, norm_out = (_plus_one, _minus_one) if mt == "gemma" else (_copy, _copy)
+    norm_in, norm_out = (_plus_one, _minus_one) if mt in ("gemma", "gemma2") else (_copy,
+                                                                                     _copy)
     E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
     for layer in range(c.n_blocks):
         h, p = f"model.layers.{layer}.", f"blocks.{layer}."
@@ -171,7 +178,11 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
                 E.append(_Entry((f"{a}{x}_proj.bias",), ((heads * dh,),),
                                 (f"{p}attn.{x}.b_{x.upper()}",), _columns(perm, False, False),
                                 _columns(inv, False, False)))
-            if c.qk_norm:
+            if c.qk_norm_joint:  # OLMo 2: one gain per column of the projection
+                E.append(_Entry((f"{a}{x}_norm.weight",), ((heads * dh,),),
+                                (f"{p}attn.{x}_norm.gamma",), _columns(perm, False, False),
+                                _columns(inv, False, False)))
+            elif c.qk_norm:
                 E.append(_Entry((f"{a}{x}_norm.weight",), ((dh,),),
                                 (f"{p}attn.{x}_norm.gamma",),
                                 _columns(rope_permutation(dh), False, False),
@@ -187,10 +198,17 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
             E.append(_Entry((f"{a}o_proj.bias",), ((d,),), (f"{p}attn.out.b_O",), _copy,
                             _copy))
         E += _llama_mlp(c, h, p)
-        E += [_Entry((f"{h}input_layernorm.weight",), ((d,),), (f"{p}norm1.gamma",), norm_in,
-                     norm_out),
-              _Entry((f"{h}post_attention_layernorm.weight",), ((d,),), (f"{p}norm2.gamma",),
-                     norm_in, norm_out)]
+        # post_attention_layernorm: the MLP's pre-norm (Llama), or the attention output's
+        # norm where the block has post_norms (Gemma 2's sandwich, OLMo 2's output norms)
+        if c.post_norms:
+            norms = [("post_attention_layernorm", "post_norm1"),
+                     ("post_feedforward_layernorm", "post_norm2")]
+            if c.pre_norms:
+                norms += [("input_layernorm", "norm1"), ("pre_feedforward_layernorm", "norm2")]
+        else:
+            norms = [("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")]
+        E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), norm_in, norm_out)
+              for hn, pn in norms]
     E.append(_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), norm_in,
                     norm_out))
     E += _unembed(c)
@@ -395,4 +413,74 @@ def _phi_entries(c: TransformerConfig) -> list[_Entry]:
     E += [_Entry(("model.final_layernorm.weight",), ((d,),), ("final_norm.gamma",), _copy,
                  _copy),
           _Entry(("model.final_layernorm.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+    return E + _unembed(c)
+
+
+def _starcoder2_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``Starcoder2ForCausalLM`` and ``StableLmForCausalLM``: ``model.embed_tokens``, per
+    layer the LayerNorms ``input_layernorm`` (``norm1``) and, unless the block is parallel,
+    ``post_attention_layernorm`` (``norm2``), weight and bias, ``self_attn.{q,k,v,o}_proj``
+    (Linear, transposed, biased as the config says; RoPE's half pairing is the config's
+    ``rope_pairing``: nothing permuted), the MLP (StarCoder 2's non-gated ``mlp.c_fc`` /
+    ``c_proj``, StableLM's gated ``gate_proj`` / ``up_proj`` / ``down_proj``),
+    ``model.norm``; ``lm_head`` unless tied."""
+    d, m, V, dh = c.d_model, c.d_mlp, c.vocab_size, c.d_head
+    H, Hkv = c.n_heads, c.n_kv_heads
+    assert dh is not None and Hkv is not None
+    E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"model.layers.{layer}.", f"blocks.{layer}."
+        norms = (("input_layernorm", "norm1"),) + (
+            () if c.parallel_residual else (("post_attention_layernorm", "norm2"),))
+        for hn, pn in norms:
+            E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+        gated = c.mlp in ("swiglu", "geglu")
+        if gated:
+            E += _llama_mlp(c, h, p)
+        rows = (("self_attn.q_proj", "attn.q.{}_Q", (H * dh, d), c.attn_bias),
+                ("self_attn.k_proj", "attn.k.{}_K", (Hkv * dh, d), c.attn_bias),
+                ("self_attn.v_proj", "attn.v.{}_V", (Hkv * dh, d), c.attn_bias),
+                ("self_attn.o_proj", "attn.out.{}_O", (d, H * dh), c.out_bias))
+        if not gated:
+            rows += (("mlp.c_fc", "mlp.in.{}_in", (m, d), c.mlp_bias),
+                     ("mlp.c_proj", "mlp.out.{}_out", (d, m), c.mlp_bias))
+        for hn, pn, shape, bias in rows:
+            E.append(_Entry((f"{h}{hn}.weight",), (shape,), (p + pn.format("W"),), _transpose,
+                            _transpose))
+            if bias:
+                E.append(_Entry((f"{h}{hn}.bias",), ((shape[0],),), (p + pn.format("b"),),
+                                _copy, _copy))
+    E += [_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), _copy, _copy),
+          _Entry(("model.norm.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+    return E + _unembed(c)
+
+
+def _phi3_entries(c: TransformerConfig) -> list[_Entry]:
+    r"""``Phi3ForCausalLM``: ``model.embed_tokens``, per layer ``input_layernorm`` (``norm1``),
+    the fused ``self_attn.qkv_proj`` (rows :math:`[Q \mid K \mid V]`: :math:`h d_h`, then
+    :math:`h_{kv} d_h` twice; the half pairing is the config's, nothing permuted),
+    ``o_proj``, ``post_attention_layernorm`` (``norm2``), the fused ``mlp.gate_up_proj``
+    (rows gate then up, ``chunk(2)``) and ``down_proj``, ``model.norm``; ``lm_head`` unless
+    tied. No biases."""
+    d, m, V, dh = c.d_model, c.d_mlp, c.vocab_size, c.d_head
+    H, Hkv = c.n_heads, c.n_kv_heads
+    assert dh is not None and Hkv is not None
+    E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
+    for layer in range(c.n_blocks):
+        h, p = f"model.layers.{layer}.", f"blocks.{layer}."
+        E += [_Entry((f"{h}input_layernorm.weight",), ((d,),), (f"{p}norm1.gamma",), _copy,
+                     _copy),
+              _Entry((f"{h}self_attn.qkv_proj.weight",), (((H + 2 * Hkv) * dh, d),),
+                     tuple(f"{p}attn.{x}.W_{x.upper()}" for x in "qkv"),
+                     *_split_rows((H * dh, Hkv * dh, Hkv * dh))),
+              _Entry((f"{h}self_attn.o_proj.weight",), ((d, H * dh),), (f"{p}attn.out.W_O",),
+                     _transpose, _transpose),
+              _Entry((f"{h}post_attention_layernorm.weight",), ((d,),), (f"{p}norm2.gamma",),
+                     _copy, _copy),
+              _Entry((f"{h}mlp.gate_up_proj.weight",), ((2 * m, d),),
+                     (f"{p}mlp.gate.W_gate", f"{p}mlp.up.W_up"), *_split_rows((m, m))),
+              _Entry((f"{h}mlp.down_proj.weight",), ((d, m),), (f"{p}mlp.out.W_down",),
+                     _transpose, _transpose)]
+    E.append(_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), _copy, _copy))
     return E + _unembed(c)

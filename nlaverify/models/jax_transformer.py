@@ -175,10 +175,14 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
     rec[f"{name}.q"] = _proj(p, f"{name}.q", x, "W_Q", "b_Q", cfg.attn_bias, ("q", cfg))
     rec[f"{name}.k"] = _proj(p, f"{name}.k", x, "W_K", "b_K", cfg.attn_bias, ("k", cfg))
     rec[f"{name}.v"] = _proj(p, f"{name}.v", x, "W_V", "b_V", cfg.attn_bias, ("v", cfg))
-    q = rec[f"{name}.q"].reshape(n, H, dh).transpose(1, 0, 2)
-    k = rec[f"{name}.k"].reshape(n, Hkv, dh).transpose(1, 0, 2)
+    qr, kr = rec[f"{name}.q"], rec[f"{name}.k"]
+    if cfg.qk_norm_joint:  # OLMo 2: the whole projection's row normalised, then the heads
+        qr = rec[f"{name}.q_norm"] = _rms(qr, p[f"{name}.q_norm.gamma"], cfg.norm_eps)
+        kr = rec[f"{name}.k_norm"] = _rms(kr, p[f"{name}.k_norm.gamma"], cfg.norm_eps)
+    q = qr.reshape(n, H, dh).transpose(1, 0, 2)
+    k = kr.reshape(n, Hkv, dh).transpose(1, 0, 2)
     v = rec[f"{name}.v"].reshape(n, Hkv, dh).transpose(1, 0, 2)
-    if cfg.qk_norm:
+    if cfg.qk_norm and not cfg.qk_norm_joint:
         q = rec[f"{name}.q_norm"] = _rms(q, p[f"{name}.q_norm.gamma"], cfg.norm_eps)
         k = rec[f"{name}.k_norm"] = _rms(k, p[f"{name}.k_norm.gamma"], cfg.norm_eps)
     if cfg.positions == "rope":
@@ -188,12 +192,16 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
         k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
         rec[f"{name}.k_shared"], rec[f"{name}.v_shared"] = k, v
     if cfg.attention == "softmax":
-        s = jnp.einsum("hid,hjd->hij", q, k) / jnp.sqrt(dh)
+        # Gemma 2 divides the scores by sqrt(query_pre_attn_scalar), here in one step
+        s = jnp.einsum("hid,hjd->hij", q, k) * (
+            dh if cfg.query_pre_attn_scalar is None else cfg.query_pre_attn_scalar) ** -0.5
         if cfg.attn_softcap is not None:  # Gemma 2: capped before the mask
             s = _softcap(s, cfg.attn_softcap)
         if cfg.causal:
             seen = jnp.tril(jnp.ones((n, n), dtype=bool))
-            if cfg.sliding_window is not None:  # the last w positions: a band of the triangle
+            if cfg.sliding_window is not None and (
+                    cfg.window_layers is None or layer in cfg.window_layers):
+                # the last w positions: a band of the triangle (Gemma 2: on some layers)
                 seen = seen & ~jnp.tril(seen, -cfg.sliding_window)
             s = jnp.where(seen, s, -jnp.inf)
         a = jnp.einsum("hij,hjd->hid", jax.nn.softmax(s, axis=-1), v)
@@ -272,6 +280,8 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
     x = rec["embed"] = params["embed.W_E"][tokens]
     if cfg.embed_scale:
         x = rec["embed_scaled"] = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
+    elif cfg.embed_multiplier is not None:  # Granite
+        x = rec["embed_scaled"] = cfg.embed_multiplier * x
     if cfg.positions == "learned":
         x = x + params["pos.W_P"][:n]
     elif cfg.positions == "sinusoidal":
@@ -288,13 +298,23 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
             rec[f"{b}.resid1"] = x + a
             x = rec[f"{b}.resid2"] = x + (a + m)
         elif cfg.placement == "pre":
-            rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
-            x = rec[f"{b}.resid1"] = x + _mix(params, b, rec[f"{b}.norm1"], cfg, rec, layer,
-                                              draw)
+            h = x
+            if cfg.pre_norms:  # OLMo 2 has none: the sublayers read the stream
+                h = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
+            a = _mix(params, b, h, cfg, rec, layer, draw)
+            if cfg.post_norms:  # Gemma 2's sandwich norms
+                a = rec[f"{b}.post_norm1"] = _norm(params, f"{b}.post_norm1", a, cfg)
+            r = 1.0 if cfg.residual_multiplier is None else cfg.residual_multiplier
+            x = rec[f"{b}.resid1"] = x + r * a  # Granite's residual multiplier
             if cfg.mlp == NO_MLP:  # Mamba's block: x + Mixer(N(x)) only
                 continue
-            rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
-            x = rec[f"{b}.resid2"] = x + _mlp(params, f"{b}.mlp", rec[f"{b}.norm2"], cfg, rec)
+            h = x
+            if cfg.pre_norms:
+                h = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
+            m = _mlp(params, f"{b}.mlp", h, cfg, rec)
+            if cfg.post_norms:
+                m = rec[f"{b}.post_norm2"] = _norm(params, f"{b}.post_norm2", m, cfg)
+            x = rec[f"{b}.resid2"] = x + r * m
         else:
             rec[f"{b}.resid1"] = x + _mix(params, b, x, cfg, rec, layer, draw)
             x = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", rec[f"{b}.resid1"], cfg)
@@ -419,9 +439,11 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
     if any(cfg.block_mixer(layer) != "mamba" for layer in range(cfg.n_blocks)):
         raise ValueError(f"make_mamba_decode_step: every block must be 'mamba', got mixer="
                          f"{cfg.mixer!r}")
-    if cfg.positions == "sinusoidal" or cfg.parallel_residual:
-        raise ValueError("make_mamba_decode_step: sinusoidal positions and parallel residuals "
-                         "are not supported")
+    if cfg.positions == "sinusoidal" or cfg.parallel_residual or cfg.post_norms or (
+            not cfg.pre_norms) or (
+            cfg.embed_multiplier is not None or cfg.residual_multiplier is not None):
+        raise ValueError("make_mamba_decode_step: sinusoidal positions, parallel residuals, "
+                         "post-sublayer norms and Granite's multipliers are not supported")
     p = {k: jnp.asarray(v) for k, v in params.items()}
 
     def block(layer: int, x: Any, state: Any, rec: dict[str, list]) -> tuple[Any, Any]:

@@ -400,6 +400,12 @@ def rotate(config: TransformerConfig, params: dict[str, Any], Q: Any) -> Transfo
     if config.positions == "sinusoidal":
         raise ArgumentError("rotate: fixed sinusoidal positions are added to the stream and "
                             "cannot be rotated; expected positions 'learned' or 'rope'")
+    between = [f for f, v in (("post_norms", config.post_norms),
+                              ("residual_multiplier", config.residual_multiplier)) if v]
+    if between:
+        raise ArgumentError(f"rotate: {config.name} sets {between[0]}: the sublayers' outputs "
+                            f"pass a norm or a scale before the residual add; rotate handles "
+                            f"projections that write to the stream directly")
     g, p = _checked(config, params, "rotate")
     Q = _check_orthogonal(Q, config.d_model)
     for norm in _stream_norms(g):
