@@ -114,7 +114,9 @@ class TransformerConfig:
     pre-LN: :math:`x \leftarrow x + r\,F(N(x))` for each sublayer :math:`F`). OLMo 2's
     (OLMo Team 2024): ``pre_norms=False`` (with ``post_norms``: :math:`x \leftarrow x +
     N'(F(x))`, no ``norm1``/``norm2``), ``qk_norm_joint`` (QK-norm over all heads' queries
-    and keys at once, gains of size :math:`h\,d_h`, before the split into heads).
+    and keys at once, gains of size :math:`h\,d_h`, before the split into heads). The block
+    and final norms without learned gain and bias (``norm_affine=False``: OLMo) or without the
+    bias (``norm_bias=False``, LayerNorm only: Cohere), checked by :func:`check_softcaps`.
 
     ``parallel_residual`` (pre-LN only): attention and MLP read the same stream, :math:`x
     \leftarrow x + \operatorname{Attn}(N_1(x)) + \operatorname{MLP}(N(x))` with :math:`N =
@@ -185,6 +187,8 @@ class TransformerConfig:
     residual_multiplier: float | None = None
     pre_norms: bool = True
     qk_norm_joint: bool = False
+    norm_affine: bool = True
+    norm_bias: bool = True
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -319,7 +323,7 @@ class TransformerConfig:
         for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
                   "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale",
                   "parallel_residual", "unembed_bias", "post_norms", "pre_norms",
-                  "qk_norm_joint"):
+                  "qk_norm_joint", "norm_affine", "norm_bias"):
             if not isinstance(getattr(self, f), bool):
                 raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
                                   f"{getattr(self, f)!r}")

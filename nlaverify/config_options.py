@@ -175,7 +175,7 @@ def check_softcaps(cfg: Any) -> None:
     tuple, with a ``sliding_window``); Granite's ``embed_multiplier`` (not with
     ``embed_scale``) and ``residual_multiplier`` (sequential pre-LN), finite and > 0;
     OLMo 2's ``pre_norms=False`` (with ``post_norms`` and an MLP) and ``qk_norm_joint``
-    (with ``qk_norm``)."""
+    (with ``qk_norm``); ``norm_bias=False`` (LayerNorm with gains, Cohere)."""
     import math
 
     for f in ("attn_softcap", "final_softcap", "query_pre_attn_scalar", "embed_multiplier",
@@ -213,6 +213,10 @@ def check_softcaps(cfg: Any) -> None:
     if cfg.qk_norm_joint and not cfg.qk_norm:
         raise ConfigError("TransformerConfig.qk_norm_joint: how QK-norm normalises (all heads "
                           "at once); expected qk_norm=True")
+    if not cfg.norm_bias and (cfg.norm != "layernorm" or not cfg.norm_affine):
+        raise ConfigError("TransformerConfig.norm_bias: False drops the bias of a LayerNorm "
+                          f"with gains; expected norm='layernorm' and norm_affine=True, got "
+                          f"norm={cfg.norm!r}, norm_affine={cfg.norm_affine}")
     w = cfg.window_layers
     if w is None:
         return

@@ -68,6 +68,8 @@ _SOFTMAX = {
     "residual_multiplier": Figure(None, "x + F(N(x)), the sublayer output unscaled"),
     "pre_norms": Figure(True, "each sublayer reads the normalised stream"),
     "qk_norm_joint": Figure(False, _UNUSED),
+    "norm_affine": Figure(True, "each norm has learned gains (OLMo's have none)"),
+    "norm_bias": Figure(True, "a LayerNorm, where used, has its bias (Cohere's has none)"),
     "rope_pairing": Figure("interleaved", "the graph's RoPE pairing (Hugging Face's half "
                                           "pairing is a permutation of W_Q, W_K columns)"),
 }

@@ -161,6 +161,14 @@ ZOO: tuple[TransformerConfig, ...] = (
     _member("olmo2-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
             n_kv_heads=1, d_head=4, rope_pairing="half", pre_norms=False, post_norms=True,
             qk_norm=True, qk_norm_joint=True, norm_eps=0.1),
+    # OLMo (Groeneveld et al. 2024): LayerNorms with no learned gain or bias, SwiGLU, RoPE in
+    # the half pairing, no biases, tied embeddings
+    _member("olmo-like", n_blocks=2, positions="rope", mlp="swiglu", rope_pairing="half",
+            norm_affine=False, tied_embeddings=True, norm_eps=0.1),
+    # Cohere Command-R: one shared LayerNorm with gains and no bias before parallel attention
+    # and MLP, interleaved RoPE, SwiGLU, tied embeddings, logits times 1/4 (temperature 4)
+    _member("cohere-like", n_blocks=2, positions="rope", mlp="swiglu", parallel_residual=True,
+            norm_bias=False, tied_embeddings=True, temperature=4.0, norm_eps=0.1),
 )
 
 #: an effect counts as "seen" when it exceeds the comparison bound by this factor: four

@@ -70,4 +70,6 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "residual_multiplier": (("granite-like", None), ("granite-like", 1.5)),
     "pre_norms": (("olmo2-like", True),),
     "qk_norm_joint": (("olmo2-like", False),),
+    "norm_affine": (("olmo-like", True),),
+    "norm_bias": (("cohere-like", True),),
 }

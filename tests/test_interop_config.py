@@ -175,6 +175,18 @@ EXPRESSIBLE = {
                                    d_head=6, n_blocks=3, d_mlp=24, norm="rmsnorm",
                                    positions="rope", mlp="geglu", tied_embeddings=True,
                                    sliding_window=2, window_layers=(0, 2), norm_eps=1e-6),
+    # LayerNorms without gain or bias (epsilon fixed at 1e-5), GeGLU, tied, Q/K/V/O biases,
+    # grouped-query attention, linear RoPE scaling
+    "olmo": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, n_blocks=2,
+                              d_mlp=24, positions="rope", mlp="geglu", attn_bias=True,
+                              tied_embeddings=True, norm_affine=False,
+                              rope_scaling=RopeScaling("linear", 2.0)),
+    # one shared bias-free LayerNorm before parallel attention and MLP, interleaved RoPE,
+    # GeGLU, untied, Q/K/V/O biases, logits times 1/8 (temperature 8)
+    "cohere": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
+                                n_blocks=2, d_mlp=24, positions="rope", mlp="geglu",
+                                attn_bias=True, norm_bias=False, parallel_residual=True,
+                                temperature=8.0, norm_eps=1e-6, rope_base=8000000),
 }
 
 
@@ -339,6 +351,15 @@ def test_other_unsupported_values():
     ("ministral", {"window_layers": (0, 1, 2)}, "window_layers"),
     ("ministral", {"attn_bias": True}, "attn_bias"),
     ("mistral", {"window_layers": (0,)}, "window_layers"),
+    ("olmo", {"norm_affine": True}, "norm_affine"),
+    ("olmo", {"norm_eps": 1e-6}, "norm_eps"),
+    ("olmo", {"norm": "rmsnorm"}, "norm"),
+    ("llama", {"norm_affine": False}, "norm_affine"),
+    ("cohere", {"norm_bias": True}, "norm_bias"),
+    ("cohere", {"parallel_residual": False}, "parallel_residual"),
+    ("cohere", {"rope_pairing": "half"}, "rope_pairing"),
+    ("cohere", {"mlp_bias": True}, "mlp_bias"),
+    ("stablelm", {"norm_bias": False}, "norm_bias"),
 ])
 def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):
     cfg = EXPRESSIBLE[mt].replace(**change)

@@ -4,7 +4,8 @@ Nodes carry ``kind`` (``"input"``, ``"param"`` or ``"op"``), ``shape`` (ints, an
 string ``"n"`` for the sequence length, bound at evaluation), and for parameters a
 ``component`` label (for :func:`parameter_counts`) and an ``init`` rule. No array
 is allocated (GPT-3 175B builds in milliseconds) except the random features of FAVOR and
-FAVOR+, constant inputs that hold their ``value`` (:func:`graph_constants`).
+FAVOR+ and the fixed gains of norms without learned ones, constant inputs that hold their
+``value`` (:func:`graph_constants`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from nlaverify.config import GATED_MLPS, NO_MLP, TransformerConfig
 from nlaverify.graph.core import add_input, add_op
@@ -64,12 +66,24 @@ class _Builder:
 
     def norm(self, name: str, x: str, cfg: TransformerConfig, component: str,
              block: int | None) -> str:
+        """The block or final norm ``name`` of ``x``: learned gains ``name.gamma`` (and, for a
+        LayerNorm, bias ``name.beta``), or, where the config drops them (``norm_affine``,
+        ``norm_bias``), constant inputs ``name.gamma`` of ones / ``name.beta`` of zeros: the
+        same op, nothing learned (OLMo's LayerNorm; Cohere's without bias)."""
         d = cfg.d_model
-        gamma = self.param(f"{name}.gamma", (d,), component, ("one_plus", 0.1), block)
+        gamma = self.param(f"{name}.gamma", (d,), component, ("one_plus", 0.1), block) if (
+            cfg.norm_affine) else self.constant(f"{name}.gamma", np.ones(d))
         if cfg.norm == "rmsnorm":
             return self.op(name, "rmsnorm", [x, gamma], ("n", d), eps=cfg.norm_eps)
-        beta = self.param(f"{name}.beta", (d,), component, ("normal", 0.1), block)
+        beta = self.param(f"{name}.beta", (d,), component, ("normal", 0.1), block) if (
+            cfg.norm_affine and cfg.norm_bias) else self.constant(f"{name}.beta", np.zeros(d))
         return self.op(name, "layernorm", [x, gamma, beta], ("n", d), eps=cfg.norm_eps)
+
+    def constant(self, name: str, value: Any) -> str:
+        """A constant input ``name`` holding ``value`` (:func:`graph_constants`)."""
+        add_input(self.g, name, value.shape)
+        self.g.nodes[name].update(value=value, constant=True)
+        return name
 
 
 def _attention(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:

@@ -34,7 +34,7 @@ def _fidelity_node(path: str) -> str:
     m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", path)
     sub = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2",
            "self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm",
-           "mlp.gate": "mlp.out"}
+           "mlp.gate": "mlp.out", "self_attn.apply_rotary": "attn.q_rope"}
     if m and m.group(2) in sub:
         return f"blocks.{m.group(1)}.{sub[m.group(2)]}"
     m = re.fullmatch(r"backbone\.layers\.(\d+)\.(norm|mixer)", path)  # Mamba
@@ -59,7 +59,8 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
             "attention_softmax": max(n, dh), "router_softmax": max(config.d_model,
                                                                   config.n_experts or 1),
             "loss": config.vocab_size, "rotary": max(1, dh // 2),
-            "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model}[f.kind]
+            "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
+            "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2)}[f.kind]
     cond = magnitude_condition(f.exact, power=1)
     if f.kind == "rotary":
         cond = max(cond, (n - 1) * max(1.0, math.log(config.rope_base)))

@@ -37,12 +37,9 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   ``lm_head`` (:mod:`nlaverify.interop.hf_config_gptj`).
 * ``phi``: Phi-2, one LayerNorm per parallel block, half-pairing partial rotary, every bias
   (:mod:`nlaverify.interop.hf_config_neox`).
-* ``starcoder2`` (biased LayerNorm blocks, a non-gated MLP, half-pairing RoPE, windows),
-  ``stablelm`` (StableLM-2: partial rotary, optional parallel block), ``gemma2`` (sandwich
-  norms, query scalar, local/global layers, soft caps), ``granite`` (four multipliers),
-  ``olmo2`` (output-only norms, joint QK-norm), ``phi3`` (fused ``qkv_proj`` /
-  ``gate_up_proj``), ``ministral`` (Mistral with windows on some layers): each in its
-  module ``nlaverify.interop.hf_config_<type>``.
+* ``starcoder2``, ``stablelm``, ``gemma2``, ``granite``, ``olmo2``, ``phi3``, ``ministral``,
+  ``olmo`` (LayerNorm without gain or bias), ``cohere`` (parallel, bias-free LayerNorm,
+  ``logit_scale``): each in its module ``nlaverify.interop.hf_config_<type>``.
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -86,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
+from nlaverify.interop.hf_config_cohere import cohere_fields
 from nlaverify.interop.hf_config_export import hf_config_dict
 from nlaverify.interop.hf_config_gemma2 import gemma2_fields
 from nlaverify.interop.hf_config_gptj import gptj_fields
@@ -93,6 +91,7 @@ from nlaverify.interop.hf_config_granite import granite_fields
 from nlaverify.interop.hf_config_mamba import mamba_fields
 from nlaverify.interop.hf_config_ministral import ministral_fields
 from nlaverify.interop.hf_config_neox import neox_fields, phi_fields
+from nlaverify.interop.hf_config_olmo import olmo_fields
 from nlaverify.interop.hf_config_olmo2 import olmo2_fields
 from nlaverify.interop.hf_config_phi3 import phi3_fields
 from nlaverify.interop.hf_config_stablelm import stablelm_fields
@@ -244,7 +243,8 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
                           "supported, got false")
     roped = {"gpt_neox": neox_fields, "phi": phi_fields, "starcoder2": starcoder2_fields,
              "stablelm": stablelm_fields, "gemma2": gemma2_fields, "granite": granite_fields,
-             "olmo2": olmo2_fields, "phi3": phi3_fields,
+             "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
+             "cohere": cohere_fields,
              "ministral": ministral_fields}  # each given the RoPE reader
     kw = (_gpt2(r) if mt == "gpt2" else mamba_fields(r) if mt == "mamba" else
           gptj_fields(r) if mt == "gptj" else roped[mt](r, _rope) if mt in roped else

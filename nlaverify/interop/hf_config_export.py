@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_cohere import cohere_hf_dict, cohere_mismatch
 from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
 from nlaverify.interop.hf_config_granite import granite_hf_dict, granite_mismatch
@@ -22,6 +23,7 @@ from nlaverify.interop.hf_config_neox import (
     phi_hf_dict,
     phi_mismatch,
 )
+from nlaverify.interop.hf_config_olmo import olmo_hf_dict, olmo_mismatch
 from nlaverify.interop.hf_config_olmo2 import olmo2_hf_dict, olmo2_mismatch
 from nlaverify.interop.hf_config_phi3 import phi3_hf_dict, phi3_mismatch
 from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mismatch
@@ -103,6 +105,18 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             raise ConfigError(f"hf_config_dict: olmo2 cannot express TransformerConfig."
                               f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
         return olmo2_hf_dict(c, _rope_parameters(c))
+    if model_type == "cohere":
+        bad = cohere_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: cohere cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return cohere_hf_dict(c, _rope_parameters(c))
+    if model_type == "olmo":
+        bad = olmo_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: olmo cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return olmo_hf_dict(c, _rope_parameters(c))
     if model_type == "phi3":
         bad = phi3_mismatch(c)
         if bad is not None:
@@ -126,7 +140,7 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "parallel_residual": False, "unembed_bias": False, "post_norms": False,
         "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
         "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
-        "pre_norms": True, "qk_norm_joint": False,
+        "pre_norms": True, "qk_norm_joint": False, "norm_affine": True, "norm_bias": True,
     }
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
         fixed["sliding_window"] = None

@@ -15,7 +15,7 @@ from typing import Any
 #: the Hugging Face ``model_type`` values nlaverify maps
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
-             "gemma2", "granite", "olmo2", "phi3", "ministral")
+             "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -26,7 +26,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "phi": "PhiForCausalLM", "starcoder2": "Starcoder2ForCausalLM",
                  "stablelm": "StableLmForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
-                 "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM"}
+                 "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM",
+                 "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -165,6 +166,13 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "olmo2": {"num_key_value_heads": None, "hidden_act": "silu",
               "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
               "tie_word_embeddings": False, "attention_bias": False, "rope_theta": 10000.0},
+    "olmo": {"num_key_value_heads": None, "hidden_act": "silu",
+             "max_position_embeddings": 2048, "tie_word_embeddings": False,
+             "attention_bias": False, "clip_qkv": None, "rope_theta": 10000.0},
+    "cohere": {"num_key_value_heads": None, "hidden_act": "silu",
+               "max_position_embeddings": 8192, "layer_norm_eps": 1e-5,
+               "tie_word_embeddings": True, "attention_bias": False, "logit_scale": 0.0625,
+               "use_qk_norm": False, "rope_theta": 500000.0},
     "phi3": {"num_key_value_heads": None, "hidden_act": "silu",
              "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
              "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,

@@ -8,9 +8,10 @@ everything is restored in
 imported by the caller.
 
 **Exact arithmetic** (:func:`exact_arithmetic`, :data:`EXACT_PATCHES`). Stock
-``transformers`` (5.24) computes these in float32 even when the model is float64; each
-was found by reading the installed source, and each shows at its own graph node when it
-alone is left unpatched (``tests/test_hf_verify.py``):
+``transformers`` (5.24) computes these in float32 even when the model is float64 (OLMo's,
+Cohere's: :mod:`~nlaverify.interop.hf_patches_norms`); each was found by reading the installed
+source, and each shows at its own graph node when it alone is left unpatched
+(``tests/test_hf_verify.py``):
 
 - ``"rmsnorm"`` (node ``blocks.{l}.norm1``, the first float32 step of every RMSNorm
   model): ``models/{llama,mistral,mixtral,qwen2,qwen3}/modeling_*.py``
@@ -80,6 +81,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.errors import ArgumentError, UnknownNameError
+from nlaverify.interop import hf_patches_norms as _norms
 
 #: the exact-arithmetic patches, by name, and the stock HF code each replaces
 #: (``transformers/...``); ``verify_hf(exact=...)`` takes all of them (``True``) or a subset
@@ -109,7 +111,8 @@ MAMBA_EXACT_PATCHES: dict[str, str] = {
 }
 
 #: every exact-arithmetic patch by name (``verify_hf(exact=...)`` takes any subset)
-ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES}
+ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES,
+                                     **_norms.NORM_EXACT_PATCHES}
 
 #: the planted mistakes (test instruments) and what each does to the HF model
 PLANTS: dict[str, str] = {
@@ -186,6 +189,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
         return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
             {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
     parts = {"rmsnorm", "rotary", "attention_softmax", "loss"}
+    if model_type in ("olmo", "cohere"):  # float32 LayerNorms (hf_patches_norms)
+        parts = parts - {"rmsnorm"} | {"layernorm"} | {"cohere_rotary"} & {f"{model_type}_rotary"}
     if model_type == "mixtral":
         parts.add("router_softmax")
     return frozenset(parts)
@@ -360,6 +365,9 @@ def exact_arithmetic(model: Any, config: Any,
             _patch_mamba_scan(undo, modeling_module(model), fidelity)
         for name, module in model.named_modules():
             cls = type(module).__name__
+            if _norms.patch_module(undo, name, module, parts, config, fidelity,  # OLMo, Cohere
+                                   exact_inv_freq, record_fidelity):
+                continue
             if cls == "MambaBlock" and "mamba_residual" in parts:
                 # HF's own branch for residual_in_fp32=False: nothing of HF's is replaced
                 undo.on_exit(lambda m=module, v=module.residual_in_fp32: setattr(
@@ -404,15 +412,6 @@ def _patch_mamba_scan(undo: _Restorer, mod: Any, sink: list[Fidelity] | None) ->
 
 
 # --- planted mistakes (test instruments) ----------------------------------------------
-
-def _rotate_half_interleaved(x: Any) -> Any:
-    r"""The wrong pairing for HF's layout: :math:`(x_{2i}, x_{2i+1}) \mapsto
-    (-x_{2i+1}, x_{2i})`."""
-    import torch
-
-    pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
-    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).reshape(x.shape)
-
 
 def _square_projection(model: Any, model_type: str) -> tuple[str, Any]:
     """``(name, parameter)`` of block 0's first square attention projection weight."""
@@ -480,10 +479,10 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
             what = f"{key}: rows written blocked [Q | K | V]"
         elif plant == "rope_pairing":
             mod = modeling_module(model)
-            if not hasattr(mod, "rotate_half"):
-                raise ArgumentError(f"plant 'rope_pairing': {mod.__name__} has no rotate_half "
-                                    "(a model without RoPE)")
-            undo.set_global(mod, "rotate_half", _rotate_half_interleaved)
+            if not hasattr(mod, "rotate_half") or model_type == "cohere":
+                raise ArgumentError(f"plant 'rope_pairing': {mod.__name__} has no half-pairing "
+                                    "rotate_half (a model without RoPE, or Cohere's interleaved)")
+            undo.set_global(mod, "rotate_half", _norms.rotate_half_interleaved)
             what = f"{mod.__name__}.rotate_half replaced by the interleaved pairing"
         else:  # no_renormalize
             routers = [m for m in model.modules() if _is_mixtral_router(m)]

@@ -27,7 +27,7 @@ from nlaverify.interop.weights_layout import rope_permutation
 #: the HF ``model_type``\ s whose module layout :func:`~nlaverify.interop.hf_verify.verify_hf`
 #: maps
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite",
-              "olmo2", "ministral")
+              "olmo2", "ministral", "olmo")
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _neox_taps(config)
     if model_type in ("gptj", "phi"):
         return _gptj_taps(config, model_type)
-    if model_type in ("starcoder2", "stablelm"):
+    if model_type in ("starcoder2", "stablelm", "cohere"):
         return _starcoder2_taps(config)
     if model_type == "phi3":
         return _phi3_taps(config)
@@ -329,7 +329,8 @@ def _gptj_taps(c: Any, model_type: str) -> list[_Tap]:
 
 
 def _starcoder2_taps(c: Any) -> list[_Tap]:
-    r"""``Starcoder2ForCausalLM`` and ``StableLmForCausalLM``: Llama's module layout with
+    r"""``Starcoder2ForCausalLM``, ``StableLmForCausalLM`` and ``CohereForCausalLM`` (parallel,
+    one norm, RoPE interleaved as the graph's): Llama's module layout with
     LayerNorms and the half pairing (nothing permuted); StarCoder 2's non-gated MLP ``c_fc``
     -> ``act`` -> ``c_proj``, StableLM's gated one. A parallel StableLM block sums ``x +
     attn + mlp`` in one statement: ``resid1`` stays unmapped, and there is no ``norm2``."""

@@ -105,7 +105,7 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         return _gptj_entries(config)
     if model_type == "phi":
         return _phi_entries(config)
-    if model_type in ("starcoder2", "stablelm"):
+    if model_type in ("starcoder2", "stablelm", "cohere"):
         return _starcoder2_entries(config)
     if model_type == "phi3":
         return _phi3_entries(config)
@@ -128,7 +128,8 @@ def _gpt2_entries(c: TransformerConfig) -> list[_Entry]:
         h, p = f"transformer.h.{layer}.", f"blocks.{layer}."
         for hn, pn in (("ln_1", "norm1"), ("ln_2", "norm2")):
             E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
-                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)][
+                      :2 if c.norm_bias else 1]  # Cohere's LayerNorm: no bias
         E += [_Entry((f"{h}attn.c_attn.weight",), ((d, 3 * d),),
                      tuple(f"{p}attn.{x}.W_{x.upper()}" for x in "qkv"), qkv_to_ours,
                      qkv_to_hf),
@@ -208,9 +209,10 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
         else:
             norms = [("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")]
         E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), norm_in, norm_out)
-              for hn, pn in norms]
-    E.append(_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), norm_in,
-                    norm_out))
+              for hn, pn in norms if c.norm_affine]  # OLMo's LayerNorms have no weight
+    if c.norm_affine:
+        E.append(_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), norm_in,
+                        norm_out))
     E += _unembed(c)
     return E
 
@@ -337,7 +339,8 @@ def _neox_entries(c: TransformerConfig) -> list[_Entry]:
         h, p = f"gpt_neox.layers.{layer}.", f"blocks.{layer}."
         for hn, pn in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")):
             E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
-                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)][
+                      :2 if c.norm_bias else 1]  # Cohere's LayerNorm: no bias
         E.append(_Entry((f"{h}attention.query_key_value.weight",), ((3 * H * dh, d),),
                         tuple(f"{p}attn.{x}.W_{x.upper()}" for x in "qkv"),
                         *_neox_qkv(H, dh, True)))
@@ -417,7 +420,8 @@ def _phi_entries(c: TransformerConfig) -> list[_Entry]:
 
 
 def _starcoder2_entries(c: TransformerConfig) -> list[_Entry]:
-    r"""``Starcoder2ForCausalLM`` and ``StableLmForCausalLM``: ``model.embed_tokens``, per
+    r"""``Starcoder2ForCausalLM``, ``StableLmForCausalLM`` and ``CohereForCausalLM`` (its
+    LayerNorms without bias, RoPE interleaved): ``model.embed_tokens``, per
     layer the LayerNorms ``input_layernorm`` (``norm1``) and, unless the block is parallel,
     ``post_attention_layernorm`` (``norm2``), weight and bias, ``self_attn.{q,k,v,o}_proj``
     (Linear, transposed, biased as the config says; RoPE's half pairing is the config's
@@ -434,7 +438,8 @@ def _starcoder2_entries(c: TransformerConfig) -> list[_Entry]:
             () if c.parallel_residual else (("post_attention_layernorm", "norm2"),))
         for hn, pn in norms:
             E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy),
-                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)]
+                  _Entry((f"{h}{hn}.bias",), ((d,),), (f"{p}{pn}.beta",), _copy, _copy)][
+                      :2 if c.norm_bias else 1]  # Cohere's LayerNorm: no bias
         gated = c.mlp in ("swiglu", "geglu")
         if gated:
             E += _llama_mlp(c, h, p)
@@ -452,7 +457,8 @@ def _starcoder2_entries(c: TransformerConfig) -> list[_Entry]:
                 E.append(_Entry((f"{h}{hn}.bias",), ((shape[0],),), (p + pn.format("b"),),
                                 _copy, _copy))
     E += [_Entry(("model.norm.weight",), ((d,),), ("final_norm.gamma",), _copy, _copy),
-          _Entry(("model.norm.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)]
+          _Entry(("model.norm.bias",), ((d,),), ("final_norm.beta",), _copy, _copy)][
+              :2 if c.norm_bias else 1]
     return E + _unembed(c)
 
 

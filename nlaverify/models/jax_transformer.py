@@ -55,12 +55,14 @@ def _proj(p: Params, name: str, x: Any, w: str, b: str, bias: bool,
 
 
 def _norm(p: Params, name: str, x: Any, cfg: TransformerConfig) -> Any:
+    # no learned gain (OLMo) or bias (Cohere): 1 and 0
+    g = p[f"{name}.gamma"] if cfg.norm_affine else 1.0
     if cfg.norm == "rmsnorm":
-        return p[f"{name}.gamma"] * x / jnp.sqrt(jnp.mean(x**2, axis=-1, keepdims=True)
-                                                   + cfg.norm_eps)
+        return g * x / jnp.sqrt(jnp.mean(x**2, axis=-1, keepdims=True) + cfg.norm_eps)
     mu = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.var(x, axis=-1, keepdims=True)
-    return p[f"{name}.gamma"] * (x - mu) / jnp.sqrt(var + cfg.norm_eps) + p[f"{name}.beta"]
+    beta = p[f"{name}.beta"] if cfg.norm_affine and cfg.norm_bias else 0.0
+    return g * (x - mu) / jnp.sqrt(var + cfg.norm_eps) + beta
 
 
 def _frequencies(dh: int, cfg: TransformerConfig) -> Any:

@@ -133,6 +133,10 @@ def _checked(cfg: TransformerConfig, params: dict[str, Any], op: str) -> tuple[
         raise ArgumentError(f"{op}: mixture-of-experts MLPs (n_experts={cfg.n_experts}) are "
                             "not supported: the router and the experts read the norm inside "
                             "one op")
+    if not (cfg.norm_affine and cfg.norm_bias):  # OLMo's, Cohere's: fixed gains or biases
+        raise ArgumentError(f"{op}: norms without a learned gain or bias (norm_affine="
+                            f"{cfg.norm_affine}, norm_bias={cfg.norm_bias}) are not supported: "
+                            "their fixed gains and biases are constants, not parameters")
     g = build_transformer(cfg)
     declared = {n: a["shape"] for n, a in g.nodes(data=True) if a["kind"] == "param"}
     out: dict[str, np.ndarray] = {}
