@@ -22,7 +22,8 @@ _LLAMA = {"model_type": "llama", "vocab_size": 13, "hidden_size": 16, "intermedi
 MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
     **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED
-       if mt not in ("gpt2", "mamba", "gpt_neox", "gptj", "starcoder2", "stablelm")},
+       if mt not in ("gpt2", "mamba", "gpt_neox", "gptj", "starcoder2", "stablelm", "falcon",
+                     "opt")},
     "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
               "num_hidden_layers": 2},
     # d_h = 8: the default rotary_pct 0.25 rotates 2 coordinates
@@ -36,6 +37,12 @@ MINIMAL = {
                  "num_attention_heads": 32},
     # 4 heads on Gemma2Config's default 4 key/value heads of 256; 3 layers: 0 and 2 local
     "gemma2": {**_LLAMA, "model_type": "gemma2", "num_hidden_layers": 3},
+    # FalconConfig: no intermediate_size (ffn_hidden_size defaults to 4 hidden_size)
+    "falcon": {k: v for k, v in {**_LLAMA, "model_type": "falcon"}.items()
+               if k != "intermediate_size"},
+    # OPTConfig's MLP width is ffn_dim
+    "opt": {k: v for k, v in {**_LLAMA, "model_type": "opt", "ffn_dim": 24}.items()
+            if k != "intermediate_size"},
 }
 # head counts the class defaults of num_key_value_heads (Mistral, Mixtral 8; Qwen2/3 32;
 # Gemma 16) divide but do not equal, so a wrong default would change the config
@@ -187,6 +194,16 @@ EXPRESSIBLE = {
                                 n_blocks=2, d_mlp=24, positions="rope", mlp="geglu",
                                 attn_bias=True, norm_bias=False, parallel_residual=True,
                                 temperature=8.0, norm_eps=1e-6, rope_base=8000000),
+    # Falcon-7B's block: one shared LayerNorm, multi-query (one K/V head), half-pairing RoPE,
+    # here with every bias, the tanh GELU, untied
+    "falcon": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=1,
+                                n_blocks=2, d_mlp=24, positions="rope", rope_pairing="half",
+                                mlp="gelu", attn_bias=True, mlp_bias=True,
+                                parallel_residual=True, norm_eps=1e-6, rope_base=500000),
+    # OPT-125M's block without biases or norm gains, the erf GELU, untied (learned positions)
+    "opt": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_blocks=2, d_mlp=24,
+                             positions="learned", context=32, mlp="gelu_erf", attn_bias=False,
+                             mlp_bias=False, norm_affine=False, tied_embeddings=False),
 }
 
 
@@ -244,7 +261,7 @@ def test_activations_and_sliding_windows():
 
 
 @pytest.mark.parametrize(("change", "match"), [
-    ({"model_type": "falcon"}, "model_type.*'falcon'"),
+    ({"model_type": "bloom"}, "model_type.*'bloom'"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_type.*'yarn'"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}},
      r"missing required field 'rope_scaling\.high_freq_factor'"),
@@ -359,6 +376,13 @@ def test_other_unsupported_values():
     ("cohere", {"parallel_residual": False}, "parallel_residual"),
     ("cohere", {"rope_pairing": "half"}, "rope_pairing"),
     ("cohere", {"mlp_bias": True}, "mlp_bias"),
+    ("falcon", {"n_kv_heads": 2}, "n_kv_heads"),
+    ("falcon", {"parallel_norms": 2}, "parallel_norms"),
+    ("falcon", {"mlp_bias": False}, "mlp_bias"),
+    ("falcon", {"rope_pairing": "interleaved"}, "rope_pairing"),
+    ("opt", {"placement": "post"}, "placement"),
+    ("opt", {"mlp_bias": True}, "mlp_bias"),
+    ("opt", {"norm_eps": 1e-6}, "norm_eps"),
     ("stablelm", {"norm_bias": False}, "norm_bias"),
 ])
 def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):

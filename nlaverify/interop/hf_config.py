@@ -39,7 +39,7 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (:mod:`nlaverify.interop.hf_config_neox`).
 * ``starcoder2``, ``stablelm``, ``gemma2``, ``granite``, ``olmo2``, ``phi3``, ``ministral``,
   ``olmo`` (LayerNorm without gain or bias), ``cohere`` (parallel, bias-free LayerNorm,
-  ``logit_scale``): each in its module ``nlaverify.interop.hf_config_<type>``.
+  ``logit_scale``), ``falcon``, ``opt``: each in ``nlaverify.interop.hf_config_<type>``.
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -60,12 +60,11 @@ heads and, for the gated models, ``intermediate_size``) are required; every othe
 the default of the ``transformers`` config class. A key that is neither interpreted nor in
 :data:`IGNORED` (metadata, generation, dropout and training-only options, listed with the
 reason; some for the model types of :data:`IGNORED_ONLY` only) is an error naming it, as is
-an interpreted key with a value nlaverify cannot express.
-``return_dict`` must be true (false makes HF return tuples). A ``TransformerConfig`` with
-LoRA adapters (``lora_rank > 0``) has no HF counterpart: :func:`hf_config_dict` refuses it
-(merge the adapters first, :func:`nlaverify.finetune.merge_lora`). Keys beginning with
-``_`` are ignored (HF's own ``_name_or_path``, and the ``_source`` notes of
-``nlaverify/data/hf_configs``). Nothing is silently dropped.
+an interpreted key with a value nlaverify cannot express. Nothing is silently dropped.
+``return_dict`` must be true (false makes HF return tuples). LoRA adapters (``lora_rank > 0``)
+have no HF counterpart: :func:`hf_config_dict` refuses them (merge them first,
+:func:`nlaverify.finetune.merge_lora`). Keys beginning with ``_`` are ignored (``_name_or_path``,
+the ``_source`` notes of ``nlaverify/data/hf_configs``; OPT reads ``_remove_final_layer_norm``).
 
 The tables (:data:`SUPPORTED`, :data:`IGNORED`, :data:`HF_DEFAULTS`, ...) live in
 :mod:`nlaverify.interop.hf_config_tables`, the reverse :func:`hf_config_dict` in
@@ -85,6 +84,7 @@ from typing import Any
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_fields
 from nlaverify.interop.hf_config_export import hf_config_dict
+from nlaverify.interop.hf_config_falcon import falcon_fields
 from nlaverify.interop.hf_config_gemma2 import gemma2_fields
 from nlaverify.interop.hf_config_gptj import gptj_fields
 from nlaverify.interop.hf_config_granite import granite_fields
@@ -93,6 +93,7 @@ from nlaverify.interop.hf_config_ministral import ministral_fields
 from nlaverify.interop.hf_config_neox import neox_fields, phi_fields
 from nlaverify.interop.hf_config_olmo import olmo_fields
 from nlaverify.interop.hf_config_olmo2 import olmo2_fields
+from nlaverify.interop.hf_config_opt import opt_fields
 from nlaverify.interop.hf_config_phi3 import phi3_fields
 from nlaverify.interop.hf_config_stablelm import stablelm_fields
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_fields
@@ -244,10 +245,10 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
     roped = {"gpt_neox": neox_fields, "phi": phi_fields, "starcoder2": starcoder2_fields,
              "stablelm": stablelm_fields, "gemma2": gemma2_fields, "granite": granite_fields,
              "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
-             "cohere": cohere_fields,
+             "cohere": cohere_fields, "falcon": falcon_fields,
              "ministral": ministral_fields}  # each given the RoPE reader
-    kw = (_gpt2(r) if mt == "gpt2" else mamba_fields(r) if mt == "mamba" else
-          gptj_fields(r) if mt == "gptj" else roped[mt](r, _rope) if mt in roped else
+    plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields}
+    kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else
           _llama_family(r))
     r.check_unknown()
     kw["name"] = name or f"hf-{mt}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_hf_dict, cohere_mismatch
+from nlaverify.interop.hf_config_falcon import falcon_hf_dict, falcon_mismatch
 from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
 from nlaverify.interop.hf_config_granite import granite_hf_dict, granite_mismatch
@@ -25,6 +26,7 @@ from nlaverify.interop.hf_config_neox import (
 )
 from nlaverify.interop.hf_config_olmo import olmo_hf_dict, olmo_mismatch
 from nlaverify.interop.hf_config_olmo2 import olmo2_hf_dict, olmo2_mismatch
+from nlaverify.interop.hf_config_opt import opt_hf_dict, opt_mismatch
 from nlaverify.interop.hf_config_phi3 import phi3_hf_dict, phi3_mismatch
 from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mismatch
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_hf_dict, starcoder2_mismatch
@@ -111,6 +113,18 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             raise ConfigError(f"hf_config_dict: cohere cannot express TransformerConfig."
                               f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
         return cohere_hf_dict(c, _rope_parameters(c))
+    if model_type == "opt":
+        bad = opt_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: opt cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return opt_hf_dict(c)
+    if model_type == "falcon":
+        bad = falcon_mismatch(c)
+        if bad is not None:
+            raise ConfigError(f"hf_config_dict: falcon cannot express TransformerConfig."
+                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
+        return falcon_hf_dict(c)
     if model_type == "olmo":
         bad = olmo_mismatch(c)
         if bad is not None:

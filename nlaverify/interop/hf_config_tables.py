@@ -15,7 +15,8 @@ from typing import Any
 #: the Hugging Face ``model_type`` values nlaverify maps
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
-             "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere")
+             "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
+             "falcon", "opt")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -27,7 +28,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "stablelm": "StableLmForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                  "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM",
-                 "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM"}
+                 "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM",
+                 "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -72,6 +74,8 @@ IGNORED: dict[str, str] = {
     "is_decoder": _SERIAL + " (GPTNeoXForCausalLM is causal whatever it says)",
     "residual_dropout": _TRAIN, "embedding_dropout": _TRAIN,
     "hidden_act": "not read by Gemma2Config (Gemma2MLP reads hidden_activation)",
+    "dropout": _TRAIN, "init_std": _TRAIN,
+    "layerdrop": _TRAIN + " (OPTDecoder skips layers only in training)",
 }
 
 #: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
@@ -91,8 +95,9 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
                                "pad_vocab_size_multiple", "fused_add_norm", "rms_norm",
                                "n_layer")},
     **{k: ("gpt_neox",) for k in ("classifier_dropout", "is_decoder")},
-    "hidden_dropout": ("gpt_neox", "stablelm"),
+    "hidden_dropout": ("gpt_neox", "stablelm", "falcon"),
     "hidden_act": ("gemma2",),
+    **{k: ("opt",) for k in ("dropout", "init_std", "layerdrop")},
     **{k: ("starcoder2",) for k in ("residual_dropout", "embedding_dropout")},
 }
 
@@ -173,6 +178,15 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
                "max_position_embeddings": 8192, "layer_norm_eps": 1e-5,
                "tie_word_embeddings": True, "attention_bias": False, "logit_scale": 0.0625,
                "use_qk_norm": False, "rope_theta": 500000.0},
+    "falcon": {"num_ln_in_parallel_attn": None, "layer_norm_epsilon": 1e-5,
+               "num_kv_heads": None, "alibi": False, "new_decoder_architecture": False,
+               "multi_query": True, "parallel_attn": True, "bias": False,
+               "max_position_embeddings": 2048, "ffn_hidden_size": None,
+               "activation": "gelu", "tie_word_embeddings": True, "rope_theta": 10000.0},
+    "opt": {"activation_function": "relu", "max_position_embeddings": 2048,
+            "do_layer_norm_before": True, "_remove_final_layer_norm": False,
+            "word_embed_proj_dim": None, "enable_bias": True,
+            "layer_norm_elementwise_affine": True, "tie_word_embeddings": True},
     "phi3": {"num_key_value_heads": None, "hidden_act": "silu",
              "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
              "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,

@@ -141,7 +141,8 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
     ``params_to_hf`` only moves entries (transposes, splits, concatenations, the RoPE
     permutation of rows) and adds a constant (Gemma's :math:`w = \gamma - 1`): it is
     :math:`T p + c` with :math:`T` a gather. Run on the entries' indices (``gradients=True``:
-    no offset), it gives the gather; on zeros, :math:`c`. The gather of ``params`` plus
+    no offset), it gives the gather (an entry written 0 gathers nothing: OPT's unread
+    position rows); on zeros, :math:`c`. The gather of ``params`` plus
     :math:`c` must reproduce ``state = params_to_hf(params)`` exactly, or this is refused;
     so autograd through ``load`` is autograd through the map HF's weights came from. The
     values are HF's own parameters at the call (what ``from_pretrained`` read, or what was
@@ -153,19 +154,22 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
     names = list(params)
     sizes = [int(np.size(params[k])) for k in names]
     starts = np.cumsum([0, *sizes])
-    ids = {k: np.arange(starts[i], starts[i + 1], dtype=np.float64).reshape(np.shape(params[k]))
-           for i, k in enumerate(names)}
-    gather = {k: v.astype(np.int64) for k, v in params_to_hf(config, model_type, ids,
-                                                                gradients=True).items()}
+    # ids from 1: an entry written 0 holds no parameter (OPT's never-read position rows), its
+    # value the constant's alone (gather index -1)
+    ids = {k: np.arange(starts[i] + 1, starts[i + 1] + 1, dtype=np.float64).reshape(
+        np.shape(params[k])) for i, k in enumerate(names)}
+    gather = {k: v.astype(np.int64) - 1 for k, v in params_to_hf(config, model_type, ids,
+                                                                    gradients=True).items()}
     const = params_to_hf(config, model_type, {k: np.zeros_like(v, dtype=np.float64)
                                                  for k, v in params.items()})
     flat = np.concatenate([np.asarray(params[k], dtype=np.float64).reshape(-1) for k in names])
     for key, g in gather.items():
-        if not np.array_equal(flat[g] + const[key], np.asarray(state[key])):
+        if not np.array_equal(np.where(g < 0, 0.0, flat[np.maximum(g, 0)]) + const[key],
+                              np.asarray(state[key])):
             raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
                                 "gather plus a constant; it cannot be differentiated here")
     owner = np.repeat(np.arange(len(names)), sizes)
-    holds = {key: [names[i] for i in dict.fromkeys(owner[g].reshape(-1).tolist())]
+    holds = {key: [names[i] for i in dict.fromkeys(owner[g[g >= 0]].reshape(-1).tolist())]
              for key, g in gather.items()}
     first = set(dict(model.named_parameters()))  # one name per tied tensor
     given = [k for k in gather if k in first]
@@ -175,7 +179,10 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
         held = dict(hf_model.named_parameters())
         out = {}
         for key in given:
-            w = x[torch.from_numpy(gather[key])]
+            g = gather[key]
+            w = x[torch.from_numpy(np.maximum(g, 0))]
+            if np.any(g < 0):  # entries holding no parameter: the constant alone
+                w = torch.where(torch.from_numpy(g >= 0), w, torch.zeros_like(w))
             if np.any(const[key]):
                 w = w + torch.from_numpy(const[key]).to(x.dtype)
             # the value HF holds (what it loaded, a planted mistake included), exactly; the

@@ -52,10 +52,9 @@ The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_fre
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
 checks HF's own float32 ``inv_freq`` against them at float32 precision, so the
 substitution cannot hide a wrong base or scaling. Only the patches a model needs are
-applied (:func:`needed_patches`; GPT-NeoX: RoPE, softmax, loss): GPT-2 needs none but the
-loss (its LayerNorm, tanh-GELU
-and eager softmax stay in the model dtype; its attention stays HF's own unless
-``reorder_and_upcast_attn``), the router patch is Mixtral's only.
+applied (:func:`needed_patches`; GPT-NeoX, Falcon: RoPE, softmax, loss; OPT: softmax, loss):
+GPT-2 needs none but the loss (its LayerNorm, tanh-GELU and eager softmax stay in the model
+dtype; its attention stays HF's own unless ``reorder_and_upcast_attn``), Mixtral the router.
 
 **Patch fidelity.** A replacement must not hide a bug of the HF code it replaces. Every
 patched call therefore also runs HF's stock code (the module's own ``forward`` as it was
@@ -183,8 +182,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
     if model_type == "gpt2":
         return frozenset({"loss"} | ({"attention_softmax"} if raw.get(
             "reorder_and_upcast_attn") else set()))
-    if model_type in ("gpt_neox", "gptj", "phi", "starcoder2", "stablelm"):  # LayerNorm: as is
-        return frozenset({"rotary", "attention_softmax", "loss"})
+    if model_type in ("gpt_neox", "gptj", "phi", "starcoder2", "stablelm", "falcon", "opt"):
+        return frozenset({"attention_softmax", "loss", *["rotary"] * (model_type != "opt")})
     if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
         return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
             {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
@@ -419,7 +418,8 @@ def _square_projection(model: Any, model_type: str) -> tuple[str, Any]:
     if model_type == "gpt2":
         candidates = ["transformer.h.0.attn.c_proj.weight"]
     else:
-        candidates = [f"model.layers.0.self_attn.{p}.weight" for p in ("q_proj", "o_proj")]
+        candidates = [f"model.{'decoder.' * (model_type == 'opt')}layers.0.self_attn.{p}.weight"
+                      for p in ("q_proj", "o_proj")]
     for key in candidates:
         w = named.get(key)
         if w is not None and w.ndim == 2 and w.shape[0] == w.shape[1]:
@@ -466,7 +466,8 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
             undo.on_exit(lambda: w.data.copy_(saved))
             what = f"{key}: its halves (x, z) swapped"
         elif plant == "qkv_blocked":  # GPT-NeoX: (heads, 3, d_h) rows regrouped (3, heads, d_h)
-            key = "gpt_neox.layers.0.attention.query_key_value"
+            key = {"falcon": "transformer.h.0.self_attention.query_key_value"}.get(
+                model_type, "gpt_neox.layers.0.attention.query_key_value")  # per-head rows
             ws = [w for n, w in model.named_parameters() if n.startswith(key + ".")]
             if not ws:
                 raise ArgumentError(f"plant 'qkv_blocked': model {model_type!r} has no {key}")

@@ -10,7 +10,7 @@ HF's ``(B, H, n, d_h)`` / ``(B, n, H, d_h)`` head layouts versus the graph's
 (as the 0/1 routing mask), Gemma's embedding module (which returns the scaled embedding,
 the graph's ``embed_scaled``), Mamba's fused ``in_proj`` / ``x_proj`` outputs and
 channels-first ``(1, E, n)`` tensors, GPT-NeoX's per-head fused ``query_key_value`` output
-``(n, H, 3, d_h)``.
+``(n, H, 3, d_h)``, Falcon's multi-query ``[Q | k | v]`` rows.
 """
 
 from __future__ import annotations
@@ -101,9 +101,11 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _starcoder2_taps(config)
     if model_type == "phi3":
         return _phi3_taps(config)
+    if model_type in ("falcon", "opt"):
+        return _falcon_taps(config) if model_type == "falcon" else _opt_taps(config)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
                            f"{', '.join(LLAMA_LIKE)}, mamba, gpt_neox, gptj, phi, starcoder2, "
-                           "stablelm, phi3")
+                           "stablelm, phi3, falcon, opt")
 
 
 def _gpt2_taps(c: Any) -> list[_Tap]:
@@ -401,6 +403,85 @@ def _phi3_taps(c: Any) -> list[_Tap]:
                  _Tap(f"{p}.mlp.out", f"{h}.mlp.down_proj", "out", _rows),
                  _Tap(f"{p}.resid2", h, "out", _rows)]
     return [*taps, _Tap("final_norm", "model.norm", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _first(a: Any) -> np.ndarray:
+    """A decoder layer's output ``(hidden, attn_weights)`` -> the hidden rows."""
+    return _rows(np.asarray(a[0] if isinstance(a, tuple) else a))
+
+
+def _falcon_taps(c: Any) -> list[_Tap]:
+    r"""``FalconForCausalLM`` (old decoder): ``query_key_value``'s output split into q, k, v
+    (multi-query rows :math:`[Q \mid k \mid v]`, else ``(H, 3, d_h)`` per token as
+    GPT-NeoX's), the rotated query and key from the attention function (half pairing: nothing
+    permuted). A parallel block is summed ``(mlp + attn) + x``: ``resid1`` stays unmapped and
+    there is no ``norm2``; sequential, ``post_attention_layernorm``'s input and output are."""
+    lay = _layouts(c)
+    H, Hkv, dh = c.n_heads, c.n_kv_heads, c.d_head
+    cuts = {"q": (0, H * dh, H), "k": (H * dh, (H + Hkv) * dh, Hkv),
+            "v": ((H + Hkv) * dh, (H + 2 * Hkv) * dh, Hkv)}
+
+    def part(x: str, j: int, heads: bool) -> Callable[[Any], np.ndarray]:
+        if Hkv == H:
+            return _neox_qkv(H, dh, j, heads)
+        lo, hi, n = cuts[x]
+        if heads:
+            return lambda t: lay["heads_of_rows"](n, False)(_rows(t)[:, lo:hi])
+        return lambda t: _rows(t)[:, lo:hi]
+
+    taps = [_Tap("embed", "transformer.word_embeddings", "out", _rows),
+            _Tap("x0", "transformer.word_embeddings", "out", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"transformer.h.{layer}"
+        a, qkv = f"{h}.self_attention", f"{h}.self_attention.query_key_value"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.input_layernorm", "out", _rows))
+        for j, x in enumerate("qkv"):
+            taps += [_Tap(f"{p}.attn.{x}", qkv, "out", part(x, j, False)),
+                     _Tap(f"{p}.attn.{x}_heads", qkv, "out", part(x, j, True))]
+        taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](False), layer),
+                 _Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.dense", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.dense", "out", _rows)]
+        if not c.parallel_residual:
+            taps += [_Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
+                     _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
+        taps += [_Tap(f"{p}.mlp.in", f"{h}.mlp.dense_h_to_4h", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.mlp.act", "out", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.mlp.dense_4h_to_h", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _first)]
+    return [*taps, _Tap("final_norm", "transformer.ln_f", "out", _rows),
+            _Tap("logits", "lm_head", "out", _rows)]
+
+
+def _opt_taps(c: Any) -> list[_Tap]:
+    r"""``OPTForCausalLM``: GPT-2's function with Llama's separate projections under
+    ``model.decoder``; ``x0`` (tokens plus positions read at the offset 2) is the first
+    block's input. HF scales the query after ``q_proj``: q and its heads are read from
+    ``q_proj``'s output (unscaled, as the graph's)."""
+    lay = _layouts(c)
+    H, dec = c.n_heads, "model.decoder"
+    taps = [_Tap("embed", f"{dec}.embed_tokens", "out", _rows),
+            _Tap("x0", f"{dec}.layers.0", "in", _rows)]
+    for layer in range(c.n_blocks):
+        p, h = f"blocks.{layer}", f"{dec}.layers.{layer}"
+        a = f"{h}.self_attn"
+        taps.append(_Tap(f"{p}.norm1", f"{h}.self_attn_layer_norm", "out", _rows))
+        for x in "qkv":
+            taps += [_Tap(f"{p}.attn.{x}", f"{a}.{x}_proj", "out", _rows),
+                     _Tap(f"{p}.attn.{x}_heads", f"{a}.{x}_proj", "out",
+                          lay["heads_of_rows"](H, False))]
+        taps += [_Tap(f"{p}.attn.heads", None, "output", lay["bnhd"](False), layer),
+                 _Tap(f"{p}.attn.merged", f"{a}.out_proj", "in", _rows),
+                 _Tap(f"{p}.attn.out", f"{a}.out_proj", "out", _rows),
+                 _Tap(f"{p}.resid1", f"{h}.final_layer_norm", "in", _rows),
+                 _Tap(f"{p}.norm2", f"{h}.final_layer_norm", "out", _rows),
+                 _Tap(f"{p}.mlp.in", f"{h}.fc1", "out", _rows),
+                 _Tap(f"{p}.mlp.act", f"{h}.fc2", "in", _rows),
+                 _Tap(f"{p}.mlp.out", f"{h}.fc2", "out", _rows),
+                 _Tap(f"{p}.resid2", h, "out", _first)]
+    return [*taps, _Tap("final_norm", f"{dec}.final_layer_norm", "out", _rows),
             _Tap("logits", "lm_head", "out", _rows)]
 
 

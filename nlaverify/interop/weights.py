@@ -56,6 +56,12 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   biased), one LayerNorm per block (``norm1``), ``lm_head.bias`` the config's ``unembed.b_U``.
   GPT-J's interleaved pairing is nlaverify's own and Phi's half pairing the config's
   ``rope_pairing``: nothing is permuted.
+* **Falcon** (:mod:`~nlaverify.interop.weights_layout_falcon`). ``self_attention.
+  query_key_value`` holds multi-query rows :math:`[Q \mid k \mid v]` (``split([heads, 1,
+  1])``), else GPT-NeoX's per-head rows; keys carry ``transformer.``.
+* **OPT** (:mod:`~nlaverify.interop.weights_layout_opt`). ``embed_positions`` ``(context + 2,
+  d)``: position :math:`p` reads row :math:`p + 2`, so ``pos.W_P`` is rows 2 on; rows 0 and 1
+  (never read) must be zero, written back as zeros, else refused (an exact round trip).
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict
@@ -157,7 +163,10 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
         _fuse_mixtral_experts(st, config, fn, user)
     embed_key = {"gpt2": "transformer.wte.weight", "gptj": "transformer.wte.weight",
                  "mamba": "backbone.embeddings.weight",
-                 "gpt_neox": "gpt_neox.embed_in.weight"}.get(mt, "model.embed_tokens.weight")
+                 "gpt_neox": "gpt_neox.embed_in.weight",
+                 "falcon": "transformer.word_embeddings.weight",
+                 "opt": "model.decoder.embed_tokens.weight"}.get(
+        mt, "model.embed_tokens.weight")
     known = {k for e in entries for k in e.hf}
     tied_head = config.tied_embeddings and "lm_head.weight" in st
     for k in st:

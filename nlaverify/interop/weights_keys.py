@@ -19,7 +19,7 @@ from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.interop.weights_layout import _shape
 
 _PREFIX = {"gpt2": "transformer.", "mamba": "backbone.", "gpt_neox": "gpt_neox.",
-           "gptj": "transformer."}
+           "gptj": "transformer.", "falcon": "transformer."}
 _MIXTRAL_LEGACY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.w([123])\.weight$")
 
 

@@ -13,23 +13,24 @@ this table.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.errors import ArgumentError
 from nlaverify.interop.hf_config import SUPPORTED, hf_config_dict
-
-Shape = tuple[int, ...]
-Transform = Callable[[list[np.ndarray], bool], list[np.ndarray]]
-
-
-def _shape(x: Any) -> Shape:
-    return tuple(int(s) for s in np.shape(x))
+from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
+    Shape,
+    Transform,
+    _copy,
+    _Entry,
+    _neox_qkv,
+    _shape,
+    _split_rows,
+    _transpose,
+    _unembed,
+)
+from nlaverify.interop.weights_layout_falcon import falcon_entries
+from nlaverify.interop.weights_layout_opt import opt_entries
 
 
 def rope_permutation(d_head: int) -> np.ndarray:
@@ -48,24 +49,10 @@ def rope_permutation(d_head: int) -> np.ndarray:
     return np.stack([np.arange(half), np.arange(half) + half], axis=1).reshape(-1)
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """HF tensors ``hf`` (canonical state-dict keys, shapes ``hf_shapes``) <-> nlaverify
-    parameters ``ours``; ``to_ours`` / ``to_hf`` map the lists (the flag: apply offsets)."""
-
-    hf: tuple[str, ...]
-    hf_shapes: tuple[Shape, ...]
-    ours: tuple[str, ...]
-    to_ours: Transform
-    to_hf: Transform
 
 
-def _copy(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-    return [a[0]]
 
 
-def _transpose(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-    return [np.ascontiguousarray(a[0].T)]
 
 
 def _plus_one(a: list[np.ndarray], offset: bool) -> list[np.ndarray]:
@@ -109,6 +96,10 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         return _starcoder2_entries(config)
     if model_type == "phi3":
         return _phi3_entries(config)
+    if model_type == "falcon":
+        return falcon_entries(config)
+    if model_type == "opt":
+        return opt_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 
 
@@ -148,15 +139,6 @@ def _gpt2_entries(c: TransformerConfig) -> list[_Entry]:
     return E
 
 
-def _unembed(c: TransformerConfig) -> list[_Entry]:
-    if c.tied_embeddings:
-        return []  # lm_head.weight: see _TIED
-    head = [_Entry(("lm_head.weight",), ((c.vocab_size, c.d_model),), ("unembed.W_U",),
-                   _transpose, _transpose)]
-    if c.unembed_bias:  # GPT-J, Phi
-        head.append(_Entry(("lm_head.bias",), ((c.vocab_size,),), ("unembed.b_U",), _copy,
-                           _copy))
-    return head
 
 
 def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
@@ -249,19 +231,6 @@ def _llama_mlp(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
     return out
 
 
-def _split_rows(sizes: tuple[int, ...]) -> tuple[Transform, Transform]:
-    """A Linear weight ``(sum(sizes), d_in)`` whose output rows are several projections,
-    <-> nlaverify's ``(d_in, size)`` matrices, in order (Mamba's ``in_proj``: x then z;
-    ``x_proj``: the rank-``R`` time step, then B, then C)."""
-    bounds = np.cumsum([0, *sizes])
-
-    def to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        return [np.ascontiguousarray(a[0][lo:hi].T) for lo, hi in itertools.pairwise(bounds)]
-
-    def to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        return [np.ascontiguousarray(np.concatenate([x.T for x in a], axis=0))]
-
-    return to_ours, to_hf
 
 
 def _conv_to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
@@ -304,24 +273,6 @@ def _mamba_entries(c: TransformerConfig) -> list[_Entry]:
     return out + _unembed(c)
 
 
-def _neox_qkv(H: int, dh: int, weight: bool) -> tuple[Transform, Transform]:
-    r"""GPT-NeoX's fused ``query_key_value``: its ``3d`` output rows are ordered ``(heads, 3,
-    head_dim)`` (``GPTNeoXAttention.forward``: ``view(..., -1, 3 * head_size)`` then
-    ``chunk(3)``): head :math:`h`'s query, key and value, then head :math:`h+1`'s; *not* the
-    blocked :math:`[Q | K | V]` of GPT-2's ``c_attn``. Weight ``(3d, d)`` <-> ``W_Q, W_K,
-    W_V`` ``(d, d)``; bias ``(3d,)`` <-> ``b_Q, b_K, b_V``."""
-    def to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        rest = a[0].shape[1:]  # (d,) for the weight, () for the bias
-        x = a[0].reshape(H, 3, dh, *rest)
-        out = [x[:, j].reshape(H * dh, *rest) for j in range(3)]
-        return [np.ascontiguousarray(w.T if weight else w) for w in out]
-
-    def to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        rows = [(w.T if weight else w).reshape(H, dh, *w.shape[:-1]) for w in a]
-        stacked = np.stack(rows, axis=1)  # (H, 3, dh, ...)
-        return [np.ascontiguousarray(stacked.reshape(3 * H * dh, *stacked.shape[3:]))]
-
-    return to_ours, to_hf
 
 
 def _neox_entries(c: TransformerConfig) -> list[_Entry]:
