@@ -350,3 +350,25 @@ def test_a_wkv_without_rescaling_is_refuted(monkeypatch):
 
     monkeypatch.setattr(rwkv, "wkv", no_decay)
     assert ids2.derive_wkv().verdict == "failed"
+
+
+def test_the_namespace_recurrence_is_the_same_on_numpy_and_jax():
+    """``xp.linear_recurrence`` (the selective scan's states, adjoint and tangent): the
+    NumPy loop and JAX's ``lax.scan`` agree forward and reversed, on a middle axis, and JAX
+    promotes mixed dtypes as the loop does (lax.scan's carry alone would refuse them)."""
+    import jax.numpy as jnp
+
+    jx = get_namespace("jax")
+    rng = np.random.default_rng(6)
+    a, b = rng.uniform(0.5, 1.0, (2, 7, 3, 4)), rng.standard_normal((2, 7, 3, 4))
+    tol = tolerance("float64", size=7, depth=2)
+    for reverse in (False, True):
+        want = NP.linear_recurrence(a, b, axis=-3, reverse=reverse)
+        x = want[:, 6 if reverse else 0]
+        for k in (range(5, -1, -1) if reverse else range(1, 7)):
+            x = a[:, k] * x + b[:, k]
+        assert np.array_equal(want[:, 0 if reverse else 6], x)
+        got = jx.linear_recurrence(jx.asarray(a), jx.asarray(b), axis=-3, reverse=reverse)
+        assert tol.compare(np.asarray(got), want).ok
+    mixed = jx.linear_recurrence(jnp.asarray(a[0], jnp.float32), jnp.asarray(b[0], jnp.bfloat16))
+    assert mixed.dtype == jnp.float32

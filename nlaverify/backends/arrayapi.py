@@ -90,7 +90,9 @@ class JaxNamespace(ArrayAPINamespace):
         if axis >= 0:
             raise ValueError(f"linear_recurrence: expected a negative axis, got {axis}")
         xp = self._xp
-        am, bm = xp.moveaxis(a, axis, 0), xp.moveaxis(b, axis, 0)
+        dtype = xp.result_type(a, b)  # the loop's promotion (lax.scan's carry keeps one type)
+        am = xp.moveaxis(xp.asarray(a, dtype=dtype), axis, 0)
+        bm = xp.moveaxis(xp.asarray(b, dtype=dtype), axis, 0)
         if reverse:
             am, bm = am[::-1], bm[::-1]
 

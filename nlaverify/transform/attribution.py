@@ -54,7 +54,8 @@ def attribute(part: Any, gamma: Any, sigma: Any, centered: bool) -> Any:
 
 @dataclass(frozen=True)
 class Attribution:
-    """Per-component logits (``{component: (n, V)}``, the norm's bias as ``"bias"``) and
+    """Per-component logits (``{component: (n, V)}``, the norm's bias as ``"bias"``, the
+    unembedding's bias as ``"unembed.b_U"``) and
     the check that they sum to the graph's logits."""
 
     parts: dict[str, np.ndarray]
@@ -101,14 +102,17 @@ def direct_logit_attribution(config: TransformerConfig, params: dict[str, Any], 
     centered = config.final_norm and config.norm == "layernorm"
     components = {"x0": values["x0"], **{w: values[w] for w in _writers(g)}}
     if config.final_norm:
-        gamma = p["final_norm.gamma"]
+        # a norm without a learned gain (OLMo) multiplies by 1
+        gamma = p.get("final_norm.gamma", np.ones(config.d_model))
         sigma = frozen_scale(np.asarray(values[stream]), config.norm_eps, centered)
     else:
         gamma, sigma = np.ones(config.d_model), np.ones((*np.shape(values[stream])[:-1], 1))
     parts = {k: attribute(np.asarray(a), gamma, sigma, centered) @ W_U
              for k, a in components.items()}
-    if centered:
+    if centered and "final_norm.beta" in p:  # a LayerNorm without a bias adds none
         parts["bias"] = np.broadcast_to(p["final_norm.beta"] @ W_U, parts["x0"].shape)
+    if getattr(config, "unembed_bias", False):  # the unembedding's own bias b_U
+        parts["unembed.b_U"] = np.broadcast_to(p["unembed.b_U"], parts["x0"].shape)
     total = sum(parts.values())
     k = accumulation_length(g, int(np.shape(data["tokens"])[-1]))
     tol = node_tolerance("float64", k, node_depths(g)["logits"] + 1, values["logits"])
@@ -118,6 +122,7 @@ def direct_logit_attribution(config: TransformerConfig, params: dict[str, Any], 
         own = {key: attribute(np.asarray(a), gamma,
                               frozen_scale(np.asarray(a), config.norm_eps, centered), centered)
                @ W_U for key, a in components.items()}
-        error = sum(own.values()) - sum(v for key, v in parts.items() if key != "bias")
+        error = sum(own.values()) - sum(v for key, v in parts.items()
+                                        if key not in ("bias", "unembed.b_U"))
     return Attribution(parts, InvarianceRow("logits", g.nodes["logits"]["op"], "equal",
                                             c.normwise, tol.rtol), error)
