@@ -50,7 +50,8 @@ def test_zero_clipping_uses_the_global_norm(n_shards: int) -> None:
     rng = np.random.default_rng(n_shards)
     g = {"w": rng.standard_normal((6, 4)) * 3, "b": rng.standard_normal(6)}
     ref = op.clip_by_global_norm(XP, g, 1.0)
-    assert np.isclose(np.sqrt(sum(np.sum(v * v) for v in ref.values())), 1.0)
+    norm = np.sqrt(sum(np.sum(v * v) for v in ref.values()))  # 30 squares, a root, a scale
+    assert tolerance("float64", size=g["w"].size + g["b"].size, depth=3).compare(norm, 1.0).ok
     pieces = op.shard_params(XP, g, n_shards)
     got = op.gather_params(XP, op.zero_clip_by_global_norm(XP, pieces, 1.0))
     bad = op.gather_params(XP, op.zero_clip_by_shard_norm(XP, pieces, 1.0))
