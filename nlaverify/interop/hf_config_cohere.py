@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
-from nlaverify.interop.hf_config_tables import _GATED_ACTS
+from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["cohere_fields", "cohere_hf_dict", "cohere_mismatch"]
 
@@ -78,21 +78,12 @@ def _fields(vocab: int, d: int, heads: int, kv: int, blocks: int, d_mlp: int, ml
 def cohere_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``CohereConfig`` cannot express, as ``(field,
     value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in _GATED_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(_GATED_ACTS.values())))
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads or c.n_heads, c.n_blocks, c.d_mlp,
             c.mlp, c.context, c.norm_eps, c.tied_embeddings, c.attn_bias, c.temperature,
-            c.rope_base, c.rope_scaling))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.rope_base, c.rope_scaling)))
 
 
 def cohere_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:

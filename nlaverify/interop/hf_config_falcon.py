@@ -33,6 +33,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_neox import NEOX_ACTS
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["falcon_fields", "falcon_hf_dict", "falcon_mismatch"]
 
@@ -98,23 +99,14 @@ def _fields(vocab: int, d: int, heads: int, kv: int, blocks: int, d_mlp: int, ml
 def falcon_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``FalconConfig`` (old decoder) cannot
     express, as ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in NEOX_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(NEOX_ACTS.values())))
     if c.n_kv_heads not in (1, c.n_heads):
         return "n_kv_heads", c.n_kv_heads, (1, c.n_heads)
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads, c.n_blocks, c.d_mlp, c.mlp,
             c.context, c.norm_eps, c.tied_embeddings, c.parallel_residual, c.attn_bias,
-            c.rope_base))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.rope_base)))
 
 
 def falcon_hf_dict(c: TransformerConfig) -> dict[str, Any]:

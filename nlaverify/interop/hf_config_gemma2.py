@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
-from nlaverify.interop.hf_config_tables import _GATED_ACTS
+from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["gemma2_fields", "gemma2_hf_dict", "gemma2_mismatch"]
 
@@ -101,24 +101,15 @@ def _types(c: TransformerConfig) -> list[str]:
 def gemma2_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``Gemma2Config`` cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in _GATED_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(_GATED_ACTS.values())))
     if c.query_pre_attn_scalar is None:
         return "query_pre_attn_scalar", None, "a number (Gemma 2 always scales by it)"
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads or c.n_heads, c.d_head or 1,
             c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps, c.tied_embeddings, c.attn_bias,
             c.query_pre_attn_scalar, c.sliding_window, _types(c), c.attn_softcap,
-            c.final_softcap, c.rope_base, c.rope_scaling))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.final_softcap, c.rope_base, c.rope_scaling)))
 
 
 def gemma2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["gptj_fields", "gptj_hf_dict", "gptj_mismatch"]
 
@@ -85,21 +86,12 @@ def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, c
 def gptj_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``GPTJConfig`` cannot express, as ``(field,
     value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in GPTJ_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(GPTJ_ACTS.values())))
     rot = None if c.rotary_dim == c.d_head else c.rotary_dim
-    try:
-        want = TransformerConfig(**_fields(c.vocab_size, c.d_model, c.n_heads, c.n_blocks,
-                                           c.d_mlp, c.mlp, c.context, c.norm_eps, rot))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        got = rot if f.name == "rotary_dim" else getattr(c, f.name)
-        if f.name != "name" and got != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
+        c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps,
+        rot)), {"rotary_dim": rot})
 
 
 def gptj_hf_dict(c: TransformerConfig) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import NO_MLP, ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["MAMBA_CONTEXT", "mamba_fields", "mamba_hf_dict", "mamba_mismatch"]
 
@@ -83,17 +84,10 @@ def mamba_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     value, expected)``, or ``None``: every field but the sizes must be what
     :func:`mamba_fields` reads (an explicit ``ssm_dt_rank`` :math:`= \lceil d/16\rceil` is
     ``None``'s spelling)."""
-    from dataclasses import fields
-
     rank = None if c.ssm_dt_rank == _auto_rank(c.d_model) else c.ssm_dt_rank
-    want = TransformerConfig(**_fields(c.vocab_size, c.d_model, c.n_blocks, c.ssm_state,
-                                       c.ssm_conv, c.ssm_expand, rank, c.norm_eps,
-                                       c.tied_embeddings))
-    for f in fields(TransformerConfig):
-        got = rank if f.name == "ssm_dt_rank" else getattr(c, f.name)
-        if f.name != "name" and got != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
+        c.vocab_size, c.d_model, c.n_blocks, c.ssm_state, c.ssm_conv, c.ssm_expand, rank,
+        c.norm_eps, c.tied_embeddings)), {"ssm_dt_rank": rank})
 
 
 def mamba_hf_dict(c: TransformerConfig) -> dict[str, Any]:

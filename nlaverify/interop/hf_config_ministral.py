@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
-from nlaverify.interop.hf_config_tables import _GATED_ACTS
+from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["ministral_fields", "ministral_hf_dict", "ministral_mismatch"]
 
@@ -84,21 +84,12 @@ def _types(c: TransformerConfig) -> list[str]:
 def ministral_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``MinistralConfig`` cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in _GATED_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(_GATED_ACTS.values())))
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads or c.n_heads, c.d_head or 1,
             c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps, c.tied_embeddings,
-            c.sliding_window, _types(c), c.rope_base, c.rope_scaling))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.sliding_window, _types(c), c.rope_base, c.rope_scaling)))
 
 
 def ministral_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:

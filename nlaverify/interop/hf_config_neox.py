@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["neox_fields", "neox_hf_dict", "neox_mismatch", "phi_fields", "phi_hf_dict",
            "phi_mismatch"]
@@ -143,24 +144,13 @@ def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, c
 def neox_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``GPTNeoXConfig`` cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in NEOX_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(NEOX_ACTS.values())))
-    try:
-        want = TransformerConfig(**_fields(
+    rot = None if c.rotary_dim == c.d_head else c.rotary_dim
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context,
             c.norm_eps, c.tied_embeddings, c.parallel_residual, c.attn_bias, c.rope_base,
-            c.rotary_dim if c.rotary_dim != c.d_head else None))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        got = getattr(c, f.name)
-        if f.name == "rotary_dim" and got == c.d_head:
-            got = None
-        if f.name != "name" and got != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            rot)), {"rotary_dim": rot})
 
 
 def _fraction(rot: int, dh: int) -> float:
@@ -227,22 +217,12 @@ def _phi(vocab: int, d: int, heads: int, kv: int, blocks: int, d_mlp: int, mlp: 
 
 def phi_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``PhiConfig`` cannot express, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in NEOX_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(NEOX_ACTS.values())))
     rot = None if c.rotary_dim == c.d_head else c.rotary_dim
-    try:
-        want = TransformerConfig(**_phi(c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads,
-                                        c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps,
-                                        c.rope_base, rot))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        got = rot if f.name == "rotary_dim" else getattr(c, f.name)
-        if f.name != "name" and got != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+    return first_mismatch(c, lambda: TransformerConfig(**_phi(
+        c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads, c.n_blocks, c.d_mlp, c.mlp, c.context,
+        c.norm_eps, c.rope_base, rot)), {"rotary_dim": rot})
 
 
 def phi_hf_dict(c: TransformerConfig) -> dict[str, Any]:

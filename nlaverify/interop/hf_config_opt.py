@@ -35,6 +35,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_neox import NEOX_ACTS
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["OPT_EPS", "OPT_OFFSET", "opt_fields", "opt_hf_dict", "opt_mismatch"]
 
@@ -90,20 +91,11 @@ def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, c
 def opt_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``OPTConfig`` (pre-LN) cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in NEOX_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(NEOX_ACTS.values())))
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context,
-            c.attn_bias, c.norm_affine, c.tied_embeddings))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.attn_bias, c.norm_affine, c.tied_embeddings)))
 
 
 def opt_hf_dict(c: TransformerConfig) -> dict[str, Any]:

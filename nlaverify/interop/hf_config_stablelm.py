@@ -34,7 +34,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_neox import _fraction, _rotary
-from nlaverify.interop.hf_config_tables import _GATED_ACTS
+from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["stablelm_fields", "stablelm_hf_dict", "stablelm_mismatch"]
 
@@ -84,23 +84,13 @@ def _fields(vocab: int, d: int, heads: int, kv: int, blocks: int, d_mlp: int, ml
 def stablelm_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``StableLmConfig`` cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in _GATED_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(_GATED_ACTS.values())))
     rot = None if c.rotary_dim == c.d_head else c.rotary_dim
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads or c.n_heads, c.n_blocks, c.d_mlp,
             c.mlp, c.context, c.norm_eps, c.tied_embeddings, c.attn_bias, c.parallel_residual,
-            c.rope_base, rot))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        got = rot if f.name == "rotary_dim" else getattr(c, f.name)
-        if f.name != "name" and got != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.rope_base, rot)), {"rotary_dim": rot})
 
 
 def stablelm_hf_dict(c: TransformerConfig) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_neox import NEOX_ACTS
+from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["starcoder2_fields", "starcoder2_hf_dict", "starcoder2_mismatch"]
 
@@ -74,21 +75,12 @@ def _fields(vocab: int, d: int, heads: int, kv: int, blocks: int, d_mlp: int, ml
 def starcoder2_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``Starcoder2Config`` cannot express, as
     ``(field, value, expected)``, or ``None``."""
-    from dataclasses import fields
-
     if c.mlp not in NEOX_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(NEOX_ACTS.values())))
-    try:
-        want = TransformerConfig(**_fields(
+    return first_mismatch(c, lambda: TransformerConfig(**_fields(
             c.vocab_size, c.d_model, c.n_heads, c.n_kv_heads or c.n_heads, c.n_blocks, c.d_mlp,
             c.mlp, c.context, c.norm_eps, c.tied_embeddings, c.attn_bias, c.sliding_window,
-            c.rope_base))
-    except ConfigError as e:
-        return "d_model", c.d_model, str(e)
-    for f in fields(TransformerConfig):
-        if f.name != "name" and getattr(c, f.name) != getattr(want, f.name):
-            return f.name, getattr(c, f.name), getattr(want, f.name)
-    return None
+            c.rope_base)))
 
 
 def starcoder2_hf_dict(c: TransformerConfig) -> dict[str, Any]:

@@ -10,6 +10,7 @@ documented in :mod:`nlaverify.interop.hf_config`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: the Hugging Face ``model_type`` values nlaverify maps
@@ -202,3 +203,27 @@ _GATED_ACTS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu", "gelu_new": "gegl
 #: GPT-2's ``activation_function`` -> ``TransformerConfig.mlp``
 _GPT2_ACTS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_erf",
               "relu": "relu"}
+
+
+def first_mismatch(c: Any, build: Callable[[], Any],
+                   spelled: Mapping[str, Any] | None = None) -> tuple[str, Any, Any] | None:
+    """The first field of the :class:`~nlaverify.config.TransformerConfig` ``c`` that differs
+    from ``build()``, the config a model type's Hugging Face fields give back, as ``(field,
+    value, expected)``, or ``None`` (``name`` is not compared). ``spelled`` gives ``c``'s
+    value of a field as the type spells it (e.g. ``rotary_dim=None`` for the whole head); a
+    config the type cannot build at all is ``("d_model", d_model, the reason)``. Every
+    ``*_mismatch`` of the ``hf_config_*`` modules is this comparison."""
+    from dataclasses import fields
+
+    from nlaverify.config import ConfigError, TransformerConfig
+
+    try:
+        want = build()
+    except ConfigError as e:
+        return "d_model", c.d_model, str(e)
+    spelled = spelled or {}
+    for f in fields(TransformerConfig):
+        got = spelled[f.name] if f.name in spelled else getattr(c, f.name)
+        if f.name != "name" and got != getattr(want, f.name):
+            return f.name, getattr(c, f.name), getattr(want, f.name)
+    return None
