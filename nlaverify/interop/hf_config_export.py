@@ -32,6 +32,26 @@ from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mism
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_hf_dict, starcoder2_mismatch
 from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
 
+#: model type -> (its ``*_mismatch``, its ``*_hf_dict``, whether the dict takes the
+#: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
+_OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
+    "mamba": (mamba_mismatch, mamba_hf_dict, False),
+    "gpt_neox": (neox_mismatch, neox_hf_dict, False),
+    "gptj": (gptj_mismatch, gptj_hf_dict, False),
+    "phi": (phi_mismatch, phi_hf_dict, False),
+    "starcoder2": (starcoder2_mismatch, starcoder2_hf_dict, False),
+    "stablelm": (stablelm_mismatch, stablelm_hf_dict, False),
+    "gemma2": (gemma2_mismatch, gemma2_hf_dict, True),
+    "granite": (granite_mismatch, granite_hf_dict, True),
+    "olmo2": (olmo2_mismatch, olmo2_hf_dict, True),
+    "cohere": (cohere_mismatch, cohere_hf_dict, True),
+    "opt": (opt_mismatch, opt_hf_dict, False),
+    "falcon": (falcon_mismatch, falcon_hf_dict, False),
+    "olmo": (olmo_mismatch, olmo_hf_dict, True),
+    "phi3": (phi3_mismatch, phi3_hf_dict, False),
+    "ministral": (ministral_mismatch, ministral_hf_dict, True),
+}
+
 
 def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]:
     """A ``config.json`` dict of ``model_type`` describing ``config``.
@@ -53,96 +73,13 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
                           f"Face {model_type} has no LoRA adapters and they would be dropped; "
                           "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
-    if model_type == "mamba":
-        bad = mamba_mismatch(c)
+    if model_type in _OWN_MODULE:  # the types whose mapping lives in a module of its own
+        mismatch, to_dict, with_rope = _OWN_MODULE[model_type]
+        bad = mismatch(c)
         if bad is not None:
-            raise ConfigError(f"hf_config_dict: mamba cannot express TransformerConfig."
+            raise ConfigError(f"hf_config_dict: {model_type} cannot express TransformerConfig."
                               f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return mamba_hf_dict(c)
-    if model_type == "gpt_neox":
-        bad = neox_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: gpt_neox cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return neox_hf_dict(c)
-    if model_type == "gptj":
-        bad = gptj_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: gptj cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return gptj_hf_dict(c)
-    if model_type == "phi":
-        bad = phi_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: phi cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return phi_hf_dict(c)
-    if model_type == "starcoder2":
-        bad = starcoder2_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: starcoder2 cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return starcoder2_hf_dict(c)
-    if model_type == "stablelm":
-        bad = stablelm_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: stablelm cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return stablelm_hf_dict(c)
-    if model_type == "gemma2":
-        bad = gemma2_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: gemma2 cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return gemma2_hf_dict(c, _rope_parameters(c))
-    if model_type == "granite":
-        bad = granite_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: granite cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return granite_hf_dict(c, _rope_parameters(c))
-    if model_type == "olmo2":
-        bad = olmo2_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: olmo2 cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return olmo2_hf_dict(c, _rope_parameters(c))
-    if model_type == "cohere":
-        bad = cohere_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: cohere cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return cohere_hf_dict(c, _rope_parameters(c))
-    if model_type == "opt":
-        bad = opt_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: opt cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return opt_hf_dict(c)
-    if model_type == "falcon":
-        bad = falcon_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: falcon cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return falcon_hf_dict(c)
-    if model_type == "olmo":
-        bad = olmo_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: olmo cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return olmo_hf_dict(c, _rope_parameters(c))
-    if model_type == "phi3":
-        bad = phi3_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: phi3 cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return phi3_hf_dict(c)
-    if model_type == "ministral":
-        bad = ministral_mismatch(c)
-        if bad is not None:
-            raise ConfigError(f"hf_config_dict: ministral cannot express TransformerConfig."
-                              f"{bad[0]}={bad[1]!r} (expected {bad[2]!r})")
-        return ministral_hf_dict(c, _rope_parameters(c))
+        return to_dict(c, _rope_parameters(c)) if with_rope else to_dict(c)
     gpt2 = model_type == "gpt2"
     fixed: dict[str, Any] = {
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
