@@ -17,10 +17,11 @@ from __future__ import annotations
 from nlaverify.identities.core import Proof, register
 from nlaverify.identities.ssm import ssm_identity
 from nlaverify.ops import ssm as _ssm
+from nlaverify.ops import ssm2 as _ssm2
 from nlaverify.ops.ssm_specs import SCAN_OPS
 from nlaverify.symbolic.vjp_proof import prove_jvp, prove_vjp
 
-__all__ = ["MAMBA_SCAN", "SELECTIVE_SCAN"]
+__all__ = ["GATED_RMSNORM", "MAMBA2_SCAN", "MAMBA_SCAN", "SELECTIVE_SCAN"]
 
 #: Mamba's selective scan as an op record: ``(u, delta, A, B, C, D, z, delta_bias)``, all real;
 #: the very spec ``get_op("selective_scan")`` returns (``check_op``'s reference)
@@ -62,3 +63,44 @@ register(ssm_identity("ssm_mamba_scan_vjp", "VJP of the pipeline's Mamba scan (A
 register(ssm_identity("ssm_mamba_scan_jvp", "JVP of the pipeline's Mamba scan (A = -exp(A_log))",
              r"\dot A = -e^{A_{\log}}\odot\dot A_{\log}\ \text{into the selective scan's JVP}",
              (_ssm.mamba_scan, _ssm.mamba_scan_jvp), derive_mamba_jvp, ("jvp", "scan")))
+
+
+#: Mamba-2's scan (a scalar decay per head, B and C per group of heads) and its gated norm
+MAMBA2_SCAN = SCAN_OPS["mamba2_scan"]
+GATED_RMSNORM = SCAN_OPS["gated_rmsnorm"]
+
+
+def derive_mamba2_vjp() -> Proof:
+    return prove_vjp(MAMBA2_SCAN)
+
+
+def derive_mamba2_jvp() -> Proof:
+    return prove_jvp(MAMBA2_SCAN)
+
+
+def derive_gated_norm_vjp() -> Proof:
+    return prove_vjp(GATED_RMSNORM)
+
+
+def derive_gated_norm_jvp() -> Proof:
+    return prove_jvp(GATED_RMSNORM)
+
+
+register(ssm_identity("ssm_mamba2_scan_vjp", "VJP of Mamba-2's scan (scalar decay per head)",
+             MAMBA2_SCAN.vjp_statement, (_ssm2.mamba2_scan, _ssm2.mamba2_scan_vjp),
+             derive_mamba2_vjp, ("vjp", "scan", "mamba2")))
+register(ssm_identity("ssm_mamba2_scan_jvp", "JVP of Mamba-2's scan (scalar decay per head)",
+             r"\dot h_t = \bar A_t\dot h_{t-1} + \bar A_t(\dot\Delta_t A + \Delta_t\dot A)"
+             r"h_{t-1} + (\dot\Delta_t x_t + \Delta_t\dot x_t)B_t^\top + \Delta_t x_t\dot B_t^\top,"
+             r"\ \dot y_t = \dot h_t C_t + h_t\dot C_t + \dot D x_t + D\dot x_t",
+             (_ssm2.mamba2_scan, _ssm2.mamba2_scan_jvp), derive_mamba2_jvp,
+             ("jvp", "scan", "mamba2")))
+register(ssm_identity("ssm_gated_rmsnorm_vjp", "VJP of Mamba-2's gated RMSNorm (per group)",
+             GATED_RMSNORM.vjp_statement, (_ssm2.gated_rmsnorm, _ssm2.gated_rmsnorm_vjp),
+             derive_gated_norm_vjp, ("vjp", "mamba2")))
+register(ssm_identity("ssm_gated_rmsnorm_jvp", "JVP of Mamba-2's gated RMSNorm (per group)",
+             r"\dot v = \dot x\odot\operatorname{silu}(z) + x\odot\operatorname{silu}'(z)\odot"
+             r"\dot z,\ \dot y = \gamma\odot\tfrac1r(\dot v - \hat v\,\overline{\hat v\odot"
+             r"\dot v}) + \dot\gamma\odot\hat v",
+             (_ssm2.gated_rmsnorm, _ssm2.gated_rmsnorm_jvp), derive_gated_norm_jvp,
+             ("jvp", "mamba2")))

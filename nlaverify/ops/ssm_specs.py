@@ -17,7 +17,7 @@ against JAX autodiff node by node wherever a Mamba block runs
 
 from __future__ import annotations
 
-from nlaverify.ops import conv, ssm
+from nlaverify.ops import conv, ssm, ssm2
 from nlaverify.ops.opspec import Arg, OpSpec
 
 __all__ = ["CONV_OPS", "SCAN_OPS"]
@@ -44,6 +44,31 @@ SCAN_OPS: dict[str, OpSpec] = {s.name: s for s in (
     OpSpec("mamba_scan", ssm.mamba_scan, ssm.mamba_scan_vjp, _scan_args("A_log"),
            "Gu & Dao 2023 (Mamba; Hugging Face MambaMixer, A = -exp(A_log))",
            _SCAN_STATEMENT + r",\ \bar A_{\log} = \bar A\odot A", *_SCAN_SIZES),
+    # Mamba-2 (Dao & Gu 2024): a scalar decay per head, B and C shared by groups of heads;
+    # the proof's H = 2 heads read G = 1 group (the group sum of the adjoint exercised)
+    OpSpec("mamba2_scan", ssm2.mamba2_scan, ssm2.mamba2_scan_vjp,
+           (Arg("x", ("n", "H", "P")), Arg("dt", ("n", "H")), Arg("A_log", ("H",)),
+            Arg("B", ("n", "G", "N")), Arg("C", ("n", "G", "N")), Arg("D", ("H",)),
+            Arg("dt_bias", ("H",))),
+           "Dao & Gu 2024 (Mamba-2, §7; Hugging Face mamba2_chunk_scan, A = -exp(A_log))",
+           r"\lambda_t = G_t C_t^\top + \bar A_{t+1}\lambda_{t+1},\ \bar x_t = \Delta_t"
+           r"\lambda_t B_t + D\odot G_t,\ \bar\Delta_t = a_t\bar A_t A + \textstyle\sum"
+           r"\lambda_t\odot x_tB_t^\top,\ a_t = \sum\lambda_t\odot h_{t-1},\ \bar A_{\log}"
+           r" = A\textstyle\sum_t a_t\bar A_t\Delta_t",
+           {"n": 3, "H": 2, "P": 1, "G": 1, "N": 2},
+           {"n": (1, 5), "H": (1, 2), "P": (1, 3), "G": (1, 2), "N": (1, 3)},
+           fix_sizes=lambda s: {**s, "H": s["H"] * s["G"]}),
+    OpSpec("gated_rmsnorm", ssm2.gated_rmsnorm, ssm2.gated_rmsnorm_vjp,
+           (Arg("x", ("n", "d")), Arg("z", ("n", "d")), Arg("gamma", ("d",))),
+           "Dao & Gu 2024 (Mamba-2, §7.3, the extra normalization; Hugging Face "
+           "Mamba2RMSNormGated)",
+           r"v = x\odot\operatorname{silu}(z),\ \bar v = \tfrac1r(g - \hat v\,\overline{g"
+           r"\odot\hat v}),\ g = G\odot\gamma,\ \bar x = \bar v\odot\operatorname{silu}(z),"
+           r"\ \bar z = \bar v\odot x\odot\operatorname{silu}'(z)",
+           # two groups of 2: the per-group mean, not the row's, is exercised
+           {"n": 2, "d": 4}, {"n": (1, 4), "d": (2, 8)},
+           static={"eps": 1e-5, "group_size": 2}, proof_static={"eps": "epsilon"},
+           fix_sizes=lambda s: {**s, "d": s["d"] + s["d"] % 2}),
 )}
 
 #: entries of ``OPS``: proved by ``nlaverify derive`` like every op of the table
