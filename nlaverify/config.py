@@ -33,6 +33,7 @@ from nlaverify.config_options import (
     ConfigError,
     RopeScaling,
     check_lora,
+    check_mixer,
     check_no_mlp,
     check_rotary,
     check_softcaps,
@@ -100,7 +101,11 @@ class TransformerConfig:
     :math:`\Delta` of rank ``ssm_dt_rank`` (``None``: :math:`\lceil d/16\rceil`, Hugging
     Face's ``"auto"``); the MLP sublayer stays unless ``mlp="none"`` (:data:`NO_MLP`: blocks
     :math:`x \leftarrow x + \operatorname{Mixer}(N(x))`, Hugging Face's ``MambaBlock``;
-    ``d_mlp`` unread).
+    ``d_mlp`` unread). ``mixer="rwkv"`` is RWKV-4's block (Peng et al. 2023; Hugging Face
+    ``RwkvBlock``): time mixing of width :math:`a` = ``rwkv_attention_size`` (``None``:
+    :math:`d`) in place of attention, and its channel mixing of width ``d_mlp`` in place of
+    the MLP (``mlp`` then names the MLP of the other blocks of a hybrid); block 0 first
+    normalises the embedding (``ln0``). Checked by :func:`check_mixer`.
 
     Soft-capping (Gemma Team 2024, Gemma 2 §2): ``attn_softcap`` :math:`c` caps the scaled
     attention scores, :math:`c\tanh(s/c)`, before the causal mask (softmax attention only);
@@ -173,6 +178,7 @@ class TransformerConfig:
     ssm_conv: int = 4
     ssm_expand: int = 2
     ssm_dt_rank: int | None = None
+    rwkv_attention_size: int | None = None
     attn_softcap: float | None = None
     final_softcap: float | None = None
     parallel_residual: bool = False
@@ -238,33 +244,20 @@ class TransformerConfig:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
         self._check_attention()
         self._check_architecture_options()
-        self._check_mixer()
+        check_mixer(self)
         check_no_mlp(self)
         check_rotary(self)
-
-    def _check_mixer(self) -> None:
-        """``mixer`` a name of :data:`MIXERS` or one per block (a list becomes a tuple); the
-        state-space sizes positive integers (``ssm_dt_rank`` may be ``None``)."""
-        m = self.mixer
-        if isinstance(m, list):
-            m = tuple(m)
-            object.__setattr__(self, "mixer", m)
-        ok = m in MIXERS if isinstance(m, str) else (
-            isinstance(m, tuple) and len(m) == self.n_blocks and all(x in MIXERS for x in m))
-        if not ok:
-            raise ConfigError(f"TransformerConfig.mixer: expected one of {', '.join(MIXERS)} "
-                              f"or a tuple of n_blocks={self.n_blocks} of them, got {m!r}")
-        for f in ("ssm_state", "ssm_conv", "ssm_expand", "ssm_dt_rank"):
-            v = getattr(self, f)
-            if (v is not None or f != "ssm_dt_rank") and (
-                    isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                none = " or None" if f == "ssm_dt_rank" else ""
-                raise ConfigError(f"TransformerConfig.{f}: expected a positive integer{none}, "
-                                  f"got {v!r}")
 
     def block_mixer(self, layer: int) -> str:
         """The token mixer of block ``layer`` (:data:`MIXERS`)."""
         return self.mixer if isinstance(self.mixer, str) else self.mixer[layer]
+
+    @property
+    def rwkv_dim(self) -> int:
+        """The time mixing's width :math:`a` of an RWKV block: ``rwkv_attention_size`` or
+        ``d_model`` (Hugging Face ``RwkvConfig.attention_hidden_size``)."""
+        return self.rwkv_attention_size if self.rwkv_attention_size is not None else \
+            self.d_model
 
     @property
     def d_inner(self) -> int:
@@ -418,6 +411,11 @@ PRESETS: dict[str, TransformerConfig] = {
     "tiny-mamba": TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=2, d_mlp=16,
                                     positions="none", context=16, mlp="swiglu", norm="rmsnorm",
                                     mixer="mamba", ssm_state=4, ssm_conv=3, name="tiny-mamba"),
+    # tiny's sizes with RWKV-4's block (Peng et al. 2023; issue 37): time mixing of width d,
+    # channel mixing of width d_mlp, ln0 on the embedding, no positions
+    "tiny-rwkv": TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=2, d_mlp=16,
+                                   positions="none", context=16, mixer="rwkv",
+                                   name="tiny-rwkv"),
     # a mid-sized model for precision and speed checks (d=256, 4 blocks, V=2048)
     "mid": TransformerConfig(vocab_size=2048, d_model=256, n_heads=8, n_blocks=4, d_mlp=1024,
                              positions="learned", context=256, mlp="gelu", attn_bias=True,

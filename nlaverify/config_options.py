@@ -4,6 +4,7 @@ the RoPE frequency scaling.
 The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
 targets, RoPE pairings; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA, MLP-less and
 partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`), the
+token mixers (:func:`check_mixer`), the
 soft caps and Gemma 2's options (:func:`check_softcaps`),
 :class:`ConfigError` and :class:`RopeScaling`, the
 one structured field:
@@ -42,10 +43,11 @@ ROPE_PAIRINGS = ("interleaved", "half")
 ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
 #: attentions with random features (the draws are part of the config, see feature_draws)
 RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
-#: the token mixer of a block (issue 37): softmax-family attention (``attention``) or Mamba's
-#: selective state-space block (``mamba``; Gu & Dao 2023); a per-block tuple mixes them
-#: (a hybrid, as Jamba does)
-MIXERS = ("attention", "mamba")
+#: the token mixer of a block (issue 37): softmax-family attention (``attention``), Mamba's
+#: selective state-space block (``mamba``; Gu & Dao 2023) or RWKV-4's time mixing with its
+#: channel mixing in place of the MLP (``rwkv``; Peng et al. 2023); a per-block tuple mixes
+#: them (a hybrid, as Jamba does)
+MIXERS = ("attention", "mamba", "rwkv")
 #: attentions that are bidirectional only (no causal form)
 BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
 
@@ -122,6 +124,72 @@ def check_lora(cfg: Any) -> None:
         raise ConfigError("TransformerConfig.lora_targets: 'mlp' adapts dense MLP "
                           f"projections; this model routes to n_experts={cfg.n_experts} "
                           "experts")
+
+
+def check_mixer(cfg: Any) -> None:
+    """``mixer`` a name of :data:`MIXERS` or one per block (a list becomes a tuple); the
+    state-space sizes positive integers (``ssm_dt_rank`` and ``rwkv_attention_size`` may be
+    ``None``); RWKV blocks (:func:`check_rwkv`) in the block layout they have."""
+    m = cfg.mixer
+    if isinstance(m, list):
+        m = tuple(m)
+        object.__setattr__(cfg, "mixer", m)
+    ok = m in MIXERS if isinstance(m, str) else (
+        isinstance(m, tuple) and len(m) == cfg.n_blocks and all(x in MIXERS for x in m))
+    if not ok:
+        raise ConfigError(f"TransformerConfig.mixer: expected one of {', '.join(MIXERS)} "
+                          f"or a tuple of n_blocks={cfg.n_blocks} of them, got {m!r}")
+    for f in ("ssm_state", "ssm_conv", "ssm_expand", "ssm_dt_rank", "rwkv_attention_size"):
+        v = getattr(cfg, f)
+        optional = f in ("ssm_dt_rank", "rwkv_attention_size")
+        if (v is not None or not optional) and (
+                isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            none = " or None" if optional else ""
+            raise ConfigError(f"TransformerConfig.{f}: expected a positive integer{none}, "
+                              f"got {v!r}")
+    check_rwkv(cfg)
+
+
+def check_rwkv(cfg: Any) -> None:
+    r"""The options an RWKV-4 block (``mixer="rwkv"``, Peng et al. 2023; Hugging Face
+    ``RwkvBlock``) has: a sequential pre-LN block :math:`x \leftarrow x + \operatorname{
+    TimeMix}(\mathrm{LN}_1(x))`, :math:`x \leftarrow x + \operatorname{ChannelMix}(\mathrm{
+    LN}_2(x))` of LayerNorms, causal, without positions (the token shift and the decay
+    order the tokens; RoPE only for the attention blocks of a hybrid). Its channel mixing
+    takes the place of the MLP: no routed experts, no MLP bias or LoRA in an all-RWKV model
+    (no MLP to carry them), no ``mlp="none"`` there either."""
+    blocks = [cfg.mixer] * cfg.n_blocks if isinstance(cfg.mixer, str) else list(cfg.mixer)
+    n_rwkv = blocks.count("rwkv")
+    if not n_rwkv:  # rwkv_attention_size is then unread, as ssm_state is without Mamba
+        return
+    only = n_rwkv == len(blocks)
+    rules: tuple[tuple[str, bool, str], ...] = (
+        ("placement", cfg.placement != "pre", "RWKV's block is pre-LN: expected 'pre'"),
+        ("parallel_residual", cfg.parallel_residual,
+         "RWKV's channel mixing reads the stream after the time mixing: expected False"),
+        ("post_norms", cfg.post_norms, "RWKV's block has no norm on a sublayer's output: "
+                                       "expected False"),
+        ("pre_norms", not cfg.pre_norms, "RWKV's sublayers read LN(x): expected True"),
+        ("residual_multiplier", cfg.residual_multiplier is not None,
+         "RWKV's residual adds are unscaled: expected None"),
+        ("norm", cfg.norm != "layernorm", "RWKV's norms are LayerNorms: expected "
+                                          "'layernorm'"),
+        ("causal", not cfg.causal, "RWKV's token shift and WKV are causal: expected True"),
+        ("positions", cfg.positions not in (("none",) if only else ("none", "rope")),
+         "RWKV reads no positions (the token shift and the decay order the tokens): "
+         "expected 'none'" + ("" if only else " or, for the attention blocks, 'rope'")),
+        ("n_experts", cfg.n_experts > 0, "RWKV's channel mixing is not routed: expected 0"),
+        ("mlp_bias", only and cfg.mlp_bias, "an all-RWKV model has no MLP to bias (its "
+                                            "channel mixing has none): expected False"),
+        ("lora_rank", only and cfg.lora_rank > 0, "RWKV's projections carry no LoRA "
+                                                  "adapters: expected 0"),
+        ("mlp", only and cfg.mlp == NO_MLP, "every RWKV block has its channel mixing: "
+                                            "expected an MLP kind, not 'none'"),
+    )
+    for f, bad, why in rules:
+        if bad:
+            raise ConfigError(f"TransformerConfig.{f}: {why}, got {getattr(cfg, f)!r} with "
+                              f"mixer={cfg.mixer!r}")
 
 
 def check_no_mlp(cfg: Any) -> None:

@@ -55,6 +55,7 @@ _SOFTMAX = {
     "ssm_conv": Figure(4, _UNUSED),
     "ssm_expand": Figure(2, _UNUSED),
     "ssm_dt_rank": Figure(None, _UNUSED),
+    "rwkv_attention_size": Figure(None, _UNUSED),
     "attn_softcap": Figure(None, "attention scores not soft-capped (Gemma 2 caps them)"),
     "final_softcap": Figure(None, "logits not soft-capped (Gemma 2 caps them)"),
     "parallel_residual": Figure(False, "attention, then the MLP on the updated stream"),
@@ -75,7 +76,7 @@ _SOFTMAX = {
 }
 
 #: the presets that stand for no published model (test and benchmark sizes)
-UNPUBLISHED = frozenset({"tiny", "tiny-mamba", "mid"})
+UNPUBLISHED = frozenset({"tiny", "tiny-mamba", "tiny-rwkv", "mid"})
 
 #: Published hyper-parameters of each preset that models a published Transformer, field
 #: by field (every field of :class:`TransformerConfig` but ``name``), with the source.

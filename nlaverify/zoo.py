@@ -20,12 +20,12 @@ large. The zoo is that set of configurations:
   :math:`10000^{-2i/d_h}`, Baggag & Saad §3.6.2), temperatures 0.5 and 3, tied
   embeddings, no final norm, bidirectional attention, biases on and off,
   :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
-  attention (Gu & Dao 2023); Gemma 2's soft caps; GPT-NeoX's parallel block; partial
-  rotary in the half pairing (Pythia, Phi) and GPT-J's block (interleaved partial
-  rotary, a biased unembedding); Gemma 2's sandwich norms, query scalar and alternating
-  local/global layers; Granite's multipliers; OLMo 2's output-only norms and joint QK-norm;
-  FAVOR+ and Linformer attention (Baggag &
-  Saad §4.4; the other attention variants are verified node by node in
+  attention (Gu & Dao 2023); RWKV-4's block, alone and in a hybrid (Peng et al. 2023);
+  Gemma 2's soft caps; GPT-NeoX's parallel block; partial rotary in the half pairing
+  (Pythia, Phi) and GPT-J's block (interleaved partial rotary, a biased unembedding);
+  Gemma 2's sandwich norms, query scalar and alternating local/global layers; Granite's
+  multipliers; OLMo 2's output-only norms and joint QK-norm; FAVOR+ and Linformer
+  attention (Baggag & Saad §4.4; the other attention variants are verified node by node in
   ``tests/test_attention_models.py``);
 * :func:`verify_zoo`: :func:`~nlaverify.pipeline.verify_pipeline` on each, node by node;
 * :func:`field_effect` / :func:`check_field_effects`: for every field, two configurations
@@ -132,6 +132,12 @@ ZOO: tuple[TransformerConfig, ...] = (
     # a hybrid as Jamba interleaves them: Mamba in block 0, RoPE attention in block 1
     _member("hybrid-mamba-attention", n_blocks=2, mixer=("mamba", "attention"),
             positions="rope", ssm_state=2, ssm_expand=1),
+    # RWKV-4's block (Peng et al. 2023): time mixing of width a = 6 != d (rwkv_attention_size),
+    # channel mixing of width 12, ln0 on the embedding, two blocks, no positions
+    _member("rwkv", n_blocks=2, mixer="rwkv", rwkv_attention_size=6, positions="none"),
+    # a hybrid: RoPE attention with a SwiGLU MLP in block 0 (so no ln0), RWKV in block 1
+    _member("hybrid-rwkv-attention", n_blocks=2, mixer=("attention", "rwkv"),
+            positions="rope", mlp="swiglu"),
     # Gemma 2's soft caps (Gemma Team 2024): scores 0.5 (before the mask), logits 1.5; post-LN
     _member("softcap-rmsnorm", attn_softcap=0.5, final_softcap=1.5, norm="rmsnorm",
             placement="post"),

@@ -77,10 +77,29 @@ def _attention(s: Shapes, static: dict[str, Any]) -> tuple[int, int]:
     return 2 * h * n * n_k * (d_k + d_v), 2 * h * n * n_k * (3 * d_k + 2 * d_v)
 
 
+def _rwkv_time_mix(s: Shapes, static: dict[str, Any]) -> tuple[int, int]:
+    r"""RWKV's time mixing: :math:`k, v, z_r = x_\mu W` and :math:`hW_o`: :math:`8nda`
+    forward; the VJP recomputes the three projections (:math:`6nda`) and takes four
+    :math:`(\bar X, \bar W)` pairs (:math:`16nda`): :math:`22nda`."""
+    n = math.prod(s[0][:-1])
+    d, a = s[6]
+    return 8 * n * d * a, 22 * n * d * a
+
+
+def _rwkv_channel_mix(s: Shapes, static: dict[str, Any]) -> tuple[int, int]:
+    r"""RWKV's channel mixing: :math:`x_\mu W_k`, :math:`x_\mu W_r`, :math:`kW_v`:
+    :math:`2n(2df + d^2)` forward; the VJP recomputes them and takes three
+    :math:`(\bar X, \bar W)` pairs: :math:`6n(2df + d^2)`."""
+    n = math.prod(s[0][:-1])
+    d, f = s[3]
+    return 2 * n * (2 * d * f + d * d), 6 * n * (2 * d * f + d * d)
+
+
 #: op name -> ``form(arg_shapes, static) -> (forward, backward)`` matmul FLOPs
 MATMUL_FORMS: dict[str, Callable[[Shapes, dict[str, Any]], tuple[int, int]]] = {
     "linear": _linear, "affine": _linear, "unembed_tied": _unembed_tied, "embed": _embed,
     "lora_linear": _lora, "lora_affine": _lora, "attention": _attention,
+    "rwkv_time_mix": _rwkv_time_mix, "rwkv_channel_mix": _rwkv_channel_mix,
 }
 
 #: ops without a product (elementwise, reshapes): zero matmul FLOPs both ways
@@ -101,12 +120,14 @@ def matmul_form(op: str, arg_shapes: Shapes, static: dict[str, Any]) -> tuple[in
 
 def component_of(node: str) -> str:
     """The component a node's cost is summed into: ``embedding``, ``attention``, ``mamba``
-    (Mamba's mixer), ``mlp``, ``norms``, ``residual``, ``unembedding`` or ``loss``."""
+    (Mamba's mixer), ``rwkv`` (RWKV's time mixing), ``mlp``, ``channel_mix`` (RWKV's, in
+    place of the MLP), ``norms``, ``residual``, ``unembedding`` or ``loss``."""
     parts = node.split(".")
     if parts[0] == "blocks":
         part = parts[2]
-        return {"attn": "attention", "mamba": "mamba", "mlp": "mlp", "resid1": "residual",
-                "resid2": "residual"}.get(part, "norms")
+        return {"attn": "attention", "mamba": "mamba", "rwkv": "rwkv", "mlp": "mlp",
+                "ffn": "channel_mix", "resid1": "residual", "resid2": "residual"}.get(
+                    part, "norms")
     if node in ("embed", "embed_scaled", "x0"):
         return "embedding"
     if node == "final_norm":

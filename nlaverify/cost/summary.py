@@ -25,13 +25,17 @@ from nlaverify.graph.build import parameter_counts
 __all__ = ["COMPONENTS", "Term", "attention_pairs", "by_block", "by_component",
            "rule_comparison"]
 
-COMPONENTS = ("embedding", "attention", "mamba", "mlp", "norms", "residual", "unembedding",
-              "loss")
+COMPONENTS = ("embedding", "attention", "mamba", "rwkv", "mlp", "channel_mix", "norms",
+              "residual", "unembedding", "loss")
 
 #: parameter components outside Kaplan et al.'s N (vocabulary and positional embeddings)
 EMBEDDING_COMPONENTS = ("embedding", "positions", "unembedding")
 
-_PRODUCT_OPS = ("linear", "affine", "lora_linear", "lora_affine")
+#: ops whose matrix products are the block's weight products (RWKV's mixers hold their
+#: projections inside the op: :math:`XW_k, XW_v, XW_r, hW_o`; :math:`XW_k, XW_r, kW_v`; their
+#: VJPs recompute the forward products, so the code does more than 6 per weight there)
+_PRODUCT_OPS = ("linear", "affine", "lora_linear", "lora_affine", "rwkv_time_mix",
+                "rwkv_channel_mix")
 
 
 def by_component(costs: list[NodeCost]) -> dict[str, dict[str, int]]:
@@ -122,7 +126,8 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
         if attrs["kind"] == "param" and attrs["block"] is not None and len(attrs["shape"]) == 2:
             weights += math.prod(attrs["shape"])
     dk = config.d_head
-    # the attention terms count attention blocks only (Mamba's mixers have no QK^T, PV),
+    # the attention terms count attention blocks only (Mamba's and RWKV's mixers have no
+    # QK^T, PV),
     # each with its window (Gemma 2's window_layers: the others see the whole prefix)
     attn = [b for b in range(L) if config.block_mixer(b) == "attention"]
     La = len(attn)

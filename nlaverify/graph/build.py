@@ -159,12 +159,58 @@ def _mamba(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> s
     return b.project(f"{p}.out", y, E, d, False, "mamba.out_proj", block)
 
 
+def _rwkv_time_mix(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    r"""RWKV-4's time mixing (Peng et al. 2023; Hugging Face ``RwkvSelfAttention``), node
+    ``{p}.time_mix`` (:func:`nlaverify.ops.rwkv_block.time_mix`): with :math:`a` =
+    ``rwkv_dim``, mixes :math:`\mu_k, \mu_v, \mu_r \in \mathbb R^d`, ``time_decay``
+    (:math:`w = -e^{\text{time\_decay}}`) and ``time_first`` (:math:`u`) in :math:`\mathbb
+    R^a`, :math:`W_k, W_v, W_r \in \mathbb R^{d\times a}`, :math:`W_o \in \mathbb R^{a\times
+    d}`. The mixes are drawn :math:`\mu \sim N(0, 1/4)` (both tokens weigh in), the decays
+    :math:`|w| = e^{\text{time\_decay}}` of order 1 (several past tokens weigh in)."""
+    d, a = cfg.d_model, cfg.rwkv_dim
+    comp = "rwkv.time_mix"
+    mus = [b.param(f"{p}.{m}", (d,), f"{comp}.mix", ("normal", 0.5), block)
+           for m in ("mu_k", "mu_v", "mu_r")]
+    td = b.param(f"{p}.time_decay", (a,), f"{comp}.time_decay", ("normal", 0.5), block)
+    tf = b.param(f"{p}.time_first", (a,), f"{comp}.time_first", ("normal", 0.5), block)
+    Ws = [b.param(f"{p}.{w}", (d, a), f"{comp}.{w}", ("normal", d**-0.5), block)
+          for w in ("W_k", "W_v", "W_r")]
+    Wo = b.param(f"{p}.W_o", (a, d), f"{comp}.W_o", ("normal", a**-0.5), block)
+    return b.op(f"{p}.time_mix", "rwkv_time_mix", [x, *mus, td, tf, *Ws, Wo], ("n", d))
+
+
+def _rwkv_channel_mix(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    r"""RWKV-4's channel mixing (Hugging Face ``RwkvFeedForward``), node ``{p}.channel_mix``
+    (:func:`nlaverify.ops.rwkv_block.channel_mix`), in place of the MLP: :math:`\mu_k, \mu_r
+    \in \mathbb R^d`, :math:`W_k \in \mathbb R^{d\times f}` (:math:`f` = ``d_mlp``),
+    :math:`W_r \in \mathbb R^{d\times d}`, :math:`W_v \in \mathbb R^{f\times d}`."""
+    d, f = cfg.d_model, cfg.d_mlp
+    comp = "rwkv.channel_mix"
+    mus = [b.param(f"{p}.{m}", (d,), f"{comp}.mix", ("normal", 0.5), block)
+           for m in ("mu_k", "mu_r")]
+    Wk = b.param(f"{p}.W_k", (d, f), f"{comp}.W_k", ("normal", d**-0.5), block)
+    Wr = b.param(f"{p}.W_r", (d, d), f"{comp}.W_r", ("normal", d**-0.5), block)
+    Wv = b.param(f"{p}.W_v", (f, d), f"{comp}.W_v", ("normal", f**-0.5), block)
+    return b.op(f"{p}.channel_mix", "rwkv_channel_mix", [x, *mus, Wk, Wr, Wv], ("n", d))
+
+
 def _mixer(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
-    """Block ``block``'s token mixer (``cfg.block_mixer``): attention at ``{p}.attn`` or
-    Mamba's block at ``{p}.mamba``."""
-    if cfg.block_mixer(block) == "mamba":
+    """Block ``block``'s token mixer (``cfg.block_mixer``): attention at ``{p}.attn``,
+    Mamba's block at ``{p}.mamba`` or RWKV's time mixing at ``{p}.rwkv``."""
+    mixer = cfg.block_mixer(block)
+    if mixer == "mamba":
         return _mamba(b, f"{p}.mamba", x, cfg, block)
+    if mixer == "rwkv":
+        return _rwkv_time_mix(b, f"{p}.rwkv", x, cfg, block)
     return _attention(b, f"{p}.attn", x, cfg, block)
+
+
+def _ffn(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    """Block ``block``'s MLP sublayer: RWKV's channel mixing at ``{p}.ffn`` in an RWKV
+    block, else the MLP at ``{p}.mlp``."""
+    if cfg.block_mixer(block) == "rwkv":
+        return _rwkv_channel_mix(b, f"{p}.ffn", x, cfg, block)
+    return _mlp(b, f"{p}.mlp", x, cfg, block)
 
 
 #: the activation op of each dense (ungated) MLP
@@ -269,7 +315,10 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     x + \operatorname{Attn}(N_1(x))`, ``resid2`` :math:`=` ``resid1`` :math:`+
     \operatorname{MLP}(N(x))`, :math:`N` the shared ``norm1`` or NeoX's ``norm2``. Without
     an MLP (``mlp="none"``, Mamba's block) a block ends at ``resid1`` (pre-LN) or ``norm1``
-    (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``. Gemma 2 (``post_norms``): ``resid1``
+    (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``. An RWKV block (``mixer="rwkv"``) has
+    ``rwkv.time_mix`` in place of attention and ``ffn.channel_mix`` in place of the MLP,
+    and block 0 normalises the embedding first (``blocks.0.ln0``, Hugging Face's
+    ``pre_ln``). Gemma 2 (``post_norms``): ``resid1``
     :math:`= x + N'_1(\operatorname{Attn}(N_1(x)))` with ``post_norm1``, likewise
     ``post_norm2`` on the MLP's output; ``query_pre_attn_scalar`` :math:`s` scales the rotated
     queries by :math:`\sqrt{d_h/s}` (``attn.q_scaled``) so the attention's
@@ -309,6 +358,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
             x = b.op(f"{p}.resid2", "residual_add", [
                 b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d)), m], ("n", d))
         elif cfg.placement == "pre":
+            if layer == 0 and cfg.block_mixer(0) == "rwkv":  # RWKV's ln0 of the embedding
+                x = b.norm(f"{p}.ln0", x, cfg, "norms.blocks", layer)
             h = b.norm(f"{p}.norm1", x, cfg, "norms.blocks", layer) if cfg.pre_norms else x
             a = _mixer(b, p, h, cfg, layer)
             if cfg.post_norms:  # Gemma 2's sandwich: N(sublayer output) before the add
@@ -317,10 +368,10 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
             if r is not None:  # Granite: x + r F(N(x))
                 a = b.op(f"{p}.scaled1", "scale", [a], ("n", d), c=r)
             x = b.op(f"{p}.resid1", "residual_add", [x, a], ("n", d))
-            if cfg.mlp == NO_MLP:
+            if cfg.mlp == NO_MLP and cfg.block_mixer(layer) != "rwkv":
                 continue
             h = b.norm(f"{p}.norm2", x, cfg, "norms.blocks", layer) if cfg.pre_norms else x
-            m = _mlp(b, f"{p}.mlp", h, cfg, layer)
+            m = _ffn(b, p, h, cfg, layer)
             if cfg.post_norms:
                 m = b.norm(f"{p}.post_norm2", m, cfg, "norms.blocks", layer)
             if r is not None:

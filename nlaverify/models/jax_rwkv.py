@@ -1,6 +1,8 @@
 r"""An independent JAX RWKV-4 language model (Peng et al. 2023; Hugging Face
 ``RwkvForCausalLM``), written apart from :mod:`nlaverify.ops.rwkv_block`: the oracle the ops
-composed are checked against (``tests/test_rwkv_block.py``).
+composed are checked against (``tests/test_rwkv_block.py``), and, through
+:func:`graph_time_mix` and :func:`graph_channel_mix` (the graph's parameter and node names),
+the RWKV blocks of :mod:`nlaverify.models.jax_transformer` (``mixer="rwkv"``).
 
 It shares no code with the ops. The WKV is computed as **per-channel causal softmax
 attention** with a decay bias, not as a scan: for channel :math:`c`, the logits of query
@@ -36,8 +38,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["params_from_hf", "rwkv_channel_mix", "rwkv_logits", "rwkv_time_mix",
-           "wkv_attention"]
+__all__ = ["graph_channel_mix", "graph_time_mix", "params_from_hf", "rwkv_channel_mix",
+           "rwkv_logits", "rwkv_time_mix", "wkv_attention"]
 
 
 def _layernorm(x: Any, g: Any, b: Any, eps: float) -> Any:
@@ -157,4 +159,26 @@ def params_from_hf(state_dict: Mapping[str, Any]) -> dict[str, Any]:
         if key.endswith(".weight") and a.ndim == 2 and name != "emb":
             a = a.T
         out[name] = a.reshape(-1) if "time_mix" in key else a
+    return out
+
+
+#: the graph's names of the time mixing's and the channel mixing's parameters
+_GRAPH_ATT = ("mu_k", "mu_v", "mu_r", "time_decay", "time_first", "W_k", "W_v", "W_r", "W_o")
+_GRAPH_FFN = ("mu_k", "mu_r", "W_k", "W_r", "W_v")
+
+
+def graph_time_mix(p: Mapping[str, Any], name: str, x: Any, rec: dict[str, Any]) -> Any:
+    r""":func:`rwkv_time_mix` of ``x`` ``(n, d)`` with the graph's parameters ``{name}.mu_k``
+    ... ``{name}.W_o`` (:func:`nlaverify.graph.build.build_transformer`'s ``blocks.{l}.rwkv``),
+    recorded in ``rec`` at the graph's node ``{name}.time_mix``."""
+    q = {f"att.{k}": p[f"{name}.{k}"] for k in _GRAPH_ATT}
+    out = rec[f"{name}.time_mix"] = rwkv_time_mix(q, x, "")
+    return out
+
+
+def graph_channel_mix(p: Mapping[str, Any], name: str, x: Any, rec: dict[str, Any]) -> Any:
+    r""":func:`rwkv_channel_mix` of ``x`` ``(n, d)`` with the graph's parameters
+    ``{name}.mu_k`` ... ``{name}.W_v`` (``blocks.{l}.ffn``), recorded at ``{name}.channel_mix``."""
+    q = {f"ffn.{k}": p[f"{name}.{k}"] for k in _GRAPH_FFN}
+    out = rec[f"{name}.channel_mix"] = rwkv_channel_mix(q, x, "")
     return out

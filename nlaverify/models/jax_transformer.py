@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
+from nlaverify.models.jax_rwkv import graph_channel_mix, graph_time_mix
 
 jax.config.update("jax_enable_x64", True)
 
@@ -262,9 +263,12 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
 
 def _mix(p: Params, b: str, x: Any, cfg: TransformerConfig, rec: Record, layer: int,
          draw: int) -> Any:
-    """Block ``b``'s token mixer: attention, or Mamba's block (:mod:`.jax_mamba`)."""
+    """Block ``b``'s token mixer: attention, Mamba's block (:mod:`.jax_mamba`) or RWKV's time
+    mixing (:mod:`.jax_rwkv`, the WKV as per-channel softmax attention)."""
     if cfg.block_mixer(layer) == "mamba":
         return mamba_mixer(p, f"{b}.mamba", x, cfg, rec)
+    if cfg.block_mixer(layer) == "rwkv":
+        return graph_time_mix(p, f"{b}.rwkv", x, rec)
     return _attention(p, f"{b}.attn", x, cfg, rec, layer, draw)
 
 
@@ -300,6 +304,8 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
             rec[f"{b}.resid1"] = x + a
             x = rec[f"{b}.resid2"] = x + (a + m)
         elif cfg.placement == "pre":
+            if layer == 0 and cfg.block_mixer(0) == "rwkv":  # RWKV's ln0 (HF pre_ln)
+                x = rec[f"{b}.ln0"] = _norm(params, f"{b}.ln0", x, cfg)
             h = x
             if cfg.pre_norms:  # OLMo 2 has none: the sublayers read the stream
                 h = rec[f"{b}.norm1"] = _norm(params, f"{b}.norm1", x, cfg)
@@ -308,12 +314,14 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
                 a = rec[f"{b}.post_norm1"] = _norm(params, f"{b}.post_norm1", a, cfg)
             r = 1.0 if cfg.residual_multiplier is None else cfg.residual_multiplier
             x = rec[f"{b}.resid1"] = x + r * a  # Granite's residual multiplier
-            if cfg.mlp == NO_MLP:  # Mamba's block: x + Mixer(N(x)) only
+            rwkv = cfg.block_mixer(layer) == "rwkv"  # its channel mixing for the MLP
+            if cfg.mlp == NO_MLP and not rwkv:  # Mamba's block: x + Mixer(N(x)) only
                 continue
             h = x
             if cfg.pre_norms:
                 h = rec[f"{b}.norm2"] = _norm(params, f"{b}.norm2", x, cfg)
-            m = _mlp(params, f"{b}.mlp", h, cfg, rec)
+            m = graph_channel_mix(params, f"{b}.ffn", h, rec) if rwkv else _mlp(
+                params, f"{b}.mlp", h, cfg, rec)
             if cfg.post_norms:
                 m = rec[f"{b}.post_norm2"] = _norm(params, f"{b}.post_norm2", m, cfg)
             x = rec[f"{b}.resid2"] = x + r * m
@@ -347,7 +355,8 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
     (``(H, n, d_h)``), ``b.attn.out``; ``b.mlp.out`` and, by MLP kind, ``b.mlp.in``,
     ``b.mlp.gate``, ``b.mlp.up``, ``b.mlp.act`` or ``b.mlp.scores`` (router); for a Mamba
     block (``cfg.block_mixer``) ``b.mamba.in_x``, ``in_z``, ``conv``, ``conv_act``,
-    ``dt_low``, ``B``, ``C``, ``dt``, ``scan``, ``out`` in place of ``b.attn.*``; the
+    ``dt_low``, ``B``, ``C``, ``dt``, ``scan``, ``out`` in place of ``b.attn.*``; for an RWKV
+    block ``b.rwkv.time_mix`` and ``b.ffn.channel_mix`` (and ``blocks.0.ln0``); the
     residual sums ``b.resid1 = s + \operatorname{Attn}(\cdot)``, ``b.resid2 = s +
     \operatorname{MLP}(\cdot)``; ``final_norm`` (when present), ``logits`` and, when
     the temperature :math:`T \ne 1`, ``logits_tempered`` :math:`= Z/T`; ``loss`` (a
