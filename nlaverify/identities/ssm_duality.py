@@ -25,6 +25,7 @@ from nlaverify.ops import pooling as _pool
 from nlaverify.ops import rwkv as _rwkv
 from nlaverify.ops import sdpa as _sd
 from nlaverify.ops import ssm as _ssm
+from nlaverify.ops import ssm2 as _ssm2
 from nlaverify.symbolic.exact import symbol_array
 
 __all__: list[str] = []
@@ -168,6 +169,30 @@ def derive_pooling() -> Proof:
     ])
 
 
+def derive_chunked() -> Proof:
+    xp = get_namespace("sympy")
+    T, N, d = 5, 2, 1
+    la = symbol_array(r"\ell", (T,))
+    B, C, X = symbol_array("b", (T, N)), symbol_array("c", (T, N)), symbol_array("x", (T, d))
+    chk = _Checks()
+    ref = _ssm.ssd_recurrence(xp, la, B, C, X)
+    chunkings: list[Any] = [1, 2, 3, 4, 5, 6, [1, 4], [3, 2], [2, 1, 2]]
+    for chunks in chunkings:
+        _equal(chk, _ssm2.ssd_chunked(xp, la, B, C, X, chunks), ref,
+               f"ssd_chunked(chunks={chunks}) - recurrence")
+    return chk.proof([
+        Step(rf"$T = {T}$ steps, state size $N = {N}$, log-decays $\ell_t$ and $B, C, X$ "
+             r"independent symbols; `ssd_chunked` runs Mamba-2's chunked algorithm (the "
+             r"diagonal blocks as masked attention, each chunk's state from zero, the state "
+             r"carried across chunks, the carried state read out) for the chunkings "
+             + ", ".join(f"`{c}`" for c in chunkings) + " (a size: the last chunk ragged, as "
+             r"Hugging Face's zero padding; a list: the sizes)"),
+        Step(r"and equals `ssd_recurrence` entry by entry for each, every exponential of a "
+             r"segment sum expanded into the product of its factors:",
+             r"Y^{diag} + Y^{off} = Y ."),
+    ])
+
+
 register(ssm_identity("ssm_state_space_duality",
              "Mamba-2's duality: a scalar-decay SSM is masked attention with a "
              "1-semiseparable mask",
@@ -194,3 +219,10 @@ register(ssm_identity("ssm_pooling_derivatives",
              (_pool.l2_normalize, _pool.l2_normalize_vjp, _pool.l2_normalize_jvp,
               _pool.mean_pool, _pool.mean_pool_vjp, _pool.mean_pool_jvp), derive_pooling,
              ("set",)))
+register(ssm_identity("ssm_ssd_chunked_equals_recurrence",
+             "Mamba-2's chunked algorithm equals the recurrence for every chunking",
+             r"Y_{[l,h)} = (L_{[l,h)}\circ C B^\top)X_{[l,h)} + \bigl(e^{\sum_{l\le r\le t}"
+             r"\ell_r} C_t H_{l-1}\bigr)_t,\ H_{h-1} = e^{\sum_{l\le r<h}\ell_r}H_{l-1} + "
+             r"\textstyle\sum_s e^{\sum_{s<r<h}\ell_r}B_s^\top X_s",
+             (_ssm2.ssd_chunked, _ssm.ssd_recurrence, _ssm.ssd_attention), derive_chunked,
+             ("scan", "mamba2")))

@@ -28,6 +28,7 @@ VJPs and JVPs are proved against ``sympy.diff`` of these very functions (identit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nlaverify.backends.base import Namespace
@@ -36,10 +37,10 @@ from nlaverify.ops._tangent import jvp_rule
 from nlaverify.ops._validate import check_args
 from nlaverify.ops.activations import _silu_derivative, sigmoid, silu
 from nlaverify.ops.norms import _check_eps, _mean, _normalized_jvp, _scaled_rms
-from nlaverify.ops.ssm import softplus
+from nlaverify.ops.ssm import chunk_bounds, softplus, ssd_attention
 
 __all__ = ["gated_rmsnorm", "gated_rmsnorm_jvp", "gated_rmsnorm_vjp", "mamba2_scan",
-           "mamba2_scan_jvp", "mamba2_scan_vjp"]
+           "mamba2_scan_jvp", "mamba2_scan_vjp", "ssd_chunked"]
 
 _SCAN_DIMS = {"x": ("*", "n", "H", "P"), "dt": ("*", "n", "H"), "A_log": ("H",),
               "B": ("*", "n", "G", "N"), "C": ("*", "n", "G", "N"), "D": ("H",),
@@ -185,6 +186,45 @@ def mamba2_scan_jvp(xp: Namespace, T: tuple[Any, ...], x: Any, dt: Any, A_log: A
     dX = xp.linear_recurrence(Abar[..., None, None], forced, axis=-4)
     return (xp.sum(dX * Ch[..., None, :] + X * _heads(xp, dC, H)[..., None, :], axis=-1)
             + dx * D[:, None] + x * dD[:, None])
+
+
+# -- the chunked SSD: Hugging Face's and mamba_ssm's algorithm ------------------------------
+def ssd_chunked(xp: Namespace, log_a: Any, B: Any, C: Any, X: Any,
+                chunks: int | Sequence[int]) -> Any:
+    r"""The scalar-decay SSM of :func:`~nlaverify.ops.ssm.ssd_recurrence` (one head:
+    ``log_a`` ``(T,)``, B, C ``(T, N)``, X ``(T, d)``) by Mamba-2's chunked algorithm (Dao &
+    Gu 2024, §6, the block decomposition of the semiseparable matrix; Hugging Face
+    ``mamba2_chunk_scan`` steps 1-4). For each chunk :math:`[l, h)` with the state
+    :math:`H_{l-1}` carried in (0 before the first):
+
+    1. the diagonal block, masked attention inside the chunk:
+       :math:`Y^{diag} = (L_{[l,h)}\circ C B^\top) X` (:func:`~nlaverify.ops.ssm.ssd_attention`
+       on the chunk);
+    2. the chunk's own state from zero, :math:`S = \sum_{s} e^{\sum_{s<r<h}\ell_r}
+       B_s^\top X_s`;
+    3. the carried state, :math:`H_{h-1} = e^{\sum_{l\le r<h}\ell_r} H_{l-1} + S`;
+    4. the carried state read out, :math:`Y^{off}_t = e^{\sum_{l\le r\le t}\ell_r}\,
+       C_t H_{l-1}`,
+
+    and :math:`Y = Y^{diag} + Y^{off}`. Each exponent is summed over its own segment (no
+    difference of cumulative sums). ``chunks``: a size (the last chunk ragged: Hugging
+    Face's zero padding, which the outputs before it never read) or the list of sizes.
+    Identity ``ssm_ssd_chunked_equals_recurrence`` proves it equal to the recurrence for
+    every chunking."""
+    check_args("ssd_chunked", xp, {"log_a": (log_a, ("T",)), "B": (B, ("T", "N")),
+                                   "C": (C, ("T", "N")), "X": (X, ("T", "d"))})
+    H, out = None, []
+    for lo, hi in chunk_bounds(X.shape[0], chunks):
+        Y = ssd_attention(xp, log_a[lo:hi], B[lo:hi], C[lo:hi], X[lo:hi])
+        if H is not None:
+            read = xp.stack([xp.exp(xp.sum(log_a[lo:t + 1])) * xp.sum(C[t][:, None] * H, axis=0)
+                             for t in range(lo, hi)], axis=0)
+            Y = Y + read
+        S = sum((xp.exp(xp.sum(log_a[s + 1:hi])) * (B[s][:, None] * X[s][None, :])
+                 for s in range(lo, hi)), xp.zeros_like(B[lo][:, None] * X[lo][None, :]))
+        H = S if H is None else xp.exp(xp.sum(log_a[lo:hi])) * H + S
+        out.append(Y)
+    return xp.concat(out, axis=0)
 
 
 # -- the gated RMSNorm of Mamba-2's output ------------------------------------------------
