@@ -429,13 +429,16 @@ OPS: dict[str, OpSpec] = {s.name: s for s in [
 
 def get_op(name: str) -> OpSpec:
     """The :class:`OpSpec` called ``name`` (of :data:`OPS`, or a scan of
-    :data:`~nlaverify.ops.ssm_specs.SCAN_OPS`, or RWKV's
-    :data:`~nlaverify.ops.rwkv_specs.RWKV_OPS`); an unknown name lists the known ones."""
+    :data:`~nlaverify.ops.ssm_specs.SCAN_OPS`, RWKV's :data:`~nlaverify.ops.rwkv_specs.RWKV_OPS`
+    or a MoE router's :data:`~nlaverify.ops.moe_specs.MOE_OPS`); an unknown name lists the known
+    ones."""
+    from nlaverify.ops.moe_specs import MOE_OPS
     from nlaverify.ops.rwkv_specs import RWKV_OPS
     from nlaverify.ops.ssm_specs import SCAN_OPS
 
     try:
-        return OPS[name] if name in OPS else SCAN_OPS.get(name) or RWKV_OPS[name]
+        return OPS[name] if name in OPS else (SCAN_OPS.get(name) or MOE_OPS.get(name)
+                                              or RWKV_OPS[name])
     except KeyError:
         import difflib
 
