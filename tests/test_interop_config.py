@@ -23,9 +23,11 @@ MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
     **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED
        if mt not in ("gpt2", "mamba", "gpt_neox", "gptj", "starcoder2", "stablelm", "falcon",
-                     "opt")},
+                     "opt", "rwkv")},
     "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
               "num_hidden_layers": 2},
+    "rwkv": {"model_type": "rwkv", "vocab_size": 13, "hidden_size": 16,
+             "num_hidden_layers": 2},
     # d_h = 8: the default rotary_pct 0.25 rotates 2 coordinates
     "gpt_neox": {**_LLAMA, "model_type": "gpt_neox", "num_attention_heads": 2},
     # heads of 128 >= GPTJConfig's default rotary_dim 64
@@ -127,6 +129,10 @@ EXPRESSIBLE = {
                                norm="rmsnorm", positions="none", context=2048, mlp="none",
                                mixer="mamba", ssm_state=4, ssm_conv=3, ssm_expand=3,
                                ssm_dt_rank=2, tied_embeddings=False, norm_eps=1e-6),
+    # RWKV-4: time mixing of width 8 != d, channel mixing of 24, untied, no positions
+    "rwkv": TransformerConfig(vocab_size=13, d_model=16, n_heads=1, n_blocks=2, d_mlp=24,
+                              positions="none", context=32, mixer="rwkv",
+                              rwkv_attention_size=8),
     # sequential (not parallel) blocks, no attention biases, the tanh GELU, tied, 6 of d_h = 8
     # coordinates rotated (a fraction 0.75 that HF's int(d_h * p) must read back as 6)
     "gpt_neox": TransformerConfig(vocab_size=13, d_model=16, n_heads=2, n_blocks=2, d_mlp=24,

@@ -2,7 +2,7 @@
 
 * :mod:`nlaverify.interop.hf_config`: a :class:`~nlaverify.config.TransformerConfig` from a
   ``config.json`` (GPT-2, Llama/Llama-3.x with RoPE scaling, Mistral, Mixtral, Qwen2, Qwen3,
-  Gemma, Mamba) and back;
+  Gemma, Mamba, RWKV-4 and the other types of :data:`SUPPORTED`) and back;
 * :mod:`nlaverify.interop.weights`: graph parameters from a ``safetensors`` file or a state
   dict of NumPy arrays and back, every layout convention in one place (torch not needed);
 * :mod:`nlaverify.interop.hf_verify`: the Hugging Face model and the graph on the same

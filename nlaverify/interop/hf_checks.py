@@ -37,6 +37,9 @@ def _fidelity_node(path: str) -> str:
            "mlp.gate": "mlp.out", "self_attn.apply_rotary": "attn.q_rope"}
     if m and m.group(2) in sub:
         return f"blocks.{m.group(1)}.{sub[m.group(2)]}"
+    m = re.fullmatch(r"rwkv\.blocks\.(\d+)\.attention", path)  # RWKV's time mixing
+    if m:
+        return f"blocks.{m.group(1)}.rwkv.time_mix"
     m = re.fullmatch(r"backbone\.layers\.(\d+)\.(norm|mixer)", path)  # Mamba
     if m:
         return f"blocks.{m.group(1)}.{'norm1' if m.group(2) == 'norm' else 'mamba.scan'}"
@@ -49,18 +52,20 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
     of float32 with the step's longest accumulation :math:`k` (RMSNorm :math:`d` or :math:`d_h`,
     attention :math:`\max(n, d_h)`, router :math:`\max(d, E)`, loss :math:`V`, RoPE
     :math:`d_h/2`, Mamba's scan :math:`nN`: a state of :math:`N` summed over up to :math:`n`
-    steps, its logits :math:`d`), a few dependent stages (:math:`D = 4`: cast, reduce,
-    normalise, scale), :math:`\kappa` the output's magnitude; RoPE's angles :math:`t\theta_i`
-    carry the float32 error of :math:`\theta_i = b^{-2i/d}` (relative :math:`u\ln b`) times
-    :math:`t \le n - 1`, so :math:`\kappa = (n-1)\max(1, \ln b)` there; the loss's
-    :math:`\kappa` is the logits' scale, :math:`\max(1, \ln V)`."""
+    steps, its logits :math:`d`; RWKV's time mixing :math:`na`: the WKV's sums over up to
+    :math:`n` tokens, then :math:`W_o` over :math:`a`), a few dependent stages (:math:`D = 4`:
+    cast, reduce, normalise, scale), :math:`\kappa` the output's magnitude; RoPE's angles
+    :math:`t\theta_i` carry the float32 error of :math:`\theta_i = b^{-2i/d}` (relative
+    :math:`u\ln b`) times :math:`t \le n - 1`, so :math:`\kappa = (n-1)\max(1, \ln b)`
+    there; the loss's :math:`\kappa` is the logits' scale, :math:`\max(1, \ln V)`."""
     dh = config.d_head or config.d_model // config.n_heads
     size = {"rmsnorm": dh if f.path.endswith(("q_norm", "k_norm")) else config.d_model,
             "attention_softmax": max(n, dh), "router_softmax": max(config.d_model,
                                                                   config.n_experts or 1),
             "loss": config.vocab_size, "rotary": max(1, dh // 2),
             "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
-            "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2)}[f.kind]
+            "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
+            "rwkv_wkv": n * config.rwkv_dim}[f.kind]
     cond = magnitude_condition(f.exact, power=1)
     if f.kind == "rotary":
         cond = max(cond, (n - 1) * max(1.0, math.log(config.rope_base)))

@@ -30,7 +30,8 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (``embed_scale``), tied embeddings by default, RMSNorm gains :math:`1 + w` (a weights-side
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
   as ``gelu_pytorch_tanh`` (its other values meant different functions across versions).
-* ``mamba``: Mamba's blocks without an MLP (:mod:`nlaverify.interop.hf_config_mamba`).
+* ``mamba``: Mamba's blocks without an MLP (:mod:`nlaverify.interop.hf_config_mamba`);
+  ``rwkv``: RWKV-4's blocks (:mod:`nlaverify.interop.hf_config_rwkv`).
 * ``gpt_neox``: Pythia / GPT-NeoX, the parallel LayerNorm block with partial rotary in the half
   pairing (:mod:`nlaverify.interop.hf_config_neox`).
 * ``gptj``: GPT-J, one LayerNorm per parallel block, interleaved partial rotary, a biased
@@ -95,6 +96,7 @@ from nlaverify.interop.hf_config_olmo import olmo_fields
 from nlaverify.interop.hf_config_olmo2 import olmo2_fields
 from nlaverify.interop.hf_config_opt import opt_fields
 from nlaverify.interop.hf_config_phi3 import phi3_fields
+from nlaverify.interop.hf_config_rwkv import rwkv_fields
 from nlaverify.interop.hf_config_stablelm import stablelm_fields
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_fields
 from nlaverify.interop.hf_config_tables import (
@@ -247,7 +249,8 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
              "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
              "cohere": cohere_fields, "falcon": falcon_fields,
              "ministral": ministral_fields}  # each given the RoPE reader
-    plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields}
+    plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields,
+             "rwkv": rwkv_fields}  # each given the reader only
     kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else
           _llama_family(r))
     r.check_unknown()
@@ -397,8 +400,7 @@ def _biases(r: _Reader) -> dict[str, Any]:
 def _sliding_window(r: _Reader) -> int | None:
     mt = r.mt
     if mt in ("mistral", "mixtral"):
-        w = r.get("sliding_window", "int?")
-        return w
+        return r.get("sliding_window", "int?")
     if mt not in ("qwen2", "qwen3"):
         return None
     use = r.get("use_sliding_window", "bool")
@@ -439,8 +441,7 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
     """``(rope_base, rope_scaling)`` from ``rope_theta`` / ``rope_scaling`` (old keys) or
     ``rope_parameters`` (transformers 5)."""
     mt = r.mt
-    params = r.raw("rope_parameters")
-    scaling = r.raw("rope_scaling")
+    params, scaling = r.raw("rope_parameters"), r.raw("rope_scaling")
     for key, v in (("rope_parameters", params), ("rope_scaling", scaling)):
         if v is not None and not isinstance(v, Mapping):
             raise ConfigError(f"load_hf_config: {mt} config: field {key!r}: expected an object "
@@ -466,8 +467,7 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
         raise ConfigError(f"load_hf_config: {mt} config: field {theta_key!r}: expected an "
                           f"integral base in [2, 2**53) (TransformerConfig.rope_base is an "
                           f"integer), got {theta!r}")
-    kind = rp.pop("rope_type", None)
-    legacy = rp.pop("type", None)
+    kind, legacy = rp.pop("rope_type", None), rp.pop("type", None)
     if kind is not None and legacy is not None and kind != legacy:
         raise ConfigError(f"load_hf_config: {mt} config: field '{where}.rope_type'={kind!r} "
                           f"contradicts '{where}.type'={legacy!r}")

@@ -28,6 +28,7 @@ from nlaverify.interop.hf_config_olmo import olmo_hf_dict, olmo_mismatch
 from nlaverify.interop.hf_config_olmo2 import olmo2_hf_dict, olmo2_mismatch
 from nlaverify.interop.hf_config_opt import opt_hf_dict, opt_mismatch
 from nlaverify.interop.hf_config_phi3 import phi3_hf_dict, phi3_mismatch
+from nlaverify.interop.hf_config_rwkv import rwkv_hf_dict, rwkv_mismatch
 from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mismatch
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_hf_dict, starcoder2_mismatch
 from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPORTED
@@ -36,6 +37,7 @@ from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPOR
 #: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
 _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "mamba": (mamba_mismatch, mamba_hf_dict, False),
+    "rwkv": (rwkv_mismatch, rwkv_hf_dict, False),
     "gpt_neox": (neox_mismatch, neox_hf_dict, False),
     "gptj": (gptj_mismatch, gptj_hf_dict, False),
     "phi": (phi_mismatch, phi_hf_dict, False),
@@ -92,6 +94,7 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
         "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
         "pre_norms": True, "qk_norm_joint": False, "norm_affine": True, "norm_bias": True,
+        "mixer": "attention",
     }
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
         fixed["sliding_window"] = None

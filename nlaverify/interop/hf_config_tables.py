@@ -17,7 +17,7 @@ from typing import Any
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
              "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
-             "falcon", "opt")
+             "falcon", "opt", "rwkv")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -30,7 +30,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                  "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM",
                  "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM",
-                 "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM"}
+                 "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM",
+                 "rwkv": "RwkvForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -77,6 +78,11 @@ IGNORED: dict[str, str] = {
     "hidden_act": "not read by Gemma2Config (Gemma2MLP reads hidden_activation)",
     "dropout": _TRAIN, "init_std": _TRAIN,
     "layerdrop": _TRAIN + " (OPTDecoder skips layers only in training)",
+    "rescale_every": "HF's eval-mode inference rescaling of RWKV (block i's attention.output "
+                     "and feed_forward.value weights divided by 2^(i // R) in place, the stream "
+                     "halved every R blocks: a float16 overflow guard), not the trained "
+                     "function (LayerNorm's eps is not scale-invariant); nlaverify maps R = 0 "
+                     "and verify --hf builds HF's model with rescale_every = 0",
 }
 
 #: keys of :data:`IGNORED` that belong to some model types only (elsewhere: unsupported)
@@ -99,6 +105,7 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     "hidden_dropout": ("gpt_neox", "stablelm", "falcon"),
     "hidden_act": ("gemma2",),
     **{k: ("opt",) for k in ("dropout", "init_std", "layerdrop")},
+    "rescale_every": ("rwkv",),
     **{k: ("starcoder2",) for k in ("residual_dropout", "embedding_dropout")},
 }
 
@@ -192,6 +199,9 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
              "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
              "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "sliding_window": None,
              "rope_theta": 10000.0},
+    "rwkv": {"context_length": 1024, "attention_hidden_size": None,
+             "intermediate_size": None, "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": False},
     "ministral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
                   "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
                   "tie_word_embeddings": False, "sliding_window": 4096, "layer_types": None,

@@ -69,6 +69,8 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     from huggingface_hub.errors import StrictDataclassError
 
     raw = {k: v for k, v in dict(hf.raw).items() if k != "model_type"}
+    if hf.model_type == "rwkv":  # the training-mode function (hf_config_rwkv: rescale_every)
+        raw["rescale_every"] = 0
     try:
         hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
     except (StrictDataclassError, ValueError, TypeError) as e:

@@ -38,8 +38,9 @@ besides ``"rmsnorm"`` (``MambaRMSNorm.forward``, node ``blocks.{l}.norm1``) and 
 
 - ``"mamba_scan"`` (``mamba.scan``): ``mamba_scan_forward`` casts :math:`A_{\log}`,
   :math:`b_\Delta` and :math:`D` to float32 (``.float()``) and ``mamba_selective_scan`` the
-  scan's :math:`B` and :math:`u`; replaced by :func:`_mamba_scan_exact` (a module function:
-  the one global swapped besides the ``rope_pairing`` plant).
+  scan's :math:`B` and :math:`u`; replaced by
+  :func:`~nlaverify.interop.hf_patches_mamba.mamba_scan_exact` (a module function: the one
+  global swapped besides the ``rope_pairing`` plant).
 - ``"mamba_residual"`` (``resid1``): ``MambaBlock.forward`` adds the mixer's output to a
   float32 copy of the stream when ``residual_in_fp32`` (the config default); the patch sets
   the block's ``residual_in_fp32`` to false, HF's own other branch (no replacement code).
@@ -47,6 +48,9 @@ besides ``"rmsnorm"`` (``MambaRMSNorm.forward``, node ``blocks.{l}.norm1``) and 
   ``lm_head(...).float()``; :func:`~nlaverify.interop.hf_capture._hf_call` takes the logits
   as ``lm_head`` returns them (its forward hook), HF's returned logits going to the fidelity
   sink.
+
+RWKV-4 (:mod:`~nlaverify.interop.hf_patches_rwkv`): ``"rwkv_wkv"`` (``rwkv.time_mix``), the
+float32 state and keys of ``rwkv_linear_attention_cpu``, and ``"loss"``; plant ``rwkv_mix_swap``.
 
 The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_frequencies`
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`
@@ -81,6 +85,8 @@ import numpy as np
 
 from nlaverify.errors import ArgumentError, UnknownNameError
 from nlaverify.interop import hf_patches_norms as _norms
+from nlaverify.interop import hf_patches_rwkv as _rwkv
+from nlaverify.interop.hf_patches_mamba import patch_mamba_scan
 
 #: the exact-arithmetic patches, by name, and the stock HF code each replaces
 #: (``transformers/...``); ``verify_hf(exact=...)`` takes all of them (``True``) or a subset
@@ -111,7 +117,7 @@ MAMBA_EXACT_PATCHES: dict[str, str] = {
 
 #: every exact-arithmetic patch by name (``verify_hf(exact=...)`` takes any subset)
 ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES,
-                                     **_norms.NORM_EXACT_PATCHES}
+                                     **_norms.NORM_EXACT_PATCHES, **_rwkv.RWKV_EXACT_PATCHES}
 
 #: the planted mistakes (test instruments) and what each does to the HF model
 PLANTS: dict[str, str] = {
@@ -184,6 +190,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
             "reorder_and_upcast_attn") else set()))
     if model_type in ("gpt_neox", "gptj", "phi", "starcoder2", "stablelm", "falcon", "opt"):
         return frozenset({"attention_softmax", "loss", *["rotary"] * (model_type != "opt")})
+    if model_type == "rwkv":  # hf_patches_rwkv: the CPU WKV's float32 state and keys
+        return frozenset({"rwkv_wkv", "loss"})
     if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
         return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
             {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
@@ -296,33 +304,6 @@ def _router_forward(self: Any, hidden_states: Any, *, exact: bool, renormalize: 
     return router_logits, top_value, top_index
 
 
-def _mamba_scan_exact(module: Any, hidden_states: Any, time_step: Any, B: Any, C: Any,
-                      gate: Any, cache: Any, **kwargs: Any) -> Any:
-    r"""``mamba_scan_forward`` (``models/mamba/modeling_mamba.py``, no cache) with
-    ``mamba_selective_scan``'s sequential loop in the input dtype instead of float32:
-    :math:`A = -e^{A_{\log}}`, :math:`\Delta = \operatorname{softplus}(\delta + b_\Delta)`
-    (PyTorch's, linear above 20), :math:`h_t = e^{\Delta_t A} h_{t-1} + \Delta_t B_t u_t`,
-    :math:`y_t = h_t C_t + D u_t`, times :math:`\operatorname{silu}(z_t)`; channels first
-    ``(b, E, n)``, ``B``, ``C`` ``(b, n, N)``, as HF passes them."""
-    import torch
-    import torch.nn.functional as F
-
-    if cache is not None:
-        raise ArgumentError("exact mamba_scan_forward: a cache (incremental decoding) is not "
-                            "modelled; verification runs use_cache=False")
-    A = -torch.exp(module.A_log)                                          # (E, N)
-    dt = F.softplus(time_step + module.dt_proj.bias[None, :, None])       # (b, E, n)
-    dA = torch.exp(A[None, :, None, :] * dt[..., None])                   # (b, E, n, N)
-    dBu = dt[..., None] * B[:, None, :, :] * hidden_states[..., None]
-    state = torch.zeros_like(dA[:, :, 0])
-    ys = []
-    for t in range(hidden_states.shape[-1]):
-        state = dA[:, :, t] * state + dBu[:, :, t]
-        ys.append(torch.matmul(state, C[:, t, :, None])[..., 0])
-    y = torch.stack(ys, dim=-1) + hidden_states * module.D[None, :, None]
-    return y * F.silu(gate)
-
-
 def _is_mixtral_router(module: Any) -> bool:
     return type(module).__name__ == "MixtralTopKRouter"
 
@@ -361,11 +342,12 @@ def exact_arithmetic(model: Any, config: Any,
     undo = _Restorer()
     try:
         if "mamba_scan" in parts and type(model).__name__.startswith("Mamba"):
-            _patch_mamba_scan(undo, modeling_module(model), fidelity)
+            patch_mamba_scan(undo, modeling_module(model), fidelity, record_fidelity)
         for name, module in model.named_modules():
             cls = type(module).__name__
             if _norms.patch_module(undo, name, module, parts, config, fidelity,  # OLMo, Cohere
-                                   exact_inv_freq, record_fidelity):
+                                   exact_inv_freq, record_fidelity) or _rwkv.patch_module(
+                    undo, name, module, parts, fidelity, record_fidelity):
                 continue
             if cls == "MambaBlock" and "mamba_residual" in parts:
                 # HF's own branch for residual_in_fp32=False: nothing of HF's is replaced
@@ -393,21 +375,6 @@ def exact_arithmetic(model: Any, config: Any,
         yield
     finally:
         undo.restore()
-
-
-def _patch_mamba_scan(undo: _Restorer, mod: Any, sink: list[Fidelity] | None) -> None:
-    """``mod.mamba_scan_forward`` (the module function every ``MambaMixer`` calls) replaced by
-    :func:`_mamba_scan_exact`; each call also runs the stock function into ``sink``, by the
-    mixer's path ``backbone.layers.{l}.mixer``."""
-    stock = mod.mamba_scan_forward
-
-    def scan(module: Any, *args: Any, **kwargs: Any) -> Any:
-        out = _mamba_scan_exact(module, *args, **kwargs)
-        record_fidelity(sink, f"backbone.layers.{module.layer_idx}.mixer", "mamba_scan",
-                        "mamba_scan_forward", lambda: stock(module, *args, **kwargs), out)
-        return out
-
-    undo.set_global(mod, "mamba_scan_forward", scan)
 
 
 # --- planted mistakes (test instruments) ----------------------------------------------
@@ -441,9 +408,9 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
     if plant is None:
         yield None
         return
-    if plant not in PLANTS and plant not in MAMBA_PLANTS:
+    if plant not in PLANTS and plant not in MAMBA_PLANTS and plant not in _rwkv.RWKV_PLANTS:
         raise UnknownNameError(f"plant: unknown mistake {plant!r}: expected one of "
-                               f"{', '.join([*PLANTS, *MAMBA_PLANTS])}")
+                               f"{', '.join([*PLANTS, *MAMBA_PLANTS, *_rwkv.RWKV_PLANTS])}")
     undo = _Restorer()
     try:
         if plant == "transpose_square":
@@ -453,6 +420,8 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
                 w.copy_(saved.T)
             undo.on_exit(lambda: w.data.copy_(saved))
             what = f"{key} transposed"
+        elif plant in _rwkv.RWKV_PLANTS:
+            what = _rwkv.plant(undo, model, plant)
         elif plant == "mamba_in_proj_swap":
             key = "backbone.layers.0.mixer.in_proj.weight"
             w = dict(model.named_parameters()).get(key)

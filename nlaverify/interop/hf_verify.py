@@ -44,12 +44,15 @@ attention stay in float64), or ``blocks.0.attn.heads`` with ``reorder_and_upcast
 ``blocks.0.attn.q_rope`` for GPT-NeoX (float32 RoPE angles; its LayerNorms stay in float64);
 ``blocks.0.attn.heads`` for GPT-J (its eager attention forms :math:`QK^\top` in float32; its
 sin/cos table is built in the default dtype, float64 under ``from_config(dtype=float64)``);
-``blocks.0.attn.q_rope`` for Phi.
+``blocks.0.attn.q_rope`` for Phi; ``blocks.0.rwkv.time_mix`` for RWKV-4 (its CPU WKV rounds
+the keys to float32 and keeps a float32 state; HF's model is built with ``rescale_every = 0``,
+:mod:`~nlaverify.interop.hf_config_rwkv`).
 The float32 islands behind them, each located at its own node by leaving its patch out
 (:data:`~nlaverify.interop.hf_patches.EXACT_PATCHES`): every RMSNorm (``norm1``,
 ``norm2``, ``final_norm``, Qwen3's ``q_norm``/``k_norm``), the RoPE angles (``q_rope``),
 the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``), Mamba's scan
-(``mamba.scan``), residual stream (``resid1``) and logits (``loss``), and the loss.
+(``mamba.scan``), residual stream (``resid1``) and logits (``loss``), RWKV's WKV
+(``rwkv.time_mix``), and the loss.
 In stock mode :attr:`HFVerifyReport.first_beyond_float32` also judges every node with
 float32's bound: ``None`` means every departure is float32 rounding; a node there is a
 real difference (a planted mistake shows there). ``exact=True`` patches HF for the

@@ -62,6 +62,10 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
 * **OPT** (:mod:`~nlaverify.interop.weights_layout_opt`). ``embed_positions`` ``(context + 2,
   d)``: position :math:`p` reads row :math:`p + 2`, so ``pos.W_P`` is rows 2 on; rows 0 and 1
   (never read) must be zero, written back as zeros, else refused (an exact round trip).
+* **RWKV** (:mod:`~nlaverify.interop.weights_layout_rwkv`). The mixes ``time_mix_*``
+  ``(1, 1, d)`` flattened to ``(d,)``, every ``nn.Linear`` transposed, ``time_decay`` and
+  ``time_first`` copied (the graph's op takes :math:`w = -e^{\text{time\_decay}}` itself); the
+  head is ``head.weight``, never tied; keys carry ``rwkv.``.
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict

@@ -1,6 +1,7 @@
 r"""State-dict spellings normalised before the table of
 :mod:`nlaverify.interop.weights_layout` is applied: the base-model prefix (``model.``,
-``transformer.``, ``backbone.``, ``gpt_neox.``) added where missing, GPT-NeoX's released
+``transformer.``, ``backbone.``, ``gpt_neox.``, ``rwkv.``) added where missing (RWKV's
+head is ``head``), GPT-NeoX's released
 ``embed_out`` read as ``lm_head``, Mixtral's ``block_sparse_moe`` renamed
 ``mlp`` and its per-expert ``w1/w2/w3`` fused as ``transformers`` 5 stores them, GPT-2's legacy
 causal-mask buffers checked and dropped (module docstring of
@@ -19,7 +20,9 @@ from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.interop.weights_layout import _shape
 
 _PREFIX = {"gpt2": "transformer.", "mamba": "backbone.", "gpt_neox": "gpt_neox.",
-           "gptj": "transformer.", "falcon": "transformer."}
+           "gptj": "transformer.", "falcon": "transformer.", "rwkv": "rwkv."}
+#: the head's key, outside the base model (RWKV's is ``head``)
+_HEAD = {"rwkv": "head."}
 _MIXTRAL_LEGACY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.w([123])\.weight$")
 
 
@@ -36,7 +39,7 @@ def _canonical_keys(state: Mapping[str, Any], mt: str, fn: str
             raise UnknownNameError(f"{fn}: key {key!r}: expected a string")
         # released GPT-NeoX checkpoints name the head embed_out (transformers renames it)
         k = "lm_head.weight" if mt == "gpt_neox" and key == "embed_out.weight" else key
-        k = k if k.startswith((prefix, "lm_head.")) else prefix + k
+        k = k if k.startswith((prefix, _HEAD.get(mt, "lm_head."))) else prefix + k
         if mt == "mixtral":
             k = k.replace(".block_sparse_moe.", ".mlp.")
         if k in out:

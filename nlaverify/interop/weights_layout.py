@@ -5,7 +5,8 @@ shape) with the nlaverify parameters it holds and the two maps between them: the
 transposes of ``nn.Linear``, GPT-2's fused QKV, the RoPE pairing permutation, Mixtral's
 fused experts, Gemma's ``1 + w`` norms (and Gemma 2's four per block), Mamba's fused
 ``in_proj`` / ``x_proj`` and depthwise ``conv1d``, GPT-NeoX's per-head fused
-``query_key_value``, StarCoder 2's and StableLM's biased LayerNorm blocks. Every convention
+``query_key_value``, StarCoder 2's and StableLM's biased LayerNorm blocks, RWKV's
+``(1, 1, d)`` mixes (:mod:`~nlaverify.interop.weights_layout_rwkv`). Every convention
 is stated in the
 module docstring of :mod:`nlaverify.interop.weights`, which reads and writes state dicts with
 this table.
@@ -31,6 +32,7 @@ from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
 )
 from nlaverify.interop.weights_layout_falcon import falcon_entries
 from nlaverify.interop.weights_layout_opt import opt_entries
+from nlaverify.interop.weights_layout_rwkv import rwkv_entries
 
 
 def rope_permutation(d_head: int) -> np.ndarray:
@@ -86,6 +88,8 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
     hf_config_dict(config, model_type)  # raises, naming the field, if HF cannot express it
     if model_type == "mamba":
         return _mamba_entries(config)
+    if model_type == "rwkv":
+        return rwkv_entries(config)
     if model_type == "gpt_neox":
         return _neox_entries(config)
     if model_type == "gptj":
