@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from nlaverify.ops import conv, ssm, ssm2
 from nlaverify.ops.opspec import Arg, OpSpec
+from nlaverify.ops.views import VIEW_OPS
 
 __all__ = ["CONV_OPS", "SCAN_OPS"]
 
@@ -71,7 +72,8 @@ SCAN_OPS: dict[str, OpSpec] = {s.name: s for s in (
            fix_sizes=lambda s: {**s, "d": s["d"] + s["d"] % 2}),
 )}
 
-#: entries of ``OPS``: proved by ``nlaverify derive`` like every op of the table
+#: entries of ``OPS`` (the causal convolution; Mamba-2's channel views,
+#: :mod:`nlaverify.ops.views`): proved by ``nlaverify derive`` like every op of the table
 CONV_OPS: dict[str, OpSpec] = {s.name: s for s in (
     OpSpec("causal_conv1d", conv.causal_conv1d, conv.causal_conv1d_vjp,
            (Arg("x", ("n", "d")), Arg("w", ("d", "k")), Arg("b", ("d",))),
@@ -82,3 +84,4 @@ CONV_OPS: dict[str, OpSpec] = {s.name: s for s in (
            # the first k - 1 rows with a truncated window
            {"n": 4, "d": 2, "k": 3}, {"n": (1, 6), "d": (1, 4), "k": (1, 4)}),
 )}
+CONV_OPS.update(VIEW_OPS)

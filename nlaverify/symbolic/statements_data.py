@@ -67,6 +67,14 @@ OP_TEXT: dict[str, T] = {
     "merge_heads": T("Y", r"Y = [X_1, \dots, X_h]\ \text{(heads concatenated along the "
                           r"features)}", r"\dot Y = \operatorname{merge}(\dot X)",
                      (("X_k", "head $k$ of the input"),)),
+    "split_channels": T("Y", r"Y_{t,k,:} = X_{t,\,k d:(k+1) d}\quad (k = 0, \dots, h-1)",
+                        r"\dot Y = \operatorname{split}_h(\dot X)",
+                        (("h", "the number of heads (static `n_heads`, 2 in the check)"),
+                         ("d", "channels per head, hd / h"),
+                         ("t", "the position: the sequence axis stays before the heads"))),
+    "merge_channels": T("Y", r"Y_{t,\,k d:(k+1) d} = X_{t,k,:}",
+                        r"\dot Y = \operatorname{merge}(\dot X)",
+                        (("X_{t,k,:}", "head $k$ of position $t$"),)),
     "layernorm": T("y", r"\mu = \overline{x},\quad \sigma = \sqrt{\overline{(x-\mu)^2} + "
                         r"\epsilon},\quad \hat x = \frac{x-\mu}{\sigma},\quad y = \gamma\odot"
                         r"\hat x + \beta",
