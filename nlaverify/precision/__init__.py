@@ -50,6 +50,14 @@ Bound, per node: :func:`nlaverify.tolerance.tolerance` with
   the nodes upstream inherit it). Routing flips of mixture-of-experts (``topk_mask``)
   are not modelled.
 
+A-posteriori bound (:mod:`~nlaverify.precision.local`, issue 37): every row also gets what
+its op's *own* arithmetic may add at the run's inputs :math:`\hat x` (the running error
+bound :math:`e(\hat x)` of :mod:`~nlaverify.precision.running`) plus the run's input errors
+carried through the op exactly, :math:`|f(\hat x) - f(x)|` in float64 (for a cotangent, the
+consumers' VJPs summed). It holds by construction and decides the row where it is below 1;
+the stage model above does not carry an amplification downstream (a selective scan's
+backward) back to the cotangents upstream, and false-alarmed there.
+
 Matmul precision on GPUs: JAX runs float32 matmuls in TF32 by default there. The JAX
 run is pinned to ``jax.default_matmul_precision("highest")`` (full float32 products);
 ``matmul_precision="tf32"`` runs with ``"tensorfloat32"`` instead and models TF32's
@@ -57,9 +65,10 @@ unit roundoff :math:`2^{-11}` for the products of matmul stages. CPUs have no TF
 :func:`emulate_tf32` rounds matmul operands to TF32 in software for the tests.
 
 Modules: :mod:`~nlaverify.precision.bounds` (accumulations, stages, condition
-estimates, the per-node bounds), :mod:`~nlaverify.precision.check` (the run, the rows and
-reports, the planted node, TF32), :mod:`~nlaverify.precision.figure` (the depth figure
-and the command line).
+estimates, the per-node bounds), :mod:`~nlaverify.precision.local` (the a-posteriori
+bound), :mod:`~nlaverify.precision.running` (running error analysis on an array
+namespace), :mod:`~nlaverify.precision.check` (the run, the rows and reports, the planted
+node, TF32), :mod:`~nlaverify.precision.figure` (the depth figure and the command line).
 
 Run ``python -m nlaverify.precision --preset tiny --dtype bfloat16`` (the same as
 ``nlaverify verify --preset tiny --dtype bfloat16``), or ``python -m

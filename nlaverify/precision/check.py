@@ -42,7 +42,7 @@ from nlaverify.precision.emulate import (
     planted,
     round_tf32,
 )
-from nlaverify.precision.recurrence import recurrence_tolerances, tighter
+from nlaverify.precision.local import decide, local_tolerances
 
 __all__ = [
     "KNOWN_ZERO_COTANGENTS", "PrecisionReport", "PrecisionRow", "PrecisionSetup", "emulate_tf32",
@@ -283,11 +283,11 @@ def run_subject(setup: PrecisionSetup, graph: nx.DiGraph | None = None, xp: Any 
 
 
 def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
-    """Compare ``subject`` with the setup's reference node by node: the stage model's
-    bounds; the rows of a recurrence (a selective scan's value and the cotangents it alone
-    sends) also have its running error bound at the run's own inputs plus the exact effect
-    of their errors (:mod:`nlaverify.precision.recurrence`) and take the smaller of the two;
-    they report the stage model's stages and condition either way."""
+    """Compare ``subject`` with the setup's reference node by node. Each row has the stage
+    model's bound and the a-posteriori one (its op's running error bound at the run's own
+    inputs plus the exact effect of their errors, :mod:`nlaverify.precision.local`); the
+    latter decides where it is below 1 (:func:`~nlaverify.precision.local.decide`). Rows
+    report the stage model's stages and condition either way."""
     t0 = time.perf_counter()
     g, ref = setup.graph, setup.reference
     depth, height = graph_depths(g)
@@ -295,8 +295,9 @@ def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
                           setup.matmul_precision, setup.accumulation, setup.n, setup.seed,
                           timings=dict(setup.timings))
     order = list(nx.topological_sort(g))
-    # the rows a recurrence decides: its running bound at the run's own inputs (recurrence.py)
-    local = recurrence_tolerances(g, ref, subject, setup.dtype, setup.accumulation)
+    # every row's a-posteriori bound at the run's own inputs (local.py)
+    local = local_tolerances(g, ref, subject, setup.dtype, setup.accumulation,
+                             "tfloat32" if setup.matmul_precision == "tf32" else None)
     for v in order:
         attrs = g.nodes[v]
         if attrs.get("dtype") == "int" or v not in subject.values:
@@ -307,8 +308,8 @@ def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
             if dt is not None and str(dt) != setup.dtype:
                 rep.promoted.append(f"{v} ({what}): {dt}")
         b = setup.bounds[v]
-        b = dataclasses.replace(b, value=tighter(b.value, local.get((v, "value"))),
-                                cotangent=tighter(b.cotangent, local.get((v, "cotangent"))))
+        b = dataclasses.replace(b, value=decide(b.value, local.get((v, "value"))),
+                                cotangent=decide(b.cotangent, local.get((v, "cotangent"))))
         vc = b.value.compare(subject.values[v], ref.values[v], floor=0.0)
         ce = None
         if b.cotangent is not None and v in subject.cotangents and v in ref.cotangents:

@@ -41,6 +41,14 @@ Higham's Lemma 3.1 (:math:`\prod_{i\le m}(1+\delta_i)^{\pm1} = 1 + \theta_m`, :m
 same relative :math:`\theta_m`); it returns :math:`\infty` when :math:`m u \ge 1` (nothing can
 be said).
 
+Constants and matmuls. A Python constant of the op (:math:`10^{-5}`, :math:`1/\sqrt d`) is
+rounded once to the dtype unless it is representable; a product or quotient by an exact
+:math:`\pm 2^j` is exact; an infinity (a masked score) is exact in the kernel too. A matmul
+(:meth:`RunningErrorNamespace.matmul`) rounds each product with :math:`u_p` (``u_prod``:
+:math:`u` by default; the graph check passes :math:`u_a` for bfloat16 operands, whose
+products are exact in a float32 accumulator, and TF32's operand rounding) and works on the
+value and bound arrays at once.
+
 Scope and honesty. The bound is the worst case over the signs of every rounding of *the op's
 own evaluation order* (the reference's). A kernel that evaluates the same sums in another
 order (an associative scan inside chunks, autodiff's backward) rounds at other sites: each
@@ -81,43 +89,62 @@ class RunningError:
 
     # -- helpers -----------------------------------------------------------------------
     def _lift(self, other: Any) -> RunningError:
-        """A constant of the op (a Python number): exact."""
+        """A constant of the op (a Python number): rounded once to the dtype
+        (:meth:`RunningErrorNamespace.const`)."""
         if isinstance(other, RunningError):
             return other
-        return RunningError(float(other), 0.0, 0, self.ns)
+        return self.ns.const(other)
 
     def _rounded(self, v: float, e: float, m: int) -> RunningError:
+        if math.isinf(v):  # a masked score: an exact infinity met, exact in the run too
+            return RunningError(v, 0.0, m + 1, self.ns)
         return RunningError(v, e + self.ns.u * abs(v), m + 1, self.ns)
 
     # -- arithmetic ----------------------------------------------------------------------
-    def __add__(self, other: Any) -> RunningError:
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         o = self._lift(other)
         return self._rounded(self.v + o.v, self.e + o.e, max(self.m, o.m))
 
     __radd__ = __add__
 
-    def __sub__(self, other: Any) -> RunningError:
+    def __sub__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         o = self._lift(other)
         return self._rounded(self.v - o.v, self.e + o.e, max(self.m, o.m))
 
-    def __rsub__(self, other: Any) -> RunningError:
+    def __rsub__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         return self._lift(other).__sub__(self)
 
-    def __mul__(self, other: Any) -> RunningError:
+    def __mul__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         o = self._lift(other)
-        if o.e == 0.0 and o.m == 0 and o.v in (1.0, -1.0):  # a sign: exact
-            return RunningError(self.v * o.v, self.e, self.m, self.ns)
+        if _exact_power_of_two(o):  # a sign or a power of two: exact (no underflow here)
+            return RunningError(self.v * o.v, self.e * abs(o.v), self.m, self.ns)
+        if _exact_power_of_two(self):
+            return RunningError(self.v * o.v, o.e * abs(self.v), o.m, self.ns)
         return self._rounded(self.v * o.v, abs(o.v) * self.e + abs(self.v) * o.e,
                              max(self.m, o.m))
 
     __rmul__ = __mul__
 
-    def __truediv__(self, other: Any) -> RunningError:
+    def __truediv__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         o = self._lift(other)
         q = self.v / o.v
+        if _exact_power_of_two(o):
+            return RunningError(q, self.e / abs(o.v), self.m, self.ns)
         return self._rounded(q, (self.e + abs(q) * o.e) / abs(o.v), max(self.m, o.m))
 
-    def __rtruediv__(self, other: Any) -> RunningError:
+    def __rtruediv__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray):
+            return NotImplemented  # the array applies the op entry by entry
         return self._lift(other).__truediv__(self)
 
     def __neg__(self) -> RunningError:
@@ -157,6 +184,13 @@ class RunningError:
         return f"RunningError({self.v:.6g} ± {self.e:.3g}, m={self.m})"
 
 
+def _exact_power_of_two(s: RunningError) -> bool:
+    r"""An exact constant :math:`\pm 2^j`: a product with it, or a quotient by it, is exact."""
+    if s.e != 0.0 or s.m != 0 or s.v == 0.0 or not math.isfinite(s.v):
+        return False
+    return math.frexp(abs(s.v))[0] == 0.5
+
+
 class RunningErrorNamespace(ObjectNamespace):
     r"""The array namespace of :class:`RunningError` scalars: an op written against ``xp``
     runs on it unchanged and returns, entry by entry, its value and the first-order bound
@@ -164,17 +198,37 @@ class RunningErrorNamespace(ObjectNamespace):
 
     name = "running_error"
 
-    def __init__(self, u: float, u_acc: float) -> None:
+    def __init__(self, u: float, u_acc: float, u_prod: float | None = None) -> None:
         self.u, self.u_acc = float(u), float(u_acc)
+        #: the relative error of one product of a matmul (:meth:`matmul`)
+        self.u_prod = self.u if u_prod is None else float(u_prod)
+        #: the significand bits of the dtype (:math:`u = 2^{-p}`)
+        self.bits = round(-math.log2(self.u)) if self.u > 0 else 0
         self.pi, self.inf = math.pi, math.inf
         self._equal = operator.eq
 
     def scalar(self, v: Any) -> Any:
+        """An input: exact (the kernel's inputs are values of its dtype)."""
         if isinstance(v, bool | np.bool_):
             return bool(v)
         if isinstance(v, RunningError):
             return v
         return RunningError(float(v), 0.0, 0, self)
+
+    def const(self, v: Any) -> Any:
+        r"""A constant of the op (``xp.const(eps)``, a Python number in an operation): exact
+        when representable in the dtype, else rounded once, :math:`e = u|v|` (the kernel
+        casts :math:`10^{-5}` to the dtype)."""
+        if isinstance(v, bool | np.bool_ | RunningError):
+            return self.scalar(v)
+        v = float(v)
+        return RunningError(v, 0.0 if self._representable(v) else self.u * abs(v), 0, self)
+
+    def _representable(self, v: float) -> bool:
+        if not math.isfinite(v) or v == 0.0 or self.bits <= 0:
+            return True
+        mant, _ = math.frexp(v)
+        return float(mant * 2.0**self.bits).is_integer()
 
     def rational(self, p: int, q: int = 1) -> Any:
         # a constant of the op: the kernel rounds it once to the dtype (1/2, 1/sqrt(d), ...)
@@ -230,10 +284,7 @@ class RunningErrorNamespace(ObjectNamespace):
         arr = np.asarray(x, dtype=object)
         if arr.size == 0:
             return self._wrap(np.sum(arr, axis=axis, keepdims=keepdims))
-        lifted = self._map(self.scalar, arr)
-        v = np.vectorize(lambda s: s.v, otypes=[float])(lifted)
-        e = np.vectorize(lambda s: s.e, otypes=[float])(lifted)
-        m = np.vectorize(lambda s: s.m, otypes=[float])(lifted)
+        v, e, m = self._parts(arr)
         k = arr.size // max(1, np.sum(np.ones(arr.shape), axis=axis, keepdims=keepdims).size)
         total = np.sum(v, axis=axis, keepdims=keepdims)
         err = (np.sum(e, axis=axis, keepdims=keepdims)
@@ -247,8 +298,32 @@ class RunningErrorNamespace(ObjectNamespace):
         return out
 
     def matmul(self, a: Any, b: Any) -> np.ndarray:
+        r""":math:`AB` with :math:`k` products of relative error :math:`u_p` each (``u_prod``:
+        the dtype's :math:`u` by default; :math:`u_a` for bfloat16 operands, whose products
+        are exact in a float32 accumulator; TF32's operand rounding), summed as
+        :meth:`sum`: :math:`e = E_A|B| + |A|E_B + (u_p + (k-1)u_a)|A||B| + u|AB|`,
+        evaluated on the value and bound arrays at once."""
         a, b = np.asarray(a, dtype=object), np.asarray(b, dtype=object)
-        return self.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+        (va, ea, ma), (vb, eb, mb) = self._parts(a), self._parts(b)
+        k = va.shape[-1] if va.ndim else 1
+        v = np.matmul(va, vb)
+        e = (np.matmul(ea, np.abs(vb)) + np.matmul(np.abs(va), eb)
+             + (self.u_prod + (k - 1) * self.u_acc) * np.matmul(np.abs(va), np.abs(vb))
+             + self.u * np.abs(v))
+        depth = int(max(ma.max(initial=0), mb.max(initial=0))) + 1 + k
+        out = np.empty(np.shape(v), dtype=object)
+        for idx in np.ndindex(np.shape(v)):
+            out[idx] = RunningError(v[idx], e[idx], depth, self)
+        return out
+
+    def _parts(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The value, bound and depth arrays of an array of scalars."""
+        lifted = self._map(self.scalar, x)
+        flat = lifted.reshape(-1)
+        v = np.fromiter((s.v for s in flat), float, flat.size).reshape(x.shape)
+        e = np.fromiter((s.e for s in flat), float, flat.size).reshape(x.shape)
+        m = np.fromiter((s.m for s in flat), float, flat.size).reshape(x.shape)
+        return v, e, m
 
     def max(self, x: Any, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
         return self._wrap(np.max(np.asarray(x, dtype=object), axis=axis, keepdims=keepdims))
@@ -288,9 +363,11 @@ def running_error(values: Any) -> np.ndarray:
     return np.vectorize(one, otypes=[float])(arr) if arr.size else np.zeros(arr.shape)
 
 
-def running_namespace(u: float, u_acc: float) -> RunningErrorNamespace:
-    """The namespace for a kernel of unit roundoff ``u`` accumulating in ``u_acc``."""
-    return RunningErrorNamespace(u, u_acc)
+def running_namespace(u: float, u_acc: float, u_prod: float | None = None
+                      ) -> RunningErrorNamespace:
+    """The namespace for a kernel of unit roundoff ``u`` accumulating in ``u_acc``, the
+    products of its matmuls of relative error ``u_prod`` (default ``u``)."""
+    return RunningErrorNamespace(u, u_acc, u_prod)
 
 
 def as_arrays(xs: Sequence[Any]) -> list[np.ndarray]:
