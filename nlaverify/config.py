@@ -105,7 +105,10 @@ class TransformerConfig:
     ``RwkvBlock``): time mixing of width :math:`a` = ``rwkv_attention_size`` (``None``:
     :math:`d`) in place of attention, and its channel mixing of width ``d_mlp`` in place of
     the MLP (``mlp`` then names the MLP of the other blocks of a hybrid); block 0 first
-    normalises the embedding (``ln0``). Checked by :func:`check_mixer`.
+    normalises the embedding (``ln0``). ``mixer="mamba2"``: Mamba-2's block (Dao & Gu 2024;
+    ``ssm_heads`` :math:`H` heads of :math:`E/H` channels, ``ssm_groups`` :math:`G` groups of
+    :math:`B, C`; :func:`~nlaverify.config_options.check_mamba2`). Checked by
+    :func:`check_mixer`.
 
     Soft-capping (Gemma Team 2024, Gemma 2 §2): ``attn_softcap`` :math:`c` caps the scaled
     attention scores, :math:`c\tanh(s/c)`, before the causal mask (softmax attention only);
@@ -178,6 +181,8 @@ class TransformerConfig:
     ssm_conv: int = 4
     ssm_expand: int = 2
     ssm_dt_rank: int | None = None
+    ssm_heads: int = 1
+    ssm_groups: int = 1
     rwkv_attention_size: int | None = None
     attn_softcap: float | None = None
     final_softcap: float | None = None

@@ -4,7 +4,7 @@ the RoPE frequency scaling.
 The vocabularies of the string-valued fields (norm, placement, positions, MLP, attention, LoRA
 targets, RoPE pairings; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA, MLP-less and
 partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`), the
-token mixers (:func:`check_mixer`), the
+token mixers (:func:`check_mixer`, :func:`check_mamba2`), the
 soft caps and Gemma 2's options (:func:`check_softcaps`),
 :class:`ConfigError` and :class:`RopeScaling`, the
 one structured field:
@@ -45,9 +45,10 @@ ATTENTIONS = ("softmax", "favor", "favor+", "elu1", "efficient", "linformer")
 RANDOM_FEATURE_ATTENTIONS = ("favor", "favor+")
 #: the token mixer of a block (issue 37): softmax-family attention (``attention``), Mamba's
 #: selective state-space block (``mamba``; Gu & Dao 2023) or RWKV-4's time mixing with its
-#: channel mixing in place of the MLP (``rwkv``; Peng et al. 2023); a per-block tuple mixes
-#: them (a hybrid, as Jamba does)
-MIXERS = ("attention", "mamba", "rwkv")
+#: channel mixing in place of the MLP (``rwkv``; Peng et al. 2023) or Mamba-2's block
+#: (``mamba2``; Dao & Gu 2024: a scalar decay per head); a per-block tuple mixes them (a
+#: hybrid, as Jamba does)
+MIXERS = ("attention", "mamba", "rwkv", "mamba2")
 #: attentions that are bidirectional only (no causal form)
 BIDIRECTIONAL_ATTENTIONS = ("efficient", "linformer")
 
@@ -139,7 +140,8 @@ def check_mixer(cfg: Any) -> None:
     if not ok:
         raise ConfigError(f"TransformerConfig.mixer: expected one of {', '.join(MIXERS)} "
                           f"or a tuple of n_blocks={cfg.n_blocks} of them, got {m!r}")
-    for f in ("ssm_state", "ssm_conv", "ssm_expand", "ssm_dt_rank", "rwkv_attention_size"):
+    for f in ("ssm_state", "ssm_conv", "ssm_expand", "ssm_dt_rank", "ssm_heads", "ssm_groups",
+              "rwkv_attention_size"):
         v = getattr(cfg, f)
         optional = f in ("ssm_dt_rank", "rwkv_attention_size")
         if (v is not None or not optional) and (
@@ -148,6 +150,32 @@ def check_mixer(cfg: Any) -> None:
             raise ConfigError(f"TransformerConfig.{f}: expected a positive integer{none}, "
                               f"got {v!r}")
     check_rwkv(cfg)
+    check_mamba2(cfg)
+
+
+def check_mamba2(cfg: Any) -> None:
+    r"""The sizes of a Mamba-2 block (``mixer="mamba2"``; Dao & Gu 2024, §7; Hugging Face
+    ``Mamba2Mixer``): :math:`H` = ``ssm_heads`` divides :math:`E` = ``d_inner`` (heads of
+    :math:`P = E/H` channels, each with its scalar decay :math:`A_j`), :math:`G` =
+    ``ssm_groups`` divides :math:`H` (head :math:`j` reads the :math:`B, C` of group
+    :math:`\lfloor jG/H\rfloor`) and :math:`E` (the gated RMSNorm normalizes groups of
+    :math:`E/G` channels); its convolution and scan are causal. Unread without a Mamba-2
+    block."""
+    blocks = [cfg.mixer] * cfg.n_blocks if isinstance(cfg.mixer, str) else list(cfg.mixer)
+    if "mamba2" not in blocks:
+        return
+    E, H, G = cfg.ssm_expand * cfg.d_model, cfg.ssm_heads, cfg.ssm_groups
+    rules: tuple[tuple[str, bool, str], ...] = (
+        ("ssm_heads", E % H != 0, f"a divisor of d_inner = ssm_expand * d_model = {E} (heads "
+                                  f"of d_inner/ssm_heads channels)"),
+        ("ssm_groups", H % G != 0, f"a divisor of ssm_heads = {H} (each group of B, C serves "
+                                   f"ssm_heads/ssm_groups heads)"),
+        ("causal", not cfg.causal, "True (Mamba-2's convolution and scan are causal)"),
+    )
+    for f, bad, want in rules:
+        if bad:
+            raise ConfigError(f"TransformerConfig.{f}: expected {want}, got "
+                              f"{getattr(cfg, f)!r} with mixer={cfg.mixer!r}")
 
 
 def check_rwkv(cfg: Any) -> None:

@@ -55,6 +55,8 @@ _SOFTMAX = {
     "ssm_conv": Figure(4, _UNUSED),
     "ssm_expand": Figure(2, _UNUSED),
     "ssm_dt_rank": Figure(None, _UNUSED),
+    "ssm_heads": Figure(1, _UNUSED),
+    "ssm_groups": Figure(1, _UNUSED),
     "rwkv_attention_size": Figure(None, _UNUSED),
     "attn_softcap": Figure(None, "attention scores not soft-capped (Gemma 2 caps them)"),
     "final_softcap": Figure(None, "logits not soft-capped (Gemma 2 caps them)"),

@@ -21,6 +21,7 @@ large. The zoo is that set of configurations:
   embeddings, no final norm, bidirectional attention, biases on and off,
   :math:`d_h \ne d/h`; Mamba's selective state-space block, alone and in a hybrid with
   attention (Gu & Dao 2023); RWKV-4's block, alone and in a hybrid (Peng et al. 2023);
+  Mamba-2's, alone and in a hybrid (Dao & Gu 2024);
   Gemma 2's soft caps; GPT-NeoX's parallel block; partial rotary in the half pairing
   (Pythia, Phi) and GPT-J's block (interleaved partial rotary, a biased unembedding);
   Gemma 2's sandwich norms, query scalar and alternating local/global layers; Granite's
@@ -138,6 +139,13 @@ ZOO: tuple[TransformerConfig, ...] = (
     # a hybrid: RoPE attention with a SwiGLU MLP in block 0 (so no ln0), RWKV in block 1
     _member("hybrid-rwkv-attention", n_blocks=2, mixer=("attention", "rwkv"),
             positions="rope", mlp="swiglu"),
+    # Mamba-2's block (Dao & Gu 2024) as Hugging Face's Mamba2Block (no MLP): 4 heads of 4
+    # channels, 2 groups of B, C (state 3), a convolution of width 3; pre-RMSNorm
+    _member("mamba2", n_blocks=2, mixer="mamba2", ssm_heads=4, ssm_groups=2, ssm_state=3,
+            ssm_conv=3, norm="rmsnorm", positions="none", mlp="none"),
+    # a hybrid: RoPE attention in block 0, Mamba-2 (2 heads of 8, one group) in block 1
+    _member("hybrid-mamba2-attention", n_blocks=2, mixer=("attention", "mamba2"),
+            positions="rope", ssm_heads=2, ssm_state=2),
     # Gemma 2's soft caps (Gemma Team 2024): scores 0.5 (before the mask), logits 1.5; post-LN
     _member("softcap-rmsnorm", attn_softcap=0.5, final_softcap=1.5, norm="rmsnorm",
             placement="post"),

@@ -23,11 +23,14 @@ MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
     **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED
        if mt not in ("gpt2", "mamba", "gpt_neox", "gptj", "starcoder2", "stablelm", "falcon",
-                     "opt", "rwkv")},
+                     "opt", "rwkv", "mamba2")},
     "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
               "num_hidden_layers": 2},
     "rwkv": {"model_type": "rwkv", "vocab_size": 13, "hidden_size": 16,
              "num_hidden_layers": 2},
+    # Mamba2Config's defaults: 128 heads of 64 = expand * hidden_size, 8 groups
+    "mamba2": {"model_type": "mamba2", "vocab_size": 13, "hidden_size": 4096,
+               "num_hidden_layers": 2},
     # d_h = 8: the default rotary_pct 0.25 rotates 2 coordinates
     "gpt_neox": {**_LLAMA, "model_type": "gpt_neox", "num_attention_heads": 2},
     # heads of 128 >= GPTJConfig's default rotary_dim 64
@@ -129,6 +132,11 @@ EXPRESSIBLE = {
                                norm="rmsnorm", positions="none", context=2048, mlp="none",
                                mixer="mamba", ssm_state=4, ssm_conv=3, ssm_expand=3,
                                ssm_dt_rank=2, tied_embeddings=False, norm_eps=1e-6),
+    # Mamba-2: 4 heads of 8 channels, 2 groups of B, C (state 3), conv 3, tied
+    "mamba2": TransformerConfig(vocab_size=13, d_model=16, n_heads=1, n_blocks=2, d_mlp=1,
+                                norm="rmsnorm", positions="none", context=2048, mlp="none",
+                                mixer="mamba2", ssm_heads=4, ssm_groups=2, ssm_state=3,
+                                ssm_conv=3, tied_embeddings=True),
     # RWKV-4: time mixing of width 8 != d, channel mixing of 24, untied, no positions
     "rwkv": TransformerConfig(vocab_size=13, d_model=16, n_heads=1, n_blocks=2, d_mlp=24,
                               positions="none", context=32, mixer="rwkv",

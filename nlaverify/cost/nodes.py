@@ -106,7 +106,7 @@ MATMUL_FORMS: dict[str, Callable[[Shapes, dict[str, Any]], tuple[int, int]]] = {
 NO_MATMUL = frozenset({
     "add_learned_positions", "add_positions", "scale", "layernorm", "rmsnorm", "split_heads",
     "merge_heads", "repeat_kv", "rope", "residual_add", "gelu_tanh", "gelu_erf", "relu",
-    "swiglu", "geglu", "cross_entropy", "topk_mask"})
+    "swiglu", "geglu", "cross_entropy", "topk_mask", "split_channels", "merge_channels"})
 
 
 def matmul_form(op: str, arg_shapes: Shapes, static: dict[str, Any]) -> tuple[int, int] | None:
@@ -120,14 +120,15 @@ def matmul_form(op: str, arg_shapes: Shapes, static: dict[str, Any]) -> tuple[in
 
 def component_of(node: str) -> str:
     """The component a node's cost is summed into: ``embedding``, ``attention``, ``mamba``
-    (Mamba's mixer), ``rwkv`` (RWKV's time mixing), ``mlp``, ``channel_mix`` (RWKV's, in
-    place of the MLP), ``norms``, ``residual``, ``unembedding`` or ``loss``."""
+    (Mamba's mixer), ``mamba2`` (Mamba-2's), ``rwkv`` (RWKV's time mixing), ``mlp``,
+    ``channel_mix`` (RWKV's, in place of the MLP), ``norms``, ``residual``, ``unembedding``
+    or ``loss``."""
     parts = node.split(".")
     if parts[0] == "blocks":
         part = parts[2]
-        return {"attn": "attention", "mamba": "mamba", "rwkv": "rwkv", "mlp": "mlp",
-                "ffn": "channel_mix", "resid1": "residual", "resid2": "residual"}.get(
-                    part, "norms")
+        return {"attn": "attention", "mamba": "mamba", "mamba2": "mamba2", "rwkv": "rwkv",
+                "mlp": "mlp", "ffn": "channel_mix", "resid1": "residual",
+                "resid2": "residual"}.get(part, "norms")
     if node in ("embed", "embed_scaled", "x0"):
         return "embedding"
     if node == "final_norm":

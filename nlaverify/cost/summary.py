@@ -25,8 +25,8 @@ from nlaverify.graph.build import parameter_counts
 __all__ = ["COMPONENTS", "Term", "attention_pairs", "by_block", "by_component",
            "rule_comparison"]
 
-COMPONENTS = ("embedding", "attention", "mamba", "rwkv", "mlp", "channel_mix", "norms",
-              "residual", "unembedding", "loss")
+COMPONENTS = ("embedding", "attention", "mamba", "mamba2", "rwkv", "mlp", "channel_mix",
+              "norms", "residual", "unembedding", "loss")
 
 #: parameter components outside Kaplan et al.'s N (vocabulary and positional embeddings)
 EMBEDDING_COMPONENTS = ("embedding", "positions", "unembedding")
@@ -126,8 +126,8 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
         if attrs["kind"] == "param" and attrs["block"] is not None and len(attrs["shape"]) == 2:
             weights += math.prod(attrs["shape"])
     dk = config.d_head
-    # the attention terms count attention blocks only (Mamba's and RWKV's mixers have no
-    # QK^T, PV),
+    # the attention terms count attention blocks only (Mamba's, Mamba-2's and RWKV's mixers
+    # have no QK^T, PV),
     # each with its window (Gemma 2's window_layers: the others see the whole prefix)
     attn = [b for b in range(L) if config.block_mixer(b) == "attention"]
     La = len(attn)

@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from nlaverify.config import GATED_MLPS, NO_MLP, TransformerConfig
+from nlaverify.graph.build_mamba2 import mamba2_block
 from nlaverify.graph.core import add_input, add_op
 
 Shape = tuple[int | str, ...]
@@ -196,12 +197,15 @@ def _rwkv_channel_mix(b: _Builder, p: str, x: str, cfg: TransformerConfig, block
 
 def _mixer(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
     """Block ``block``'s token mixer (``cfg.block_mixer``): attention at ``{p}.attn``,
-    Mamba's block at ``{p}.mamba`` or RWKV's time mixing at ``{p}.rwkv``."""
+    Mamba's block at ``{p}.mamba``, RWKV's time mixing at ``{p}.rwkv`` or Mamba-2's block at
+    ``{p}.mamba2``."""
     mixer = cfg.block_mixer(block)
     if mixer == "mamba":
         return _mamba(b, f"{p}.mamba", x, cfg, block)
     if mixer == "rwkv":
         return _rwkv_time_mix(b, f"{p}.rwkv", x, cfg, block)
+    if mixer == "mamba2":
+        return mamba2_block(b, f"{p}.mamba2", x, cfg, block)
     return _attention(b, f"{p}.attn", x, cfg, block)
 
 
@@ -318,7 +322,9 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     (post-LN): no ``norm2``, ``mlp.*`` or ``resid2``. An RWKV block (``mixer="rwkv"``) has
     ``rwkv.time_mix`` in place of attention and ``ffn.channel_mix`` in place of the MLP,
     and block 0 normalises the embedding first (``blocks.0.ln0``, Hugging Face's
-    ``pre_ln``). Gemma 2 (``post_norms``): ``resid1``
+    ``pre_ln``). A Mamba-2 block (``mixer="mamba2"``) has ``mamba2.in_z`` ... ``mamba2.out``
+    in place of attention (:func:`~nlaverify.graph.build_mamba2.mamba2_block`). Gemma 2
+    (``post_norms``): ``resid1``
     :math:`= x + N'_1(\operatorname{Attn}(N_1(x)))` with ``post_norm1``, likewise
     ``post_norm2`` on the MLP's output; ``query_pre_attn_scalar`` :math:`s` scales the rotated
     queries by :math:`\sqrt{d_h/s}` (``attn.q_scaled``) so the attention's

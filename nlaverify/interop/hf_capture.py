@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from nlaverify.interop.hf_capture_mamba2 import capture_mamba2
 from nlaverify.interop.hf_patches import modeling_module, record_fidelity
 
 #: the name of nlaverify's capturing attention function in ``AttentionInterface``
@@ -128,8 +129,13 @@ def _capture_mamba(model: Any, rec: _Recorder) -> Iterator[None]:
     applied as it would apply it, ``ACT2FN[activation]``) and the time step :math:`\delta`
     handed to ``mamba_scan_forward`` (``mamba[l].dt``, before the bias and softplus). Both
     module functions are wrapped, whatever they are now (exact mode's scan included), and
-    restored. Nothing for other models."""
+    restored. Mamba-2: :func:`~nlaverify.interop.hf_capture_mamba2.capture_mamba2`; nothing
+    for other models."""
     mod = modeling_module(model)
+    if hasattr(mod, "mamba2_scan_forward"):  # Mamba-2: its own captures (hf_capture_mamba2)
+        with capture_mamba2(mod, rec.keep):
+            yield
+        return
     if not hasattr(mod, "mamba_scan_forward"):
         yield
         return

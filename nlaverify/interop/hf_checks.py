@@ -40,6 +40,9 @@ def _fidelity_node(path: str) -> str:
     m = re.fullmatch(r"rwkv\.blocks\.(\d+)\.attention", path)  # RWKV's time mixing
     if m:
         return f"blocks.{m.group(1)}.rwkv.time_mix"
+    m = re.fullmatch(r"backbone\.layers\.(\d+)\.mixer\.(scan|norm)", path)  # Mamba-2
+    if m:
+        return f"blocks.{m.group(1)}.mamba2.{m.group(2)}"
     m = re.fullmatch(r"backbone\.layers\.(\d+)\.(norm|mixer)", path)  # Mamba
     if m:
         return f"blocks.{m.group(1)}.{'norm1' if m.group(2) == 'norm' else 'mamba.scan'}"
@@ -65,7 +68,8 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
             "loss": config.vocab_size, "rotary": max(1, dh // 2),
             "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
             "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
-            "rwkv_wkv": n * config.rwkv_dim}[f.kind]
+            "rwkv_wkv": n * config.rwkv_dim, "mamba2_scan": n * config.ssm_state,
+            "mamba2_gated_norm": config.d_inner // config.ssm_groups}[f.kind]
     cond = magnitude_condition(f.exact, power=1)
     if f.kind == "rotary":
         cond = max(cond, (n - 1) * max(1.0, math.log(config.rope_base)))

@@ -30,8 +30,8 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (``embed_scale``), tied embeddings by default, RMSNorm gains :math:`1 + w` (a weights-side
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
   as ``gelu_pytorch_tanh`` (its other values meant different functions across versions).
-* ``mamba``: Mamba's blocks without an MLP (:mod:`nlaverify.interop.hf_config_mamba`);
-  ``rwkv``: RWKV-4's blocks (:mod:`nlaverify.interop.hf_config_rwkv`).
+* ``mamba`` / ``mamba2``: Mamba's / Mamba-2's blocks without an MLP (:mod:`nlaverify.interop.
+  hf_config_mamba`, ``hf_config_mamba2``); ``rwkv``: RWKV-4's (``hf_config_rwkv``).
 * ``gpt_neox``: Pythia / GPT-NeoX, the parallel LayerNorm block with partial rotary in the half
   pairing (:mod:`nlaverify.interop.hf_config_neox`).
 * ``gptj``: GPT-J, one LayerNorm per parallel block, interleaved partial rotary, a biased
@@ -90,6 +90,7 @@ from nlaverify.interop.hf_config_gemma2 import gemma2_fields
 from nlaverify.interop.hf_config_gptj import gptj_fields
 from nlaverify.interop.hf_config_granite import granite_fields
 from nlaverify.interop.hf_config_mamba import mamba_fields
+from nlaverify.interop.hf_config_mamba2 import mamba2_fields
 from nlaverify.interop.hf_config_ministral import ministral_fields
 from nlaverify.interop.hf_config_neox import neox_fields, phi_fields
 from nlaverify.interop.hf_config_olmo import olmo_fields
@@ -250,7 +251,7 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
              "cohere": cohere_fields, "falcon": falcon_fields,
              "ministral": ministral_fields}  # each given the RoPE reader
     plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields,
-             "rwkv": rwkv_fields}  # each given the reader only
+             "rwkv": rwkv_fields, "mamba2": mamba2_fields}  # each given the reader only
     kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else
           _llama_family(r))
     r.check_unknown()
@@ -305,8 +306,7 @@ def _gpt2(r: _Reader) -> dict[str, Any]:
 
 def _llama_family(r: _Reader) -> dict[str, Any]:
     """LlamaConfig and its relatives -> TransformerConfig fields."""
-    mt = r.mt
-    dm = r.get("hidden_size", "int", required=True)
+    mt, dm = r.mt, r.get("hidden_size", "int", required=True)
     nh = r.get("num_attention_heads", "int", required=True)
     kw: dict[str, Any] = dict(
         vocab_size=r.get("vocab_size", "int", required=True), d_model=dm, n_heads=nh,

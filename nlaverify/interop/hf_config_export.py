@@ -17,6 +17,7 @@ from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
 from nlaverify.interop.hf_config_granite import granite_hf_dict, granite_mismatch
 from nlaverify.interop.hf_config_mamba import mamba_hf_dict, mamba_mismatch
+from nlaverify.interop.hf_config_mamba2 import mamba2_hf_dict, mamba2_mismatch
 from nlaverify.interop.hf_config_ministral import ministral_hf_dict, ministral_mismatch
 from nlaverify.interop.hf_config_neox import (
     neox_hf_dict,
@@ -37,6 +38,7 @@ from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPOR
 #: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
 _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "mamba": (mamba_mismatch, mamba_hf_dict, False),
+    "mamba2": (mamba2_mismatch, mamba2_hf_dict, False),
     "rwkv": (rwkv_mismatch, rwkv_hf_dict, False),
     "gpt_neox": (neox_mismatch, neox_hf_dict, False),
     "gptj": (gptj_mismatch, gptj_hf_dict, False),

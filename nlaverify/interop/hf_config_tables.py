@@ -17,7 +17,7 @@ from typing import Any
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
              "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
-             "falcon", "opt", "rwkv")
+             "falcon", "opt", "rwkv", "mamba2")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -31,7 +31,7 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM",
                  "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM",
                  "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM",
-                 "rwkv": "RwkvForCausalLM"}
+                 "rwkv": "RwkvForCausalLM", "mamba2": "Mamba2ForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -78,6 +78,10 @@ IGNORED: dict[str, str] = {
     "hidden_act": "not read by Gemma2Config (Gemma2MLP reads hidden_activation)",
     "dropout": _TRAIN, "init_std": _TRAIN,
     "layerdrop": _TRAIN + " (OPTDecoder skips layers only in training)",
+    "chunk_size": "the chunk length of HF's SSD algorithm, not its function (the chunked "
+                  "algorithm equals the recurrence for every chunking: identity "
+                  "ssm_ssd_chunked_equals_recurrence)",
+    "time_step_rank": "not read by Mamba2Mixer (Mamba-2's dt is a column of in_proj per head)",
     "rescale_every": "HF's eval-mode inference rescaling of RWKV (block i's attention.output "
                      "and feed_forward.value weights divided by 2^(i // R) in place, the stream "
                      "halved every R blocks: a float16 overflow guard), not the trained "
@@ -95,12 +99,13 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
                                  "router_jitter_noise")},
     "pretraining_tp": ("llama",),
-    **{k: ("mamba",) for k in ("time_step_scale", "time_step_min", "time_step_max",
-                               "time_step_init_scheme", "time_step_floor",
-                               "rescale_prenorm_residual", "use_mambapy",
-                               "use_associative_scan", "residual_in_fp32",
-                               "pad_vocab_size_multiple", "fused_add_norm", "rms_norm",
-                               "n_layer")},
+    **{k: ("mamba",) for k in ("time_step_scale", "time_step_init_scheme", "use_mambapy",
+                               "use_associative_scan")},
+    **{k: ("mamba", "mamba2") for k in ("time_step_min", "time_step_max", "time_step_floor",
+                                        "rescale_prenorm_residual", "residual_in_fp32",
+                                        "pad_vocab_size_multiple", "fused_add_norm",
+                                        "rms_norm", "n_layer")},
+    **{k: ("mamba2",) for k in ("chunk_size", "time_step_rank")},
     **{k: ("gpt_neox",) for k in ("classifier_dropout", "is_decoder")},
     "hidden_dropout": ("gpt_neox", "stablelm", "falcon"),
     "hidden_act": ("gemma2",),
@@ -147,6 +152,9 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "mamba": {"state_size": 16, "expand": 2, "conv_kernel": 4, "use_bias": False,
               "use_conv_bias": True, "hidden_act": "silu", "layer_norm_epsilon": 1e-5,
               "time_step_rank": "auto", "tie_word_embeddings": True, "intermediate_size": None},
+    "mamba2": {"num_heads": 128, "head_dim": 64, "n_groups": 8, "state_size": 128,
+               "expand": 2, "conv_kernel": 4, "use_bias": False, "use_conv_bias": True,
+               "hidden_act": "silu", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False},
     "gpt_neox": {"hidden_act": "gelu", "max_position_embeddings": 2048, "layer_norm_eps": 1e-5,
                  "tie_word_embeddings": False, "use_parallel_residual": True,
                  "attention_bias": True, "rope_theta": 10000.0},

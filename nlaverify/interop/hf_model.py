@@ -60,6 +60,15 @@ def _check_tokens(tokens: Any, config: Any) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _decoded(v: Any) -> Any:
+    """``v`` with ``transformers``' JSON encoding of non-finite floats undone (``save_pretrained``
+    writes Mamba-2's ``time_step_limit`` :math:`(0, \\infty)` as ``[0.0, {"__float__":
+    "Infinity"}]``; ``AutoConfig.for_model`` wants the float)."""
+    if isinstance(v, dict) and set(v) == {"__float__"}:
+        return float(str(v["__float__"]).replace("Infinity", "inf"))
+    return [_decoded(x) for x in v] if isinstance(v, list) else v
+
+
 def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     """The HF model of ``hf.raw`` (its ``config.json``) in ``dtype``, with the capturing
     attention function, eval mode (dropout off): HF's own ``from_pretrained`` of the
@@ -68,7 +77,7 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     _register_attention()
     from huggingface_hub.errors import StrictDataclassError
 
-    raw = {k: v for k, v in dict(hf.raw).items() if k != "model_type"}
+    raw = {k: _decoded(v) for k, v in dict(hf.raw).items() if k != "model_type"}
     if hf.model_type == "rwkv":  # the training-mode function (hf_config_rwkv: rescale_every)
         raw["rescale_every"] = 0
     try:

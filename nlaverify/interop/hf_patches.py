@@ -49,6 +49,7 @@ besides ``"rmsnorm"`` (``MambaRMSNorm.forward``, node ``blocks.{l}.norm1``) and 
   as ``lm_head`` returns them (its forward hook), HF's returned logits going to the fidelity
   sink.
 
+Mamba-2 (:mod:`~nlaverify.interop.hf_patches_mamba2`): ``"mamba2_scan"``, ``"mamba2_gated_norm"``.
 RWKV-4 (:mod:`~nlaverify.interop.hf_patches_rwkv`): ``"rwkv_wkv"`` (``rwkv.time_mix``), the
 float32 state and keys of ``rwkv_linear_attention_cpu``, and ``"loss"``; plant ``rwkv_mix_swap``.
 
@@ -84,6 +85,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.errors import ArgumentError, UnknownNameError
+from nlaverify.interop import hf_patches_mamba2 as _mamba2
 from nlaverify.interop import hf_patches_norms as _norms
 from nlaverify.interop import hf_patches_rwkv as _rwkv
 from nlaverify.interop.hf_patches_mamba import patch_mamba_scan
@@ -117,7 +119,8 @@ MAMBA_EXACT_PATCHES: dict[str, str] = {
 
 #: every exact-arithmetic patch by name (``verify_hf(exact=...)`` takes any subset)
 ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES,
-                                     **_norms.NORM_EXACT_PATCHES, **_rwkv.RWKV_EXACT_PATCHES}
+                                     **_norms.NORM_EXACT_PATCHES, **_rwkv.RWKV_EXACT_PATCHES,
+                                     **_mamba2.MAMBA2_EXACT_PATCHES}
 
 #: the planted mistakes (test instruments) and what each does to the HF model
 PLANTS: dict[str, str] = {
@@ -192,8 +195,9 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
         return frozenset({"attention_softmax", "loss", *["rotary"] * (model_type != "opt")})
     if model_type == "rwkv":  # hf_patches_rwkv: the CPU WKV's float32 state and keys
         return frozenset({"rwkv_wkv", "loss"})
-    if model_type == "mamba":  # MambaConfig.residual_in_fp32 defaults to true
-        return frozenset({"rmsnorm", "mamba_scan", "mamba_logits", "loss"} | (
+    if model_type in ("mamba", "mamba2"):  # residual_in_fp32 defaults to true in both
+        scan = {"mamba_scan"} if model_type == "mamba" else {"mamba2_scan", "mamba2_gated_norm"}
+        return frozenset({"rmsnorm", *scan, "mamba_logits", "loss"} | (
             {"mamba_residual"} if raw.get("residual_in_fp32", True) else set()))
     parts = {"rmsnorm", "rotary", "attention_softmax", "loss"}
     if model_type in ("olmo", "cohere"):  # float32 LayerNorms (hf_patches_norms)
@@ -343,10 +347,13 @@ def exact_arithmetic(model: Any, config: Any,
     try:
         if "mamba_scan" in parts and type(model).__name__.startswith("Mamba"):
             patch_mamba_scan(undo, modeling_module(model), fidelity, record_fidelity)
+        if "mamba2_scan" in parts and type(model).__name__.startswith("Mamba2"):
+            _mamba2.patch_scan(undo, modeling_module(model), fidelity, record_fidelity)
         for name, module in model.named_modules():
             cls = type(module).__name__
             if _norms.patch_module(undo, name, module, parts, config, fidelity,  # OLMo, Cohere
                                    exact_inv_freq, record_fidelity) or _rwkv.patch_module(
+                    undo, name, module, parts, fidelity, record_fidelity) or _mamba2.patch_module(
                     undo, name, module, parts, fidelity, record_fidelity):
                 continue
             if cls == "MambaBlock" and "mamba_residual" in parts:
@@ -408,9 +415,10 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
     if plant is None:
         yield None
         return
-    if plant not in PLANTS and plant not in MAMBA_PLANTS and plant not in _rwkv.RWKV_PLANTS:
+    known = [*PLANTS, *MAMBA_PLANTS, *_rwkv.RWKV_PLANTS, *_mamba2.MAMBA2_PLANTS]
+    if plant not in known:
         raise UnknownNameError(f"plant: unknown mistake {plant!r}: expected one of "
-                               f"{', '.join([*PLANTS, *MAMBA_PLANTS, *_rwkv.RWKV_PLANTS])}")
+                               f"{', '.join(known)}")
     undo = _Restorer()
     try:
         if plant == "transpose_square":
@@ -420,8 +428,8 @@ def plant_mistake(model: Any, model_type: str, plant: str | None, *,
                 w.copy_(saved.T)
             undo.on_exit(lambda: w.data.copy_(saved))
             what = f"{key} transposed"
-        elif plant in _rwkv.RWKV_PLANTS:
-            what = _rwkv.plant(undo, model, plant)
+        elif plant in _rwkv.RWKV_PLANTS or plant in _mamba2.MAMBA2_PLANTS:
+            what = (_rwkv if plant in _rwkv.RWKV_PLANTS else _mamba2).plant(undo, model, plant)
         elif plant == "mamba_in_proj_swap":
             key = "backbone.layers.0.mixer.in_proj.weight"
             w = dict(model.named_parameters()).get(key)

@@ -93,10 +93,11 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _llama_taps(config, model_type)
     if model_type == "mamba":
         return _mamba_taps(config)
-    if model_type == "rwkv":  # its table in a module of its own, given the tap class
+    if model_type in ("rwkv", "mamba2"):  # tables in modules of their own, given the tap
+        from nlaverify.interop.hf_taps_mamba2 import mamba2_taps
         from nlaverify.interop.hf_taps_rwkv import rwkv_taps
 
-        return rwkv_taps(config, _Tap)
+        return (rwkv_taps if model_type == "rwkv" else mamba2_taps)(config, _Tap)
     if model_type == "gpt_neox":
         return _neox_taps(config)
     if model_type in ("gptj", "phi"):
@@ -108,7 +109,7 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
     if model_type in ("falcon", "opt"):
         return _falcon_taps(config) if model_type == "falcon" else _opt_taps(config)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
-                           f"{', '.join(LLAMA_LIKE)}, mamba, rwkv, gpt_neox, gptj, phi, "
+                           f"{', '.join(LLAMA_LIKE)}, mamba, mamba2, rwkv, gpt_neox, gptj, phi, "
                            "starcoder2, stablelm, phi3, falcon, opt")
 
 

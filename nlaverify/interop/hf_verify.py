@@ -51,8 +51,9 @@ The float32 islands behind them, each located at its own node by leaving its pat
 (:data:`~nlaverify.interop.hf_patches.EXACT_PATCHES`): every RMSNorm (``norm1``,
 ``norm2``, ``final_norm``, Qwen3's ``q_norm``/``k_norm``), the RoPE angles (``q_rope``),
 the attention softmax (``heads``), Mixtral's router softmax (``mlp.out``), Mamba's scan
-(``mamba.scan``), residual stream (``resid1``) and logits (``loss``), RWKV's WKV
-(``rwkv.time_mix``), and the loss.
+(``mamba.scan``), residual stream (``resid1``) and logits (``loss``), Mamba-2's scan and
+gated norm (``mamba2.scan``, ``mamba2.norm``, :mod:`~nlaverify.interop.hf_patches_mamba2`),
+RWKV's WKV (``rwkv.time_mix``), and the loss.
 In stock mode :attr:`HFVerifyReport.first_beyond_float32` also judges every node with
 float32's bound: ``None`` means every departure is float32 rounding; a node there is a
 real difference (a planted mistake shows there). ``exact=True`` patches HF for the

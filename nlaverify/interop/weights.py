@@ -46,6 +46,11 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   taps), ``dt_proj.bias`` is :math:`b_\Delta` (inside the softplus), ``A_log`` (HF's
   :math:`A = -e^{A_{\log}}`, as the graph's ``mamba_scan``) and ``D`` are copied. Keys carry
   ``backbone.`` (the base model's state dict does not).
+* **Mamba-2** (:mod:`~nlaverify.interop.weights_layout_mamba2`). ``mixer.in_proj.weight``
+  ``(2E + 2GN + H, d)`` holds :math:`[W_z | W_x | W_B | W_C | W_\delta]^\top` by rows, split
+  and transposed; the depthwise ``conv1d`` over :math:`[x, B, C]` split by channel
+  (``conv_x``, ``conv_B``, ``conv_C``); ``dt_bias``, ``A_log``, ``D`` and the gated norm's
+  weight copied. Keys carry ``backbone.``.
 * **GPT-NeoX.** ``attention.query_key_value`` ``(3d, d)`` (and its bias) holds, per head, the
   query, key and value rows of that head (``(heads, 3, head_dim)``: ``view(..., -1, 3 *
   head_size)``, ``chunk(3)``), not GPT-2's blocked :math:`[Q | K | V]`; split per head and
@@ -166,7 +171,7 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
     if mt == "mixtral":
         _fuse_mixtral_experts(st, config, fn, user)
     embed_key = {"gpt2": "transformer.wte.weight", "gptj": "transformer.wte.weight",
-                 "mamba": "backbone.embeddings.weight",
+                 "mamba": "backbone.embeddings.weight", "mamba2": "backbone.embeddings.weight",
                  "gpt_neox": "gpt_neox.embed_in.weight",
                  "falcon": "transformer.word_embeddings.weight",
                  "opt": "model.decoder.embed_tokens.weight"}.get(

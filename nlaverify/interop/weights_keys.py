@@ -19,7 +19,8 @@ from nlaverify.config import TransformerConfig
 from nlaverify.errors import ArgumentError, ShapeError, UnknownNameError
 from nlaverify.interop.weights_layout import _shape
 
-_PREFIX = {"gpt2": "transformer.", "mamba": "backbone.", "gpt_neox": "gpt_neox.",
+_PREFIX = {"gpt2": "transformer.", "mamba": "backbone.", "mamba2": "backbone.",
+           "gpt_neox": "gpt_neox.",
            "gptj": "transformer.", "falcon": "transformer.", "rwkv": "rwkv."}
 #: the head's key, outside the base model (RWKV's is ``head``)
 _HEAD = {"rwkv": "head."}

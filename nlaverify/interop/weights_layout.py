@@ -31,6 +31,7 @@ from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
     _unembed,
 )
 from nlaverify.interop.weights_layout_falcon import falcon_entries
+from nlaverify.interop.weights_layout_mamba2 import mamba2_entries
 from nlaverify.interop.weights_layout_opt import opt_entries
 from nlaverify.interop.weights_layout_rwkv import rwkv_entries
 
@@ -88,8 +89,8 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
     hf_config_dict(config, model_type)  # raises, naming the field, if HF cannot express it
     if model_type == "mamba":
         return _mamba_entries(config)
-    if model_type == "rwkv":
-        return rwkv_entries(config)
+    if model_type in ("rwkv", "mamba2"):
+        return (rwkv_entries if model_type == "rwkv" else mamba2_entries)(config)
     if model_type == "gpt_neox":
         return _neox_entries(config)
     if model_type == "gptj":

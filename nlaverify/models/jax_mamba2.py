@@ -1,6 +1,6 @@
 r"""An independent JAX Mamba-2 language model (Dao & Gu 2024, *Transformers are SSMs*; Hugging
 Face ``Mamba2ForCausalLM``): the oracle :mod:`nlaverify.ops.ssm2` composed is checked against
-(``tests/test_mamba2_model.py``), and the model the pipeline's ``mamba2`` mixer will be.
+(``tests/test_mamba2_model.py``), and the oracle of the pipeline's ``mamba2`` mixer.
 
 It shares no code with the ops. The scan is computed in its **dual, attention-like form**
 (the state-space duality, §3 of the paper; identity ``ssm_state_space_duality``), not as a
@@ -28,8 +28,11 @@ The forward:
 d)``, ``final_norm.gamma``, ``head`` ``(d, V)`` (the transposed embedding when tied); per
 block ``i``, prefixed ``blocks.{i}.``: ``norm1.gamma``; ``mamba2.in_z.W``, ``in_x.W`` ``(d,
 E)``, ``in_B.W``, ``in_C.W`` ``(d, GN)``, ``in_dt.W`` ``(d, H)`` (Hugging Face's ``in_proj``
-split), ``conv.w`` ``(E + 2GN, k)``, ``conv.b``, ``dt.b``, ``A_log``, ``D`` ``(H,)``,
-``norm.gamma`` ``(E,)``, ``out.W`` ``(E, d)``.
+split), ``conv_x.w`` ``(E, k)``, ``conv_B.w``, ``conv_C.w`` ``(GN, k)`` and their ``.b``
+(Hugging Face's depthwise ``conv1d`` split by channel, as the graph holds it; convolved here
+as one), ``dt.b``, ``A_log``, ``D`` ``(H,)``, ``norm.gamma`` ``(E,)``, ``out.W`` ``(E, d)``:
+the names of the graph's nodes (:func:`nlaverify.graph.build_mamba2.mamba2_block`), so
+:func:`graph_mamba2_mixer` is the pipeline's oracle of ``mixer="mamba2"``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Mamba2Shape", "mamba2_logits", "mamba2_mixer", "params_from_hf", "ssd_dual"]
+__all__ = ["Mamba2Shape", "graph_mamba2_mixer", "mamba2_logits", "mamba2_mixer",
+           "params_from_hf", "ssd_dual"]
 
 Params = Mapping[str, Any]
 
@@ -110,22 +114,29 @@ def mamba2_mixer(p: Params, name: str, u: Any, shape: Mamba2Shape,
     xi = jnp.concatenate([u @ p[f"{name}.in_x.W"], u @ p[f"{name}.in_B.W"],
                           u @ p[f"{name}.in_C.W"]], axis=-1)
     dt = u @ p[f"{name}.in_dt.W"]
-    act = jax.nn.silu(_depthwise_causal(xi, p[f"{name}.conv.w"], p[f"{name}.conv.b"]))
+    parts = ("conv_x", "conv_B", "conv_C")
+    conv = _depthwise_causal(xi, jnp.concatenate([p[f"{name}.{c}.w"] for c in parts]),
+                             jnp.concatenate([p[f"{name}.{c}.b"] for c in parts]))
+    act = jax.nn.silu(conv)
     x, B, C = act[:, :E], act[:, E:E + G * N], act[:, E + G * N:]
     per_head = lambda M: jnp.repeat(M.reshape(n, G, N), H // G, axis=1)  # noqa: E731
     Dt = jax.nn.softplus(dt + p[f"{name}.dt.b"])
     A = -jnp.exp(p[f"{name}.A_log"])
     xh = x.reshape(n, H, P)
-    y = ssd_dual(xh, Dt, A, per_head(B), per_head(C)) + p[f"{name}.D"][:, None] * xh
-    y = y.reshape(n, E)
+    scan = ssd_dual(xh, Dt, A, per_head(B), per_head(C)) + p[f"{name}.D"][:, None] * xh
+    y = scan.reshape(n, E)
     v = (y * jax.nn.silu(z)).reshape(n, G, E // G)
     normed = (v / jnp.sqrt(jnp.mean(v * v, axis=-1, keepdims=True) + shape.eps)).reshape(n, E)
     normed = normed * p[f"{name}.norm.gamma"]
     out = normed @ p[f"{name}.out.W"]
     if rec is not None:
-        rec.update({f"{name}.{k}": v for k, v in {"in_z": z, "in_dt": dt, "x": x, "B": B,
-                                                  "C": C, "scan": y, "norm": normed,
-                                                  "out": out}.items()})
+        pre = {"in_x": xi[:, :E], "in_B": xi[:, E:E + G * N], "in_C": xi[:, E + G * N:]}
+        convs = {"conv_x": conv[:, :E], "conv_B": conv[:, E:E + G * N],
+                 "conv_C": conv[:, E + G * N:]}
+        rec.update({f"{name}.{k}": v for k, v in {
+            "in_z": z, "in_dt": dt, **pre, **convs, "x": x, "B": B, "C": C, "x_heads": xh,
+            "B_groups": B.reshape(n, G, N), "C_groups": C.reshape(n, G, N), "scan": scan,
+            "y": y, "norm": normed, "out": out}.items()})
     return out
 
 
@@ -160,10 +171,22 @@ def params_from_hf(state: Mapping[str, Any], shape: Mamba2Shape, *,
         for k, part in enumerate(("in_z", "in_x", "in_B", "in_C", "in_dt")):
             p[f"{q}{part}.W"] = W[:, cuts[k]:cuts[k + 1]]
         p[f"blocks.{i}.norm1.gamma"] = jnp.asarray(state[f"{h}norm.weight"])
-        p[f"{q}conv.w"] = jnp.asarray(state[f"{h}mixer.conv1d.weight"])[:, 0, :]
-        p[f"{q}conv.b"] = jnp.asarray(state[f"{h}mixer.conv1d.bias"])
+        w = jnp.asarray(state[f"{h}mixer.conv1d.weight"])[:, 0, :]
+        b = jnp.asarray(state[f"{h}mixer.conv1d.bias"])
+        for part, lo, hi in (("x", 0, E), ("B", E, E + GN), ("C", E + GN, E + 2 * GN)):
+            p[f"{q}conv_{part}.w"], p[f"{q}conv_{part}.b"] = w[lo:hi], b[lo:hi]
         for ours, theirs in (("dt.b", "dt_bias"), ("A_log", "A_log"), ("D", "D"),
                              ("norm.gamma", "norm.weight")):
             p[f"{q}{ours}"] = jnp.asarray(state[f"{h}mixer.{theirs}"])
         p[f"{q}out.W"] = jnp.asarray(state[f"{h}mixer.out_proj.weight"]).T
     return p
+
+
+def graph_mamba2_mixer(p: Params, name: str, u: Any, cfg: Any, rec: dict[str, Any]) -> Any:
+    """:func:`mamba2_mixer` with the sizes of a :class:`~nlaverify.config.TransformerConfig`
+    (``ssm_heads``, ``ssm_groups``, ``ssm_state``, ``ssm_conv``, ``d_inner``; the gated norm's
+    epsilon ``norm_eps``), recording the graph's node names: the ``mamba2`` mixer of
+    :mod:`nlaverify.models.jax_transformer`."""
+    shape = Mamba2Shape(cfg.n_blocks, cfg.ssm_heads, cfg.d_inner // cfg.ssm_heads,
+                        cfg.ssm_groups, cfg.ssm_state, cfg.ssm_conv, cfg.norm_eps)
+    return mamba2_mixer(p, name, u, shape, rec)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
+from nlaverify.models.jax_mamba2 import graph_mamba2_mixer
 from nlaverify.models.jax_rwkv import graph_channel_mix, graph_time_mix
 
 jax.config.update("jax_enable_x64", True)
@@ -44,8 +45,7 @@ IGNORE_INDEX = -100
 
 def _proj(p: Params, name: str, x: Any, w: str, b: str, bias: bool,
           lora: tuple[str, TransformerConfig] | None = None) -> Any:
-    """x W (+ b); with ``lora = (target, cfg)`` adapting it: x (W + (alpha/r) A B) (+ b),
-    the merged form (the graph computes the unmerged one)."""
+    """x W (+ b); LoRA ``(target, cfg)``: x (W + (alpha/r) A B) (+ b), merged (unlike the graph)."""
     W = p[f"{name}.{w}"]
     if lora is not None and lora[1].lora_rank and lora[0] in lora[1].lora_targets:
         cfg = lora[1]
@@ -263,12 +263,11 @@ def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> A
 
 def _mix(p: Params, b: str, x: Any, cfg: TransformerConfig, rec: Record, layer: int,
          draw: int) -> Any:
-    """Block ``b``'s token mixer: attention, Mamba's block (:mod:`.jax_mamba`) or RWKV's time
-    mixing (:mod:`.jax_rwkv`, the WKV as per-channel softmax attention)."""
-    if cfg.block_mixer(layer) == "mamba":
-        return mamba_mixer(p, f"{b}.mamba", x, cfg, rec)
-    if cfg.block_mixer(layer) == "rwkv":
-        return graph_time_mix(p, f"{b}.rwkv", x, rec)
+    """Block ``b``'s mixer: attention, Mamba's, RWKV's or Mamba-2's (its scan's dual form)."""
+    m = cfg.block_mixer(layer)
+    if m != "attention":
+        return {"mamba": mamba_mixer, "mamba2": graph_mamba2_mixer, "rwkv": lambda *a: (
+            graph_time_mix(*a[:3], a[4]))}[m](p, f"{b}.{m}", x, cfg, rec)
     return _attention(p, f"{b}.attn", x, cfg, rec, layer, draw)
 
 
@@ -355,7 +354,8 @@ def intermediates(params: Params, tokens: Any, cfg: TransformerConfig,
     (``(H, n, d_h)``), ``b.attn.out``; ``b.mlp.out`` and, by MLP kind, ``b.mlp.in``,
     ``b.mlp.gate``, ``b.mlp.up``, ``b.mlp.act`` or ``b.mlp.scores`` (router); for a Mamba
     block (``cfg.block_mixer``) ``b.mamba.in_x``, ``in_z``, ``conv``, ``conv_act``,
-    ``dt_low``, ``B``, ``C``, ``dt``, ``scan``, ``out`` in place of ``b.attn.*``; for an RWKV
+    ``dt_low``, ``B``, ``C``, ``dt``, ``scan``, ``out`` in place of ``b.attn.*`` (Mamba-2:
+    ``b.mamba2.*``, :func:`~.jax_mamba2.mamba2_mixer`); for an RWKV
     block ``b.rwkv.time_mix`` and ``b.ffn.channel_mix`` (and ``blocks.0.ln0``); the
     residual sums ``b.resid1 = s + \operatorname{Attn}(\cdot)``, ``b.resid2 = s +
     \operatorname{MLP}(\cdot)``; ``final_norm`` (when present), ``logits`` and, when

@@ -165,6 +165,9 @@ def plan_mesh(config: TransformerConfig, spec: str, *, seq_len: int, batch: int 
     if tp > 1 and any(config.block_mixer(b) == "mamba" for b in range(config.n_blocks)):
         notes.append(f"the Mamba mixers are replicated over tp={tp} (the plan shards "
                      "attention heads and MLPs)")
+    if tp > 1 and any(config.block_mixer(b) == "mamba2" for b in range(config.n_blocks)):
+        notes.append(f"the Mamba-2 mixers are replicated over tp={tp} (the plan shards "
+                     "attention heads and MLPs, not the scan's heads)")
     if tp > 1 and any(config.block_mixer(b) == "rwkv" for b in range(config.n_blocks)):
         notes.append(f"the RWKV time and channel mixings are replicated over tp={tp} (the "
                      "plan shards attention heads and MLPs)")
