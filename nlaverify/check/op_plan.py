@@ -95,14 +95,42 @@ def _batch_choices(batch: bool | Sequence[int]) -> list[tuple[int, ...]] | None:
     return [b]
 
 
-def _check_statics(spec: OpSpec, given: dict[str, Any]) -> None:
+#: statics that must divide a dimension of the op (a group size the width, a number of heads
+#: or groups the channels or experts): the drawn sizes are rounded up to a multiple of the
+#: user's value, so ``static={"group_size": 4}`` draws widths 4, 8, ... (were: the op's own
+#: sizes, which it then refused)
+DIVIDES = {"group_size": "d", "n_heads": "hd", "n_group": "E"}
+
+
+def _sizes_for_statics(spec: OpSpec, static: Mapping[str, Any]) -> OpSpec:
+    """``spec`` whose ``fix_sizes`` also makes every dimension of :data:`DIVIDES` a multiple
+    of its static (after the op's own constraints)."""
+    dims = {d for a in spec.args for d in a.dims if isinstance(d, str)}
+    pairs = [(int(static[k]), dim) for k, dim in DIVIDES.items() if k in static and dim in dims
+             and isinstance(static[k], int | np.integer) and not isinstance(static[k], bool)
+             and static[k] >= 1]
+    if not pairs:
+        return spec
+    base = spec.fix_sizes
+
+    def fix(sizes: dict[str, int]) -> dict[str, int]:
+        out = dict(base(sizes) if base else sizes)
+        for m, dim in pairs:
+            out[dim] = -(-out[dim] // m) * m
+        return out
+
+    return replace(spec, fix_sizes=fix)
+
+
+def _check_statics(spec: OpSpec, given: dict[str, Any],
+                   ranges: Mapping[str, tuple[int, int]]) -> None:
     """The reference op runs with the statics ``given`` (on a float64 case of the smallest
-    sizes) and gives finite values: a bad static is named now, not by a failure blamed on
-    the kernel (``base=0`` made the reference NaN)."""
+    sizes the check draws: ``shapes=`` applied) and gives finite values: a bad static is
+    named now, not by a failure blamed on the kernel (``base=0`` made the reference NaN)."""
     from nlaverify.backends import get_namespace
     from nlaverify.cases.drawn import make_case
 
-    sizes = {k: lo for k, (lo, _) in spec.size_ranges.items()}
+    sizes = {k: lo for k, (lo, _) in ranges.items()}
     if spec.fix_sizes:
         sizes = spec.fix_sizes(sizes)
     try:
@@ -219,16 +247,16 @@ def plan_op_check(fn: Callable[..., Any], op: str | OpSpec, *, vjp: Callable[...
             raise CheckError(f"argument 'static': {op_signature(spec)} has no static "
                              f"{', '.join(sorted(unknown))}")
     st = {**spec.static, **(static or {})}
+    ranges = _size_ranges(spec, shapes)
     if st != dict(spec.static):
-        spec = replace(spec, static=st)
-        _check_statics(spec, dict(static or {}))
+        spec = _sizes_for_statics(replace(spec, static=st), st)
+        _check_statics(spec, dict(static or {}), ranges)
     if not isinstance(examples, int) or examples < 0:
         raise CheckError(f"argument 'examples': expected an int >= 0, got {examples!r}")
     if not (hostile in (True, False, None, "extreme") or (
             isinstance(hostile, int) and not isinstance(hostile, bool) and hostile >= 0)):
         raise CheckError(f"argument 'hostile': expected True, False, 'extreme' or an int >= 0 "
                          f"(the number of hostile seeds), got {hostile!r}")
-    ranges = _size_ranges(spec, shapes)
     _check_consistent(spec, ranges, shapes)
     choices = _batch_choices(batch)
     acc = accumulation if accumulation is not None else (
