@@ -151,6 +151,36 @@ def check_mixer(cfg: Any) -> None:
                               f"got {v!r}")
     check_rwkv(cfg)
     check_mamba2(cfg)
+    check_attention_free(cfg)
+
+
+def check_attention_free(cfg: Any) -> None:
+    """A model without an attention block (all RWKV, Mamba or Mamba-2 blocks) reads none of
+    the attention's options: each must keep its default, or it would be accepted and change
+    nothing (a hybrid reads them all in its attention blocks). ``n_kv_heads`` and ``d_head``
+    must be the defaults of ``n_heads`` (``n_heads`` and ``d_model // n_heads``)."""
+    blocks = [cfg.mixer] * cfg.n_blocks if isinstance(cfg.mixer, str) else list(cfg.mixer)
+    if "attention" in blocks:
+        return
+    rules: tuple[tuple[str, bool, str], ...] = (
+        ("attention", cfg.attention != "softmax", "'softmax' (the default)"),
+        ("n_kv_heads", cfg.n_kv_heads != cfg.n_heads,
+         f"n_heads = {cfg.n_heads} (the default: pass n_kv_heads=None with a new n_heads)"),
+        ("d_head", cfg.d_head != cfg.d_model // cfg.n_heads,
+         f"d_model // n_heads = {cfg.d_model // cfg.n_heads} (the default: pass d_head=None "
+         f"with a new n_heads)"),
+        ("qk_norm", cfg.qk_norm, "False"),
+        ("attn_softcap", cfg.attn_softcap is not None, "None"),
+        ("sliding_window", cfg.sliding_window is not None, "None"),
+        ("attn_bias", cfg.attn_bias, "False"),
+        ("attn_out_bias", cfg.attn_out_bias not in (None, False), "None or False"),
+        ("query_pre_attn_scalar", cfg.query_pre_attn_scalar is not None, "None"),
+    )
+    for f, bad, want in rules:
+        if bad:
+            raise ConfigError(f"TransformerConfig.{f}: an option of the attention, and a model "
+                              f"of mixer={cfg.mixer!r} has no attention block to read it: "
+                              f"expected {want}, got {getattr(cfg, f)!r}")
 
 
 def check_mamba2(cfg: Any) -> None:
@@ -213,6 +243,11 @@ def check_rwkv(cfg: Any) -> None:
                                                   "adapters: expected 0"),
         ("mlp", only and cfg.mlp == NO_MLP, "every RWKV block has its channel mixing: "
                                             "expected an MLP kind, not 'none'"),
+        ("mlp", only and cfg.mlp != "gelu", "an all-RWKV model reads no MLP kind (its channel "
+                                           "mixing takes the MLP's place): expected the "
+                                           "default 'gelu'"),
+        ("parallel_norms", only and cfg.parallel_norms != 1,
+         "an all-RWKV model has no parallel residual to normalise: expected 1 (the default)"),
     )
     for f, bad, why in rules:
         if bad:

@@ -75,13 +75,17 @@ def test_missing_required_fields() -> None:
 
 def test_hf_config_dict_refuses_what_rwkv_cannot_express() -> None:
     c = load_hf_config(TINY).config
-    for change, field in (({"mlp": "swiglu"}, "mlp"), ({"mixer": ("rwkv", "attention"),
-                                                        "positions": "rope"}, "positions"),
+    for change, field in (({"mixer": ("rwkv", "attention"), "positions": "rope"},
+                           "positions"),
                           ({"mixer": ("rwkv", "attention")}, "mixer"),
                           ({"tied_embeddings": True}, "tied_embeddings"),
-                          ({"norm_eps": 0.1}, "norm_eps"), ({"n_heads": 2}, "n_heads")):
+                          ({"norm_eps": 0.1}, "norm_eps"),
+                          ({"n_heads": 2, "n_kv_heads": None, "d_head": None}, "n_heads")):
         with pytest.raises(ConfigError, match=rf"rwkv cannot express TransformerConfig\.{field}"):
             hf_config_dict(c.replace(**change), "rwkv")
+    # an MLP kind is refused by the config itself: an all-RWKV model reads none
+    with pytest.raises(ConfigError, match=r"TransformerConfig\.mlp: an all-RWKV model"):
+        c.replace(mlp="swiglu")
     # an attention model is not written as another type's mixer, nor an RWKV as Llama
     with pytest.raises(ConfigError, match=r"llama cannot express TransformerConfig\.norm"):
         hf_config_dict(c, "llama")

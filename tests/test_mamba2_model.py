@@ -88,3 +88,44 @@ def test_mixer_equals_the_proved_ops_composed() -> None:
     normed = ssm2.gated_rmsnorm(NP, y, r["in_z"], q["blocks.0.mamba2.norm.gamma"], 1e-5,
                                 H * P // G)
     assert tol.compare(normed, r["norm"]).ok
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"use_bias": True}, "use_bias"), ({"use_conv_bias": False}, "use_conv_bias"),
+    ({"time_step_limit": (0.0, 0.05)}, "time_step_limit"),
+    ({"time_step_limit": [0.001, float("inf")]}, "time_step_limit"),
+    ({"hidden_act": "gelu"}, "hidden_act")])
+def test_from_hf_refuses_unimplemented_options_by_key(change, key) -> None:
+    """As the interop loader does: HF's biases, a bias-free convolution or a clamp of Delta
+    would be dropped silently."""
+    from transformers import Mamba2Config
+
+    from nlaverify.config import ConfigError
+
+    for config in ({**SIZES, **change}, Mamba2Config(**SIZES, **change)):
+        with pytest.raises(ConfigError, match=rf"from_hf: field '{key}'"):
+            m2.Mamba2Shape.from_hf(config)
+
+
+def test_from_hf_accepts_the_defaults_written_out() -> None:
+    """HF's defaults (and JSON's encoding of an infinite limit) are what the model computes."""
+    shape = m2.Mamba2Shape.from_hf({**SIZES, "use_bias": False, "use_conv_bias": True,
+                                    "time_step_limit": [0.0, {"__float__": "Infinity"}]})
+    assert (shape.n_heads, shape.head_dim, shape.n_groups) == (8, 4, 2)
+
+
+def test_params_from_hf_refuses_a_state_it_does_not_implement_by_key() -> None:
+    """A state dict with projection biases or without the convolution's bias (a config not
+    checked by ``from_hf``) is refused naming the key, not a raw ``KeyError``."""
+    from nlaverify.config import ConfigError
+
+    model = _hf_model(0)
+    shape = m2.Mamba2Shape.from_hf(model.config)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    m2.params_from_hf(state, shape)
+    key = "backbone.layers.1.mixer.in_proj.bias"
+    with pytest.raises(ConfigError, match=rf"key '{key}'.*use_bias=True"):
+        m2.params_from_hf({**state, key: np.zeros(3)}, shape)
+    key = "backbone.layers.0.mixer.conv1d.bias"
+    with pytest.raises(ConfigError, match=rf"key '{key}' is missing.*use_conv_bias=False"):
+        m2.params_from_hf({k: v for k, v in state.items() if k != key}, shape)

@@ -194,3 +194,142 @@ def test_the_proof_refutes_a_wrong_vjp(monkeypatch) -> None:
 
     assert prove_vjp(ids.MAMBA2_SCAN).verdict == "proved"
     assert prove_vjp(replace(ids.MAMBA2_SCAN, vjp=wrong)).verdict == "failed"
+
+
+# -- the chunked SSD (ssd_chunked): numbers, Hugging Face's kernel, planted bugs ------------
+CHUNKINGS = [1, 2, 3, 7, 9, [2, 3, 2], [1, 5, 1], [6, 1]]
+
+
+def _ssd_args(rng, T=7, N=3, d=4):
+    return (-np.abs(rng.normal(size=T)), rng.normal(size=(T, N)), rng.normal(size=(T, N)),
+            rng.normal(size=(T, d)))
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS, ids=str)
+def test_ssd_chunked_equals_the_recurrence_numerically(chunks) -> None:
+    """d = 4 value channels, 7 steps: ragged last chunks, one chunk longer than the sequence,
+    chunks of 1 and listed sizes."""
+    la, B, C, X = _ssd_args(np.random.default_rng(11))
+    got = ssm2.ssd_chunked(NP, la, B, C, X, chunks)
+    assert got.shape == X.shape
+    assert tolerance("float64", size=7 * 4, depth=7).compare(
+        got, ssm.ssd_recurrence(NP, la, B, C, X)).ok
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 8])
+def test_ssd_chunked_equals_hugging_face_per_head(monkeypatch, chunk) -> None:
+    """Each head of HF's ``mamba2_chunk_scan`` (float64, its float32 casts removed; no skip)
+    is ``ssd_chunked`` of ``log a = Delta A``, the head's group's B, C and ``Delta x``, at
+    HF's chunk size."""
+    torch = pytest.importorskip("torch")
+    from transformers.models.mamba2 import modeling_mamba2 as m
+
+    rng = np.random.default_rng(20 + chunk)
+    x, dt, A_log, B, C, _, db = _scan_args(rng, b=1, n=7)
+    _torch_float64_islands(monkeypatch)
+    t = torch.tensor
+    hf = m.mamba2_chunk_scan(t(x), t(dt), -torch.exp(t(A_log)), t(B), t(C), chunk_size=chunk,
+                             D=t(np.zeros(4)), dt_bias=t(db), dt_softplus=True)
+    hf = hf.double().numpy()[0]
+    Dt = ssm.softplus(NP, dt + db)[0]
+    tol = tolerance("float64", size=7 * 3, depth=7)
+    for h in range(4):
+        g = h // 2  # 4 heads, 2 groups: repeat_interleave
+        ours = ssm2.ssd_chunked(NP, Dt[:, h] * -np.exp(A_log[h]), B[0, :, g], C[0, :, g],
+                                Dt[:, h, None] * x[0, :, h], chunk)
+        assert tol.compare(hf[:, h], ours).ok, h
+
+
+def test_ssd_chunked_bad_input_is_named() -> None:
+    la, B, C, X = _ssd_args(np.random.default_rng(0))
+    with pytest.raises(ArgumentError, match=r"ssd_chunked: argument 'X'.*at least one step"):
+        ssm2.ssd_chunked(NP, la[:0], B[:0], C[:0], X[:0], 2)
+    with pytest.raises(ArgumentError, match=r"ssd_chunked: argument 'chunks'.*positive"):
+        ssm2.ssd_chunked(NP, la, B, C, X, 0)
+    with pytest.raises(ArgumentError, match=r"ssd_chunked: argument 'chunks'.*summing to"):
+        ssm2.ssd_chunked(NP, la, B, C, X, [2, 2])
+    # chunked_scan keeps its own name
+    with pytest.raises(ArgumentError, match=r"chunked_scan: argument 'chunks'"):
+        ssm.chunked_scan(NP, np.ones(3), np.ones(3), 0)
+
+
+def _planted_ssd_chunked(kind):
+    """``ssd_chunked`` with one of the bugs people write in the chunked algorithm."""
+    def f(xp, log_a, B, C, X, chunks):
+        out, H = [], None
+        for lo, hi in ssm.chunk_bounds(X.shape[0], chunks):
+            Y = ssm.ssd_attention(xp, log_a[lo:hi], B[lo:hi], C[lo:hi], X[lo:hi])
+            if H is not None:
+                end = (lambda t: t) if kind == "readout_off_by_one" else (lambda t: t + 1)
+                Y = Y + xp.stack([xp.exp(xp.sum(log_a[lo:end(t)])) * xp.sum(C[t][:, None] * H,
+                                                                            axis=0)
+                                  for t in range(lo, hi)], axis=0)
+            start = (lambda s: s) if kind == "state_off_by_one" else (lambda s: s + 1)
+            S = sum((xp.exp(xp.sum(log_a[start(s):hi])) * (B[s][:, None] * X[s][None, :])
+                     for s in range(lo, hi)), xp.zeros_like(B[lo][:, None] * X[lo][None, :]))
+            carry = log_a[lo:hi - 1] if kind == "carry_skips_last" else log_a[lo:hi]
+            H = S if H is None else xp.exp(xp.sum(carry)) * H + S
+            out.append(Y)
+        return xp.concat(out, axis=0)
+
+    return f
+
+
+@pytest.mark.parametrize("kind", ["readout_off_by_one", "state_off_by_one",
+                                  "carry_skips_last"])
+def test_the_chunked_identity_refutes_planted_bugs(monkeypatch, kind) -> None:
+    """Identity ``ssm_ssd_chunked_equals_recurrence``, derived with ``ssd_chunked`` swapped
+    for a planted bug (the read-out exponent one step short, the chunk state summed one step
+    early, the carry without the chunk's last decay), fails; each bug is also visible in
+    numbers."""
+    from nlaverify.identities.core import load_catalogue
+
+    la, B, C, X = _ssd_args(np.random.default_rng(4))
+    wrong = _planted_ssd_chunked(kind)
+    assert not np.allclose(wrong(NP, la, B, C, X, 3), ssm.ssd_recurrence(NP, la, B, C, X))
+    monkeypatch.setattr(ssm2, "ssd_chunked", wrong)
+    proof = load_catalogue()["ssm_ssd_chunked_equals_recurrence"].derive()
+    assert proof.verdict == "failed", kind
+
+
+def test_the_chunked_identity_proves_the_planting_harness(monkeypatch) -> None:
+    """The harness above without a bug is the real algorithm: the identity proves it."""
+    from nlaverify.identities.core import load_catalogue
+
+    monkeypatch.setattr(ssm2, "ssd_chunked", _planted_ssd_chunked("none"))
+    assert load_catalogue()["ssm_ssd_chunked_equals_recurrence"].derive().verdict == "proved"
+
+
+# -- hostile inputs: overflow named, never a silent NaN ------------------------------------
+@pytest.mark.parametrize("op", ["mamba2_scan", "mamba2_scan_vjp", "mamba2_scan_jvp"])
+def test_scan_refuses_an_overflowing_decay_by_name(op) -> None:
+    from nlaverify.errors import NonFiniteError
+
+    rng = np.random.default_rng(1)
+    x, dt, A_log, B, C, D, db = _scan_args(rng)
+    bad = (x, dt - 1e4, A_log + 800, B, C, D, db)   # exp(A_log) = inf; softplus(dt) = 0
+    call = {"mamba2_scan": lambda a: ssm2.mamba2_scan(NP, *a),
+            "mamba2_scan_vjp": lambda a: ssm2.mamba2_scan_vjp(NP, np.ones_like(x), *a),
+            "mamba2_scan_jvp": lambda a: ssm2.mamba2_scan_jvp(NP, (np.ones_like(x),) + (None,) * 6,
+                                                            *a)}[op]
+    with np.errstate(all="ignore"), pytest.raises(
+            NonFiniteError, match=rf"{op}: argument 'A_log': expected A = -exp\(A_log\)"):
+        call(bad)
+    # A finite, Delta * A overflowing (Delta = softplus(1e306) = 1e306, A ~ -e^10)
+    big = (x, dt + 1e306, A_log + 10, B, C, D, db)
+    with np.errstate(all="ignore"), pytest.raises(NonFiniteError,
+                                                  match=r"'A_log'.*Delta \* A"):
+        call(big)
+
+
+def test_scan_overflow_checks_skip_tracers() -> None:
+    """Under ``jax.jit`` the arguments are tracers: no check, no error, same numbers."""
+    args = [jnp.asarray(a) for a in _scan_args(np.random.default_rng(2))]
+    jitted = jax.jit(lambda *a: ssm2.mamba2_scan(XP, *a))(*args)
+    assert tolerance("float64", size=15, depth=4).compare(
+        jitted, ssm2.mamba2_scan(XP, *args)).ok
+
+
+def test_gated_rmsnorm_refuses_a_bool_group_size() -> None:
+    with pytest.raises(ArgumentError, match=r"gated_rmsnorm: argument 'group_size'.*True"):
+        ssm2.gated_rmsnorm(NP, np.ones((2, 4)), np.ones((2, 4)), np.ones(4), 1e-6, True)

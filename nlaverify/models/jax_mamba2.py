@@ -44,6 +44,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from nlaverify.config import ConfigError
+from nlaverify.interop.hf_config_mamba2 import _no_limit
+
 __all__ = ["Mamba2Shape", "graph_mamba2_mixer", "mamba2_logits", "mamba2_mixer",
            "params_from_hf", "ssd_dual"]
 
@@ -68,8 +71,24 @@ class Mamba2Shape:
 
     @classmethod
     def from_hf(cls, config: Any) -> Mamba2Shape:
-        """From a Hugging Face ``Mamba2Config`` (or its dict)."""
+        r"""From a Hugging Face ``Mamba2Config`` (or its dict). Raises :class:`ConfigError`
+        naming an option this model does not implement, as the interop loader
+        (:mod:`nlaverify.interop.hf_config_mamba2`) does: ``use_bias`` true,
+        ``use_conv_bias`` false, ``hidden_act`` other than ``silu``, a ``time_step_limit``
+        other than :math:`(0, \infty)` (an absent key is HF's default)."""
         get = config.get if isinstance(config, dict) else (lambda k: getattr(config, k))
+        opt = (lambda k, d: config.get(k, d)) if isinstance(config, dict) else (
+            lambda k, d: getattr(config, k, d))
+        for key, want in (("use_bias", False), ("use_conv_bias", True), ("hidden_act", "silu")):
+            got = opt(key, want)
+            if got != want:
+                raise ConfigError(f"Mamba2Shape.from_hf: field {key!r}: only {want!r} is "
+                                  f"implemented, got {got!r}")
+        limit = opt("time_step_limit", (0.0, float("inf")))
+        if not _no_limit(limit):
+            raise ConfigError(f"Mamba2Shape.from_hf: field 'time_step_limit': only (0.0, inf) "
+                              f"is implemented (HF clamps softplus(dt + dt_bias) to it), got "
+                              f"{limit!r}")
         return cls(get("num_hidden_layers"), get("num_heads"), get("head_dim"),
                    get("n_groups"), get("state_size"), get("conv_kernel"),
                    get("layer_norm_epsilon"))
@@ -153,6 +172,21 @@ def mamba2_logits(p: Params, ids: Any, shape: Mamba2Shape,
     return _rms(h, p["final_norm.gamma"], shape.eps) @ p["head"]
 
 
+def _check_state_keys(state: Mapping[str, Any], shape: Mamba2Shape) -> None:
+    """Refuse, by key, a state dict of options this model does not implement: projection
+    biases (``use_bias=True``), a convolution without bias (``use_conv_bias=False``)."""
+    for i in range(shape.n_blocks):
+        h = f"backbone.layers.{i}.mixer."
+        for proj in ("in_proj", "out_proj"):
+            if f"{h}{proj}.bias" in state:
+                raise ConfigError(f"params_from_hf: key '{h}{proj}.bias': projection biases "
+                                  f"(Mamba2Config use_bias=True) are not implemented")
+        if f"{h}conv1d.bias" not in state:
+            raise ConfigError(f"params_from_hf: key '{h}conv1d.bias' is missing: a "
+                              f"convolution without bias (Mamba2Config use_conv_bias=False) "
+                              f"is not implemented")
+
+
 def params_from_hf(state: Mapping[str, Any], shape: Mamba2Shape, *,
                    tied: bool = False) -> dict[str, Any]:
     r"""The flat parameters of the module's docstring from a Hugging Face ``Mamba2ForCausalLM``
@@ -160,6 +194,7 @@ def params_from_hf(state: Mapping[str, Any], shape: Mamba2Shape, *,
     :math:`[z, x, B, C, \delta]` (``intermediate_size``, then the convolution's
     :math:`E + 2GN`, then ``num_heads``), the convolution's ``(C, 1, k)`` weight squeezed."""
     E, GN, H = shape.d_inner, shape.n_groups * shape.state, shape.n_heads
+    _check_state_keys(state, shape)
     emb = jnp.asarray(state["backbone.embeddings.weight"])
     p: dict[str, Any] = {"emb": emb,
                          "final_norm.gamma": jnp.asarray(state["backbone.norm_f.weight"]),

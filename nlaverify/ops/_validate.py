@@ -9,6 +9,8 @@ A leading ``"*"`` matches any number of batch dimensions.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -179,3 +181,46 @@ def check_positive(op: str, name: str, value: Any) -> None:
     """Check a static number (e.g. ``eps``, ``n_heads``) is > 0; symbols pass through."""
     if isinstance(value, int | float) and not value > 0:
         raise ArgumentError(f"{op}: argument {name!r}: expected > 0, got {value!r}")
+
+
+def check_derived_finite(op: str, xp: Namespace, name: str, value: Any, what: str) -> None:
+    """Check that ``value``, computed from argument ``name`` (``what`` says how, e.g. ``"A =
+    -exp(A_log)"``), is finite: a finite argument can still overflow. Skipped on the exact
+    and object namespaces and on JAX tracers, as the finiteness of the arguments is."""
+    if xp.exact or xp.object_arrays or not xp.is_concrete(value):
+        return
+    if xp.name == "jax":  # a concrete value inside a trace: inspect it on the host
+        value, xp = to_host(value), _HOST
+    if not bool(xp.all(xp.isfinite(value))):
+        raise NonFiniteError(f"{op}: argument {name!r}: expected {what} finite, got inf or "
+                             f"nan (an overflow: reduce {name!r})")
+
+
+def check_int(op: str, name: str, value: Any) -> int:
+    """Check a static integer argument (``top_k``, ``n_group``) is an ``int`` (not a
+    ``bool``, not a float: ``top_k=2.5`` is not truncated to 2); its range is the caller's."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{op}: argument {name!r}: expected an integer, got "
+                            f"{value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def check_positive_finite(op: str, name: str, value: Any) -> None:
+    """Check a static number (e.g. ``routed_scaling_factor``) is finite and > 0; symbols
+    (the proofs' ``rho``) pass through."""
+    if isinstance(value, bool) or (isinstance(value, numbers.Real) and not (
+            math.isfinite(value) and value > 0)):
+        raise ArgumentError(f"{op}: argument {name!r}: expected a finite number > 0, got "
+                            f"{value!r}")
+
+
+def check_mask(op: str, xp: Namespace, mask: Any, name: str = "mask") -> None:
+    """Check that a concrete numeric routing mask holds only 0 and 1 (one pass over the
+    mask); skipped on the exact and object namespaces and on JAX tracers."""
+    if xp.exact or xp.object_arrays or not xp.is_concrete(mask):
+        return
+    host = to_host(mask)
+    if host.dtype.kind in "fiu" and not bool(np.all((host == 0) | (host == 1))):
+        bad = host[(host != 0) & (host != 1)].reshape(-1)[0]
+        raise ArgumentError(f"{op}: argument {name!r}: expected a 0/1 mask, got the value "
+                            f"{bad.item()!r}")

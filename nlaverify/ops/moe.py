@@ -21,7 +21,7 @@ from typing import Any
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
 from nlaverify.ops._tangent import lin, tangents, tsum
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_int, check_mask
 from nlaverify.ops.activations import (
     gelu_tanh,
     gelu_tanh_jvp,
@@ -48,8 +48,10 @@ def topk_mask(xp: Namespace, scores: Any, top_k: int) -> Any:
     first); ``scores`` ``(*, E)``. Its derivative is 0 wherever it is defined: routing is
     held fixed."""
     dims = check_args("topk_mask", xp, {"scores": (scores, ("*", "E"))})
+    check_int("topk_mask", "top_k", top_k)
     if not 1 <= top_k <= dims["E"]:
-        raise ShapeError(f"topk_mask: expected 1 <= top_k <= E={dims['E']}, got {top_k}")
+        raise ShapeError(f"topk_mask: argument 'top_k': expected 1 <= top_k <= E={dims['E']}, "
+                         f"got {top_k}")
     cols = []
     for e in range(dims["E"]):
         s_e = scores[..., e]
@@ -248,6 +250,7 @@ def _check_moe(xp, X, scores, mask, weights, activation) -> None:
                                                              strict=True)})
     dims = check_args("moe", xp, specs)
     check_args("moe", xp, {"mask": (mask, ("*", "n", "E"))}, bound=dims, floating=False)
+    check_mask("moe", xp, mask)
     if tuple(mask.shape) != tuple(scores.shape):
         raise ShapeError(f"moe: argument 'mask': expected shape {tuple(scores.shape)} (the "
                          f"shape of 'scores'), got {tuple(mask.shape)}")

@@ -45,7 +45,7 @@ from typing import Any
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
 from nlaverify.ops._tangent import lin, tangents
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_int, check_mask, check_positive_finite
 from nlaverify.ops.activations import _sigmoid_pair, sigmoid
 from nlaverify.ops.moe import topk_mask
 
@@ -67,6 +67,7 @@ def masked_topk_mask(xp: Namespace, scores: Any, allowed: Any, top_k: int) -> An
     is :func:`~nlaverify.ops.moe.topk_mask`. No :math:`-\infty` fill (Hugging Face's
     ``masked_fill(-inf)``): the dropped experts are out of the count. Piecewise constant:
     no derivative."""
+    check_int("masked_topk_mask", "top_k", top_k)
     E = scores.shape[-1]
     cols = []
     for e in range(E):
@@ -96,6 +97,8 @@ def group_limited_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int
     n_group`` it is the plain :func:`~nlaverify.ops.moe.topk_mask` (identity
     ``moe_group_limited_all_groups_is_topk``). Piecewise constant: no derivative."""
     dims = check_args("group_limited_topk_mask", xp, {"scores": (scores, ("*", "E"))})
+    for name, v in (("top_k", top_k), ("n_group", n_group), ("topk_group", topk_group)):
+        check_int("group_limited_topk_mask", name, v)
     E = dims["E"]
     if n_group < 1 or E % n_group or E // n_group < 2:
         raise ShapeError(f"group_limited_topk_mask: argument 'n_group': expected a divisor of "
@@ -141,12 +144,15 @@ def deepseek_v3_select_vjp(xp: Namespace, G: Any, scores: Any, bias: Any, top_k:
     return ()
 
 
-def _check_gates(op: str, xp: Namespace, s: Any, mask: Any, ds: Any = None) -> None:
+def _check_gates(op: str, xp: Namespace, s: Any, mask: Any, rho: Any,
+                 ds: Any = None) -> None:
     dims = check_args(op, xp, {"scores": (s, ("*", "E")), "dscores": (ds, ("*", "E"))})
     check_args(op, xp, {"mask": (mask, ("*", "E"))}, bound=dims, floating=False)
     if tuple(mask.shape) != tuple(s.shape):
         raise ShapeError(f"{op}: argument 'mask': expected shape {tuple(s.shape)} (the shape "
                          f"of 'scores'), got {tuple(mask.shape)}")
+    check_mask(op, xp, mask)
+    check_positive_finite(op, "routed_scaling_factor", rho)
 
 
 def _normaliser(xp: Namespace, a: Any, eps: float) -> Any:
@@ -160,7 +166,7 @@ def deepseek_v3_gates(xp: Namespace, scores: Any, mask: Any, *,
     and the chosen experts ``mask`` (module docstring): :math:`g = \rho\, a/(\sum_e a_e +
     \epsilon)`, :math:`a = M\odot s`, or :math:`g = \rho\, a` without ``renormalize``. The
     bias is not an argument: it chooses, it never weighs."""
-    _check_gates("deepseek_v3_gates", xp, scores, mask)
+    _check_gates("deepseek_v3_gates", xp, scores, mask, routed_scaling_factor)
     a = _on(xp, scores, mask)
     rho = xp.const(routed_scaling_factor)
     return rho * a / _normaliser(xp, a, eps) if renormalize else rho * a
@@ -180,7 +186,7 @@ def deepseek_v3_gates_vjp(xp: Namespace, G: Any, scores: Any, mask: Any, *,
     .. math:: \bar s = M\odot\frac{\rho\,\bar g - \langle\bar g, g\rangle\mathbf 1}{Z}
        \quad(\texttt{renormalize}),\qquad \bar s = \rho\, M\odot\bar g\quad\text{otherwise}.
     """
-    _check_gates("deepseek_v3_gates_vjp", xp, scores, mask, G)
+    _check_gates("deepseek_v3_gates_vjp", xp, scores, mask, routed_scaling_factor, G)
     rho = xp.const(routed_scaling_factor)
     if not renormalize:
         return (_on(xp, rho * G, mask),)
@@ -201,7 +207,7 @@ def deepseek_v3_gates_jvp(xp: Namespace, T: tuple[Any], scores: Any, mask: Any, 
 
     ``T = (dscores,)``; ``None`` is not allowed (a zero direction has a zero JVP)."""
     (ds,) = tangents("deepseek_v3_gates_jvp", T, ("dscores",))
-    _check_gates("deepseek_v3_gates_jvp", xp, scores, mask, ds)
+    _check_gates("deepseek_v3_gates_jvp", xp, scores, mask, routed_scaling_factor, ds)
     rho = xp.const(routed_scaling_factor)
     da = _on(xp, ds, mask)
     if not renormalize:

@@ -39,7 +39,7 @@ from typing import Any
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
 from nlaverify.ops._tangent import lin, tangents, tsum
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_mask
 from nlaverify.ops.activations import _sigmoid_pair, swiglu, swiglu_jvp, swiglu_vjp
 from nlaverify.ops.moe import _gates, _rows, _selected
 from nlaverify.ops.moe_routing import (
@@ -109,6 +109,7 @@ def _check(op: str, xp: Namespace, X: Any, mask: Any, weights: tuple[Any, ...],
         specs.update({f"d{n}": (t, specs[n][1]) for n, t in zip(names, T, strict=True)})
     dims = check_args(op, xp, specs)
     check_args(op, xp, {"mask": (mask, ("*", "n", "E"))}, bound=dims, floating=False)
+    check_mask(op, xp, mask)
     if tuple(mask.shape) != (*tuple(X.shape)[:-1], dims["E"]):
         raise ShapeError(f"{op}: argument 'mask': expected shape "
                          f"{(*tuple(X.shape)[:-1], dims['E'])} (the rows of 'X' by E), got "

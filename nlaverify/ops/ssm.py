@@ -392,10 +392,12 @@ def associative_scan(xp: Namespace, a: Any, b: Any) -> Any:
     return xp.stack([e[1] for e in elems], axis=0)
 
 
-def chunk_bounds(L: int, chunks: int | Sequence[int]) -> list[tuple[int, int]]:
+def chunk_bounds(L: int, chunks: int | Sequence[int], *,
+                 op: str = "chunked_scan") -> list[tuple[int, int]]:
     """Contiguous chunks ``[(lo, hi), ...]`` of ``L`` steps: of size ``chunks`` (the last
-    ragged) or of the listed sizes (positive, summing to ``L``)."""
-    return block_bounds(L, chunks, op="chunked_scan", arg="chunks", what="the steps")
+    ragged) or of the listed sizes (positive, summing to ``L``); an error names ``op`` (the
+    caller) and its argument ``chunks``."""
+    return block_bounds(L, chunks, op=op, arg="chunks", what="the steps")
 
 
 def chunked_scan(xp: Namespace, a: Any, b: Any, chunks: int | Sequence[int]) -> Any:

@@ -34,7 +34,7 @@ from typing import Any
 from nlaverify.backends.base import Namespace
 from nlaverify.errors import ArgumentError
 from nlaverify.ops._tangent import jvp_rule
-from nlaverify.ops._validate import check_args
+from nlaverify.ops._validate import check_args, check_derived_finite
 from nlaverify.ops.activations import _silu_derivative, sigmoid, silu
 from nlaverify.ops.norms import _check_eps, _mean, _normalized_jvp, _scaled_rms
 from nlaverify.ops.ssm import chunk_bounds, softplus, ssd_attention
@@ -89,9 +89,12 @@ def _parts(xp: Namespace, op: str, x: Any, dt: Any, A_log: Any, B: Any, C: Any, 
     :math:`y`."""
     dims = _check_scan(op, xp, (x, dt, A_log, B, C, D, dt_bias))
     A = -xp.exp(A_log)
+    check_derived_finite(op, xp, "A_log", A, "A = -exp(A_log)")
     pre = dt + dt_bias
     Dt = softplus(xp, pre)
-    Abar = xp.exp(Dt * A)
+    DtA = Dt * A
+    check_derived_finite(op, xp, "A_log", DtA, "Delta * A (Delta = softplus(dt + dt_bias))")
+    Abar = xp.exp(DtA)
     Bh, Ch = _heads(xp, B, dims["H"]), _heads(xp, C, dims["H"])
     drive = (Dt[..., None] * x)[..., None] * Bh[..., None, :]
     X = xp.linear_recurrence(Abar[..., None, None], drive, axis=-4)
@@ -213,8 +216,11 @@ def ssd_chunked(xp: Namespace, log_a: Any, B: Any, C: Any, X: Any,
     every chunking."""
     check_args("ssd_chunked", xp, {"log_a": (log_a, ("T",)), "B": (B, ("T", "N")),
                                    "C": (C, ("T", "N")), "X": (X, ("T", "d"))})
+    if X.shape[0] == 0:
+        raise ArgumentError(f"ssd_chunked: argument 'X': expected at least one step (T >= 1), "
+                            f"got shape {tuple(X.shape)}")
     H, out = None, []
-    for lo, hi in chunk_bounds(X.shape[0], chunks):
+    for lo, hi in chunk_bounds(X.shape[0], chunks, op="ssd_chunked"):
         Y = ssd_attention(xp, log_a[lo:hi], B[lo:hi], C[lo:hi], X[lo:hi])
         if H is not None:
             read = xp.stack([xp.exp(xp.sum(log_a[lo:t + 1])) * xp.sum(C[t][:, None] * H, axis=0)
@@ -235,7 +241,7 @@ def _check_norm(op: str, xp: Namespace, x: Any, z: Any, gamma: Any, eps: Any,
     d = check_args(op, xp, {"x": (x, ("*", "d")), "z": (z, ("*", "d")),
                             "gamma": (gamma, ("d",))})["d"]
     g = d if group_size is None else group_size
-    if not isinstance(g, int) or g < 1 or d % g:
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or d % g:
         raise ArgumentError(f"{op}: argument 'group_size': expected a positive integer "
                             f"dividing the width d = {d}, got {group_size!r}")
     return d, g
