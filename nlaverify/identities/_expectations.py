@@ -23,6 +23,7 @@ from nlaverify.backends import get_namespace
 from nlaverify.curvature import likelihoods as lk
 from nlaverify.identities.core import Proof, Step, qualname
 from nlaverify.symbolic.exact import symbol_array, zero_test
+from nlaverify.symbolic.normal_form import rational_zero
 
 SIGMA = sympy.Symbol("sigma", positive=True)
 _Y = "y"
@@ -85,6 +86,10 @@ class _Checks:
                 if subs and isinstance(v, sympy.Basic):
                     v = v.xreplace(subs)
                 if rational and isinstance(v, sympy.Basic):
+                    # 0 in the rational normal form: its numerator is the zero polynomial,
+                    # without SymPy's field cancelling a gcd at every step
+                    if rational_zero(v):
+                        continue
                     v = _numerator(v)
                 t = zero_test(v)
                 if not t.proved:

@@ -44,6 +44,7 @@ from nlaverify import decoding as _dec
 from nlaverify import strategy as _strategy
 from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
+from nlaverify.symbolic.normal_form import rational_zero
 
 SEED = "Baptista, Stuart & Tran §6"
 V = 4
@@ -55,7 +56,11 @@ def _clean(xp: Any, v: Any) -> sympy.Expr:
 
 
 def _zero(e: Any) -> bool:
-    return sympy.simplify(sympy.powsimp(sympy.sympify(e), force=True)) == 0
+    """``e`` is identically 0: its rational normal form (each exponential of a sum split
+    into a product; :func:`~nlaverify.symbolic.normal_form.rational_zero`), else
+    ``sympy.simplify`` after combining the powers."""
+    e = sympy.sympify(e)
+    return rational_zero(e) or sympy.simplify(sympy.powsimp(e, force=True)) == 0
 
 
 def derive_renormalisation() -> Proof:
@@ -285,12 +290,14 @@ def derive_beam_width_one() -> Proof:
     counter = None
     for tables in itertools.product(orders, repeat=steps_n):
         fn = _table_logits(tables, len(prompt))
+        # greedy's sequence once per end-of-sequence id (the cases share it)
+        greedy = {eos: _strategy.generate_tokens(fn, prompt, steps_n, "greedy",
+                                                 eos_token_id=eos) for eos in (None, 2)}
         for name, kw in cases.items():
-            greedy = _strategy.generate_tokens(fn, prompt, steps_n, "greedy",
-                                               eos_token_id=kw.get("eos_token_id"))
-            mismatch[name] += _beam.beam_search(fn, prompt, 1, steps_n, **kw).tokens != greedy
+            mismatch[name] += (_beam.beam_search(fn, prompt, 1, steps_n, **kw).tokens
+                               != greedy[kw.get("eos_token_id")])
         if counter is None:
-            g = _strategy.generate_tokens(fn, prompt, steps_n, "greedy", eos_token_id=2)
+            g = greedy[2]
             b = _beam.beam_search(fn, prompt, 1, steps_n, length_penalty=2.0, eos_token_id=2,
                                   early_stopping="never").tokens
             if b != g:

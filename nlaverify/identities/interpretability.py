@@ -33,6 +33,7 @@ from nlaverify.ops.linear import add, affine
 from nlaverify.ops.sdpa import attention
 from nlaverify.ops.softmaxes import log_softmax, softmax
 from nlaverify.symbolic.exact import is_zero, symbol_array
+from nlaverify.symbolic.normal_form import rational_zero
 from nlaverify.transform import attribution as ta
 from nlaverify.transform import weights as tw
 
@@ -56,7 +57,10 @@ def _roots_cancelled(e: sympy.Expr) -> sympy.Expr:
 
 
 def _all_zero(diff: np.ndarray) -> bool:
-    return all(is_zero(_roots_cancelled(v)) for v in np.asarray(diff, dtype=object).ravel())
+    """Every entry is 0: in the rational normal form (which retries with the radicands
+    expanded), else by the zero test after :func:`_roots_cancelled`."""
+    return all(rational_zero(sympy.sympify(v)) or is_zero(_roots_cancelled(v))
+               for v in np.asarray(diff, dtype=object).ravel())
 
 
 def _cayley(d: int) -> np.ndarray:

@@ -36,6 +36,7 @@ import sympy
 from nlaverify import objectives as _ob
 from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
+from nlaverify.symbolic.normal_form import rational_zero
 
 SEED = "Baptista, Stuart & Tran §3–4"
 
@@ -53,6 +54,11 @@ def _is_zero(e: Any) -> bool:
     e = sympy.piecewise_fold(sympy.sympify(e))
     if isinstance(e, sympy.Piecewise):
         return all(_is_zero(branch) for branch, _ in e.args)
+    # first the rational normal form with each logarithm an opaque generator: numerator 0
+    # is what collecting the logarithms and cancelling each coefficient below decides, in
+    # polynomial rings (sequence_kl_chain_rule: 3.4 s -> 0.05 s)
+    if rational_zero(sympy.expand_log(e, force=True)):
+        return True
     flat = sympy.expand(sympy.expand_log(sympy.expand(e), force=True))
     logs = sorted(flat.atoms(sympy.log), key=sympy.default_sort_key)
     parts = sympy.collect(flat, logs, evaluate=False)

@@ -65,10 +65,21 @@ def merge_trees(leaves: tuple[int, ...]) -> Iterator[Any]:
                     yield (b, a)
 
 
-def _evaluate(xp: Any, tree: Any, stats: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+def _evaluate(xp: Any, tree: Any, stats: list[tuple[Any, ...]],
+              memo: dict | None = None) -> tuple[Any, ...]:
+    """The statistics of ``tree``, by ``merge_statistics`` at each inner node. ``memo``: the
+    statistics of the subtrees already merged (over the same ``stats``), run once for all
+    the trees that contain them; within one tree the subtrees are distinct, so each of its
+    merges has its own shift symbols as without it."""
     if isinstance(tree, int):
         return stats[tree]
-    return _os.merge_statistics(xp, _evaluate(xp, tree[0], stats), _evaluate(xp, tree[1], stats))
+    if memo is not None and tree in memo:
+        return memo[tree]
+    out = _os.merge_statistics(xp, _evaluate(xp, tree[0], stats, memo),
+                               _evaluate(xp, tree[1], stats, memo))
+    if memo is not None:
+        memo[tree] = out
+    return out
 
 
 def _tree_text(tree: Any) -> str:
@@ -115,9 +126,10 @@ def derive_merge() -> Proof:
         n_splits += 1
         bounds = _os.block_bounds(N_KEYS, sizes)
         stats = [_os.block_statistics(xp, S[:, lo:hi], V[lo:hi]) for lo, hi in bounds]
+        memo: dict = {}
         for tree in merge_trees(tuple(range(len(bounds)))):
             n_trees += 1
-            m, ell, acc = _evaluate(xp, tree, stats)
+            m, ell, acc = _evaluate(xp, tree, stats, memo)
             what = f"split {sizes}, order {_tree_text(tree)}"
             # the invariant: l = sum_j e^{s_j - m}, O = sum_j e^{s_j - m} v_j, for any shift m
             w = xp.exp(S - m)

@@ -38,7 +38,8 @@ import mpmath
 import numpy as np
 import sympy
 
-from nlaverify.symbolic.normal_form import normal_form_rung, piecewise_rung
+from nlaverify.symbolic.normal_form import normal_form_rung
+from nlaverify.symbolic.piecewise import piecewise_rung
 from nlaverify.symbolic.refute import (  # noqa: F401  (re-exported)
     REFUTATION_DIGITS,
     REFUTATION_POINTS,

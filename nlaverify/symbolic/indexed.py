@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sympy
 
+from nlaverify.symbolic.normal_form import rational_zero
+
 #: the dimension :math:`n` and the free indices :math:`i, j` of every indexed proof
 n = sympy.Symbol("n", integer=True, positive=True)
 i, j = sympy.symbols("i j", integer=True, positive=True)
@@ -71,4 +73,6 @@ def zero_for_valid_indices(expr: sympy.Expr) -> tuple[bool, str]:
         condition = sympy.latex(cond)
         e = branch
     e = canonical_sums(e)
-    return sympy.simplify(sympy.expand(e)) == 0, condition
+    # the rational normal form first (each sum, square root, ... a generator; numerator 0
+    # is a proof), sympy.simplify only when that does not decide it
+    return rational_zero(e) or sympy.simplify(sympy.expand(e)) == 0, condition

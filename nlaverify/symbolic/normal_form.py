@@ -15,7 +15,9 @@ polynomial. The generators are
 * for every base :math:`b` raised to non-integer rational powers :math:`p/q`, one generator
   :math:`R_b = b^{1/L_b}` (principal branch; :math:`L_b` the least common multiple of the
   ``q``), so that :math:`b^{p/q} = R_b^{pL_b/q}`; the relation :math:`R_b^{L_b} = b` is used
-  at the end, to reduce the numerator (:meth:`_NormalForm.reduce`);
+  at the end, to reduce the numerator (:meth:`_NormalForm.reduce`); when the numerator is
+  not 0, once more with every base expanded and its positive rational content taken out
+  (:func:`canonical_radicals`), so that equal bases written differently share a generator;
 * with ``trig=True``, for the angles ``a`` of ``sin``/``cos``: each ``a = n b`` with ``b``
   the smallest angle of which it is a multiple ``n <= 12`` (:func:`_group_angles`),
   ``sin b`` and ``cos b`` opaque generators, ``sin(n b)``, ``cos(n b)`` by de Moivre;
@@ -40,20 +42,16 @@ numerator, and shared subexpressions are converted once.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sympy
-from sympy.core.relational import Relational
 from sympy.polys.domains import QQ
 from sympy.polys.rings import PolyElement, ring
 
-__all__ = ["normal_form_rung", "piecewise_rung", "rational_rung", "rational_zero"]
-
-#: at most this many relations are enumerated by :func:`piecewise_rung` (2^k assignments)
-MAX_CONDITIONS = 8
+__all__ = ["canonical_radicals", "normal_form_rung", "rational_rung", "rational_zero",
+           "same_normal_form"]
 
 #: numerator, monomial denominator (exponent vector), other denominator factors
 _Frac = tuple[PolyElement, tuple[int, ...], dict[PolyElement, int]]
@@ -85,71 +83,67 @@ def normal_form_rung(expr: sympy.Expr, *, trig: bool = False) -> tuple[str | Non
     than a monomial in the generators (the sum was 0 with every other denominator an
     atom, as in ``sympy.expand``); ``"together"``: some were (as in the numerator of
     ``sympy.together``)."""
+    rung, supported, radicals = _rung(expr, trig)
+    if rung is None and radicals and (canon := canonical_radicals(expr)) != expr:
+        # radicals of bases equal but written differently (the norm of a running function's
+        # output against a closed form) are distinct generators: once more with every base
+        # in a canonical form (ns_shampoo_link: no sympy.simplify, 0.2 s an entry)
+        rung = _rung(canon, trig)[0]
+    return rung, supported
+
+
+def _rung(expr: sympy.Expr, trig: bool) -> tuple[str | None, bool, bool]:
+    """The rung and ``supported`` of :func:`normal_form_rung`, and whether ``expr`` has a
+    radical generator."""
+    radicals = False
     try:
         form = _NormalForm(expr, trig)
+        radicals = bool(form.radicals)
         num, _, _ = form.convert(expr)
         if num and form.reduce(num):
-            return None, True
+            return None, True, radicals
     except _Unsupported:
-        return None, False
+        return None, False, radicals
     except ZeroDivisionError:
-        return None, True
-    return ("together" if form.combined else "expand"), True
+        return None, True, radicals
+    return ("together" if form.combined else "expand"), True, radicals
 
 
-def piecewise_rung(expr: sympy.Expr, max_conditions: int = MAX_CONDITIONS) -> str | None:
-    r"""Prove ``expr`` identically 0 branch by branch, without ``sympy.piecewise_fold``.
+def canonical_radicals(expr: sympy.Expr) -> sympy.Expr:
+    r"""``expr`` with every power :math:`b^{p/q}` (non-integer rational exponent) written
+    :math:`c^{p/q}\,P^{p/q}`, :math:`cP` the expanded base, :math:`c > 0` its rational
+    content (:math:`P^{p/q}` alone when :math:`c = 1` or :math:`c \le 0`). The same value:
+    :math:`(cP)^{r} = c^{r}P^{r}` for :math:`c > 0` on the principal branch (the argument of
+    :math:`cP` is that of :math:`P`). Bases equal as polynomials up to a positive factor then
+    give one generator."""
+    def canon(power: sympy.Pow) -> sympy.Expr:
+        base = sympy.expand(power.base)
+        c, prim = base.as_content_primitive()
+        if c.is_Rational and c > 0 and c != 1:
+            return sympy.Pow(c, power.exp) * sympy.Pow(prim, power.exp)
+        return sympy.Pow(base, power.exp)
 
-    Let :math:`r_1, \dots, r_k` be the relations (``x > 0``, ...) in the conditions of its
-    :class:`~sympy.Piecewise` subexpressions (``k <= max_conditions``). For each of the
-    :math:`2^k` truth assignments every ``Piecewise`` is replaced by its first branch whose
-    condition is true under the assignment (repeatedly, for nested ones), and the result
-    must have rational normal form 0. Sound: at any point where ``expr`` is defined the
-    relations take *some* assignment, under which ``expr`` equals the substituted
-    expression there; every assignment is checked, infeasible ones too (which can only
-    cost a proof). The rung, e.g. ``"each of 8 branch assignments, then together"``, or
-    None: not proved this way (too many relations, a condition not decided by them, or a
-    branch not 0 in its normal form).
-    """
-    pieces = expr.atoms(sympy.Piecewise)
-    relations: set[sympy.Basic] = set()
-    for piece in pieces:
-        for _, cond in piece.args:
-            relations |= cond.atoms(Relational)
-    if not pieces or len(relations) > max_conditions:
-        return None
-    ordered = sorted(relations, key=sympy.default_sort_key)
-    rungs: set[str] = set()
-    for truths in itertools.product((sympy.true, sympy.false), repeat=len(ordered)):
-        branch = _select(expr, dict(zip(ordered, truths, strict=True)))
-        if branch is False:
-            continue  # some Piecewise has no true branch: undefined under this assignment
-        rung = None if branch is None else rational_rung(branch)
-        if rung is None:
-            return None
-        rungs.add(rung)
-    return (f"each of {2 ** len(ordered)} branch assignments, then "
-            + " and ".join(sorted(rungs)))
+    return expr.replace(lambda e: e.is_Pow and e.exp.is_Rational and not e.exp.is_Integer,
+                        canon)
 
 
-def _select(expr: sympy.Basic, values: dict) -> sympy.Basic | bool | None:
-    """``expr`` with every Piecewise replaced by its branch under the truth ``values`` of
-    the relations; None when a condition is not decided by them, False when a Piecewise has
-    no true branch."""
-    while pieces := expr.atoms(sympy.Piecewise):
-        chosen = {}
-        for piece in pieces:
-            for value, cond in piece.args:
-                truth = cond.xreplace(values)
-                if truth is sympy.true:
-                    chosen[piece] = value
-                    break
-                if truth is not sympy.false:
-                    return None
-            else:
+def same_normal_form(exprs: Sequence[sympy.Expr]) -> bool:
+    """True when every expression of ``exprs`` has the rational normal form of the first,
+    with no relation among the generators used (no radical or trigonometric reduction):
+    their differences are 0 as rational functions of independent generators, so the
+    expressions are equal wherever they are defined, and an expression built from one of
+    them by sums, products and powers has the same normal form when built from another.
+    False means *not shown equal this way*."""
+    try:
+        form = _NormalForm(exprs[0], also=exprs[1:])
+        first = form.convert(exprs[0])
+        for expr in exprs[1:]:
+            num, mono, facs = form.convert(expr)
+            if form._add([first, (-num, mono, facs)])[0]:
                 return False
-        expr = expr.xreplace(chosen)
-    return expr
+    except (_Unsupported, ZeroDivisionError):
+        return False
+    return True
 
 
 #: the largest n for which sin(n b), cos(n b) are expanded in sin b, cos b
@@ -240,7 +234,8 @@ def _mul_dicts(parts: list[dict]) -> dict:
 class _NormalForm:
     """The generators of one expression and the conversion of its subexpressions."""
 
-    def __init__(self, expr: sympy.Expr, trig: bool = False) -> None:
+    def __init__(self, expr: sympy.Expr, trig: bool = False, *,
+                 also: Iterable[sympy.Expr] = ()) -> None:
         self.trig = trig
         self.symbols: set[sympy.Symbol] = set()
         self.exp_parts: dict[sympy.Basic, dict[tuple, Any]] = {}
@@ -250,7 +245,8 @@ class _NormalForm:
         self.angles: dict[sympy.Basic, None] = {}
         self._seen: set[sympy.Basic] = set()
         self._polys: dict = {}
-        self._collect(expr)
+        for root in (expr, *also):  # the generators of every expression to convert
+            self._collect(root)
         self.multiples = _group_angles(self.angles)
         self.angles = {base: None for base, _ in self.multiples.values()}
         for base in self.angles:

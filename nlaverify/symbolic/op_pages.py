@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import sympy
+from sympy.printing.latex import LatexPrinter
 
 from nlaverify.identities.core import Step
 from nlaverify.ops.registry import OpSpec
@@ -248,6 +249,27 @@ def op_page(spec: OpSpec, kind: str, batch: int | None = None) -> PageExtra:
                      notation=lambda page: notation(spec, kind, page))
 
 
+class _MemoLatexPrinter(LatexPrinter):
+    """SymPy's LaTeX printer that prints each subexpression once: ``doprint`` returns what
+    ``sympy.latex(expr, **settings)`` does (a subexpression's LaTeX depends only on it, the
+    keyword arguments of the call and the settings), the repeated subexpressions of many
+    entries looked up instead of printed again."""
+
+    def __init__(self, settings: dict | None = None) -> None:
+        super().__init__(settings)
+        self._memo: dict[tuple, str] = {}
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        try:
+            key = (type(expr), expr, tuple(sorted(kwargs.items())))
+            hit = self._memo.get(key)
+        except TypeError:  # an unhashable argument (a list): printed as usual
+            return super()._print(expr, **kwargs)
+        if hit is None:
+            hit = self._memo[key] = super()._print(expr, **kwargs)
+        return hit
+
+
 def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
                  jacobian: Iterable[tuple[str, sympy.Expr]],
                  names: Mapping[sympy.Symbol, str], clean: Callable[[Any], Any],
@@ -259,6 +281,9 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
     :func:`typeset_entry`. ``clean`` sets the stability shifts to 0 (licensed by
     ``softmax_shift_invariance``)."""
     seen: list[tuple[str, sympy.Expr, bool]] = []
+    # sympy.latex(., symbol_names=names) and sympy.latex(.), each subexpression printed once
+    # for all the entries (they share their Piecewise, exp and denominators)
+    named, plain = _MemoLatexPrinter({"symbol_names": dict(names)}), _MemoLatexPrinter()
 
     def first_fit(pairs: Iterable[tuple[str, sympy.Expr]], cap: int) -> tuple | None:
         for k, (label, expr) in enumerate(pairs):
@@ -268,7 +293,7 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
             if value == 0:
                 continue
             # what typeset_entry shows complete (no note): the whole LaTeX, when it fits
-            latex = sympy.latex(value, symbol_names=dict(names))
+            latex = named.doprint(value)
             if len(latex) <= DISPLAY_LIMIT:
                 return label, latex, value != expr
             seen.append((label, value, value != expr))
@@ -289,7 +314,7 @@ def derived_step(entries: Iterable[tuple[str, sympy.Expr]],
     if not seen:
         return Step(f"Every entry of the derived {what} is 0.")
     # the shortest (the first of equal length), measured only when it is needed
-    label, value, cleaned = min(seen, key=lambda s: len(sympy.latex(s[1])))
+    label, value, cleaned = min(seen, key=lambda s: len(plain.doprint(s[1])))
     latex, note = typeset_entry(value, names, limit=DISPLAY_LIMIT)
     return Step(intro + ("; stability shifts set to 0" if cleaned else "") + f"; {note}):",
                 f"{label} = {latex}" if latex else None)

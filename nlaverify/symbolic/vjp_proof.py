@@ -22,7 +22,7 @@ from nlaverify.backends import get_namespace
 from nlaverify.identities.core import Proof, Step
 from nlaverify.ops.registry import OpSpec, fixed_routing_mask, with_ignored
 from nlaverify.symbolic.exact import symbol_array, zero_test
-from nlaverify.symbolic.normal_form import piecewise_rung, rational_zero
+from nlaverify.symbolic.normal_form import rational_zero
 from nlaverify.symbolic.op_pages import (
     derived_step,
     display_names,
@@ -30,6 +30,7 @@ from nlaverify.symbolic.op_pages import (
     size_words,
     static_words,
 )
+from nlaverify.symbolic.piecewise import piecewise_rung
 from nlaverify.symbolic.statements import arg_latex, op_text
 
 
@@ -66,6 +67,18 @@ def _obj(x: Any) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else np.asarray(x, dtype=object)
 
 
+def _free_symbols(out: np.ndarray) -> dict[tuple[int, ...], set]:
+    """The free symbols of every output entry, computed once (SymPy walks the whole tree
+    for them at every ``sympy.diff``)."""
+    return {o: sympy.sympify(out[o]).free_symbols for o in np.ndindex(*out.shape)}
+
+
+def _diff(f: Any, x: sympy.Symbol, free: set) -> Any:
+    """``sympy.diff(f, x)``; 0 at once when ``x`` is not a free symbol of ``f`` (``free``),
+    which is what ``sympy.diff`` returns then."""
+    return sympy.diff(f, x) if x in free else sympy.S.Zero
+
+
 def prove_vjp(
     spec: OpSpec, sizes: dict[str, int] | None = None, *, time_limit: float | None = None
 ) -> Proof:
@@ -91,12 +104,13 @@ def prove_vjp(
                                    f"{len(real)} (one per real argument)")
     checked = 0
     refs: list[tuple[str, Any]] = []
+    free = _free_symbols(out)
     for (arg, x), cot in zip(real, cotangents, strict=True):
         if cot.shape != x.shape:
             return Proof("failed", (), f"cotangent of {arg.name!r} has shape {cot.shape}, "
                                        f"expected {x.shape}")
         for idx in np.ndindex(*x.shape):
-            by_diff = sympy.Add(*[G[o] * sympy.diff(out[o], x[idx])
+            by_diff = sympy.Add(*[G[o] * _diff(out[o], x[idx], free[o])
                                   for o in np.ndindex(*out.shape)])
             checked += 1
             test = zero_test(cot[idx] - by_diff, time_limit=time_limit)
@@ -159,8 +173,9 @@ def prove_jvp(
     checked = 0
     out_name = op_text(spec.name).out
     refs: list[tuple[str, Any]] = []
+    free = _free_symbols(out)
     for o in np.ndindex(*out.shape):
-        by_diff = sympy.Add(*[sympy.diff(out[o], x[idx]) * t[idx]
+        by_diff = sympy.Add(*[_diff(out[o], x[idx], free[o]) * t[idx]
                               for (_, x), t in zip(real, tangents, strict=True)
                               for idx in np.ndindex(*x.shape)])
         checked += 1
