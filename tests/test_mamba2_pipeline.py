@@ -225,6 +225,21 @@ def test_recurrent_decoding_equals_the_full_forward() -> None:
         make_mamba2_decode_step(zoo_config(HYBRID), params)
 
 
+def test_recurrent_decoding_returns_the_untempered_logits() -> None:
+    # check_decode's contract: the step returns the graph's ``logits`` node, the temperature
+    # applied afterwards (``logits_tempered``)
+    import numpy as np
+
+    from nlaverify.check import check_decode
+    from nlaverify.models.jax_mamba2_decode import make_mamba2_decode_step
+
+    cfg = zoo_config(MAMBA2).replace(temperature=1.7)
+    params = init_params(build_transformer(cfg), 1)
+    report = check_decode(make_mamba2_decode_step(cfg, params), cfg, params,
+                          np.array([1, 5, 3, 7, 2]), prefill=2)
+    assert report.ok, str(report)
+
+
 @pytest.mark.parametrize(("forget", "node"), [(1, "blocks.0.mamba2.scan"),
                                               (0, "blocks.0.mamba2.scan")])
 def test_decoding_with_a_forgotten_state_is_named(forget: int, node: str) -> None:

@@ -227,6 +227,19 @@ def test_recurrent_decoding_equals_the_full_forward() -> None:
         make_rwkv_decode_step(zoo_config(HYBRID), params)
 
 
+def test_recurrent_decoding_returns_the_untempered_logits() -> None:
+    # check_decode's contract: the step returns the graph's ``logits`` node; the temperature
+    # divides them afterwards (``logits_tempered``), as in the attention and Mamba decoders
+    from nlaverify.check import check_decode
+    from nlaverify.models.jax_rwkv_decode import make_rwkv_decode_step
+
+    cfg = zoo_config(RWKV).replace(temperature=1.7)
+    params = init_params(build_transformer(cfg), 1)
+    report = check_decode(make_rwkv_decode_step(cfg, params), cfg, params,
+                          np.array([1, 5, 3, 7, 2]), prefill=2)
+    assert report.ok, str(report)
+
+
 @pytest.mark.parametrize(("forget", "node"), [(slice(1, 4), "blocks.0.rwkv.time_mix"),
                                               (slice(4, 5), "blocks.0.ffn.channel_mix")])
 def test_decoding_with_a_forgotten_state_is_named(forget: slice, node: str) -> None:

@@ -155,6 +155,19 @@ def test_recurrent_decoding_equals_the_full_scan() -> None:
         assert any("blocks.1.mamba.out[pos 6]" in r.where for r in report.rows)
 
 
+def test_recurrent_decoding_returns_the_untempered_logits() -> None:
+    # check_decode's contract: the step returns the graph's ``logits`` node, the temperature
+    # applied afterwards (``logits_tempered``), as the RWKV and Mamba-2 decoders do
+    from nlaverify.check import check_decode
+    from nlaverify.models.jax_transformer import make_mamba_decode_step
+
+    cfg = zoo_config(MAMBA).replace(n_blocks=2, placement="post", temperature=1.7)
+    params = init_params(build_transformer(cfg), 1)
+    report = check_decode(make_mamba_decode_step(cfg, params), cfg, params,
+                          np.array([1, 5, 3, 7, 2]), prefill=2)
+    assert report.ok, str(report)
+
+
 def test_decoding_with_a_forgotten_state_is_named() -> None:
     from nlaverify.check import check_decode
     from nlaverify.models.jax_transformer import make_mamba_decode_step

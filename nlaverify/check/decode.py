@@ -11,7 +11,8 @@ tokens and compares what it returns with the graph of :func:`~nlaverify.graph.bu
 build_transformer` evaluated once on all of them in float64
 (:func:`~nlaverify.graph.run.run_graph`):
 
-* the logits of every position of every chunk (node ``logits``);
+* the logits of every position of every chunk (node ``logits``: untempered, a
+  temperature :math:`T \ne 1` divides them after it, at ``logits_tempered``);
 * every intermediate your step returns, keyed by graph node name: the cached keys after RoPE
   ``blocks.{l}.attn.k_rope`` and values ``blocks.{l}.attn.v_heads`` *at every cache
   position*, after every step (so a cache entry that is overwritten, shifted or never written

@@ -100,7 +100,9 @@ def make_mamba2_decode_step(cfg: TransformerConfig, params: Mapping[str, Any]
         if cfg.final_norm:
             x = _rms(x, p["final_norm.gamma"], cfg.norm_eps)
         z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
-        return (z + p["unembed.b_U"] if cfg.unembed_bias else z) / cfg.temperature
+        # the graph's ``logits`` node, untempered (check_decode's contract; the
+        # temperature divides them at ``logits_tempered``, after the decoder)
+        return z + p["unembed.b_U"] if cfg.unembed_bias else z
 
     def step(tokens: Any, start: int, cache: Any) -> tuple[Any, list[State], dict[str, Any]]:
         states = list(cache) if cache is not None else [mamba2_state(cfg)

@@ -43,7 +43,9 @@ Bound, per node: :func:`nlaverify.tolerance.tolerance` with
   to rounding (the cotangent of the key bias: softmax is invariant to a shift of a row
   of scores) gets :math:`\kappa \gg 1/u` and a bound above 1: no digit of it is
   meaningful, and the report counts it apart instead of failing. Any other bound of 1
-  or more admits any answer of the right size (a zeroed VJP): it fails as vacuous.
+  or more admits any answer of the right size (a zeroed VJP): the row is
+  *inconclusive*, neither passed nor failed (an error over it still fails), and the
+  report is not ok.
 * a branch: ReLU's VJP :math:`g \odot \mathbb 1[x > 0]` jumps by :math:`|g_i|` when
   the sign of an :math:`x_i` within its error bound differs from the reference's; the
   largest such jump is added to the cotangent's bound (as the stages it is worth, so

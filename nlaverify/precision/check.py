@@ -83,19 +83,43 @@ class PrecisionRow:
 
     @property
     def value_ok(self) -> bool:
+        """The value passed: within a bound that resolves it (below 1)."""
         return self.value_error <= self.value_bound and not self.vacuous("value")
 
     @property
     def cot_ok(self) -> bool:
+        """The cotangent passed (or there is none): within a bound below 1."""
         return self.cot_error is None or (self.cot_error <= (self.cot_bound or 0.0)
                                           and not self.vacuous("cotangent"))
 
+    @property
+    def value_failed(self) -> bool:
+        """The value is over its bound: a failure, vacuous bound or not."""
+        return self.value_error > self.value_bound
+
+    @property
+    def cot_failed(self) -> bool:
+        """The cotangent is over its bound: a failure, vacuous bound or not."""
+        return self.cot_error is not None and self.cot_error > (self.cot_bound or 0.0)
+
+    @property
+    def failed(self) -> bool:
+        """A value or cotangent over its bound."""
+        return self.value_failed or self.cot_failed
+
+    @property
+    def inconclusive(self) -> bool:
+        """Nothing over its bound, but a bound that cannot resolve its check
+        (:meth:`vacuous`): neither a pass nor a failure (``check_op``'s convention,
+        :func:`nlaverify.check.report.inconclusive_row`)."""
+        return not self.ok and not self.failed
+
     def vacuous(self, what: str) -> bool:
         """A bound of 1 or more on a normwise *relative* error admits any answer of the
-        right size (a zeroed VJP included): such a check fails as vacuous rather than
-        passing, except for the key biases' cotangents, which are exactly 0 (softmax is
-        invariant to a per-row shift of the scores: lemma ``softmax_shift_invariance``), so
-        that only rounding is left to measure."""
+        right size (a zeroed VJP included): an error within it is *inconclusive*, never a
+        pass (and an error over it still fails), except for the key biases' cotangents,
+        which are exactly 0 (softmax is invariant to a per-row shift of the scores: lemma
+        ``softmax_shift_invariance``), so that only rounding is left to measure."""
         bound = self.value_bound if what == "value" else self.cot_bound
         if bound is None or bound < 1.0:
             return False
@@ -107,7 +131,8 @@ class PrecisionRow:
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d.update(value_ratio=self.value_ratio, cot_ratio=self.cot_ratio, ok=self.ok)
+        d.update(value_ratio=self.value_ratio, cot_ratio=self.cot_ratio, ok=self.ok,
+                 failed=self.failed, inconclusive=self.inconclusive)
         return d
 
 
@@ -141,15 +166,25 @@ class PrecisionReport:
 
     @property
     def passed(self) -> int:
+        """Rows whose every check is within a bound below 1."""
         return sum(r.ok for r in self.rows)
 
     @property
     def failed(self) -> int:
-        return len(self.rows) - self.passed
+        """Rows with a value or cotangent over its bound."""
+        return sum(r.failed for r in self.rows)
+
+    @property
+    def inconclusive(self) -> int:
+        """Rows with nothing over its bound but a bound of 1 or more
+        (:attr:`PrecisionRow.inconclusive`): neither passed nor failed."""
+        return len(self.rows) - self.passed - self.failed
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and not self.promoted
+        """Every row passed: none failed, none inconclusive (as ``CheckReport.ok``: an
+        inconclusive row tested nothing) and every array kept ``dtype``."""
+        return self.passed == len(self.rows) and not self.promoted
 
     def ratios(self, what: str = "value", *, meaningful: bool = True) -> list[float]:
         """Error/bound ratios of the computed values (``what="value"``) or of the
@@ -173,7 +208,8 @@ class PrecisionReport:
                        "not_meaningful": len(self.ratios(what, meaningful=False)) - len(r)}
         s.update(first_value_divergence=self.first_value_divergence,
                  first_cotangent_divergence=self.first_cotangent_divergence,
-                 passed=self.passed, failed=self.failed, promoted=self.promoted, ok=self.ok)
+                 passed=self.passed, failed=self.failed, inconclusive=self.inconclusive,
+                 promoted=self.promoted, ok=self.ok)
         return s
 
     def as_dict(self) -> dict[str, Any]:
@@ -322,12 +358,12 @@ def measure(setup: PrecisionSetup, subject: Evaluation) -> PrecisionReport:
                            None if ce is None else b.cot_stages,
                            None if ce is None else b.cot_condition)
         rep.rows.append(row)
-        if not row.value_ok and rep.first_value_divergence is None:
+        if row.value_failed and rep.first_value_divergence is None:
             rep.first_value_divergence = v
     by_node = {r.node: r for r in rep.rows}
     for v in reversed(order):  # back-propagation order
         r = by_node.get(v)
-        if r is not None and not r.cot_ok:
+        if r is not None and r.cot_failed:
             rep.first_cotangent_divergence = v
             break
     rep.timings["compare"] = time.perf_counter() - t0
@@ -390,14 +426,17 @@ def precision_command(preset_name: str, dtype: str, backends: Sequence[str], *,
         reports.append(measure(setup, subject))
     ok = all(r.ok for r in reports)
     passed, failed = sum(r.passed for r in reports), sum(r.failed for r in reports)
+    inconclusive = sum(r.inconclusive for r in reports)
     if as_json:
         jsonout.dump({"ok": ok, "passed": passed, "failed": failed,
-                      "reports": [r.as_dict() for r in reports]})
+                      "inconclusive": inconclusive, "reports": [r.as_dict() for r in reports]})
     else:
         for r in reports:
             print(format_precision_report(r, closing=len(reports) == 1))
         if len(reports) > 1:
-            print(f"precision {preset_name} {dtype}: {passed} passed, {failed} failed")
+            print(f"precision {preset_name} {dtype}: {passed} passed, {failed} failed"
+                  + (f", {inconclusive} inconclusive" if inconclusive else ""))
+    # an inconclusive row is not a pass: exit 1, as `check` does for CheckReport.ok
     return 0 if ok else 1
 
 
@@ -418,12 +457,13 @@ def format_precision_report(rep: PrecisionReport, per_node: bool = True,
         lines.append(f"{'node':<28} {'op':<21} {'val err':>9} {'bound':>9} {'ratio':>9}   "
                      f"{'cot err':>9} {'bound':>9} {'ratio':>9}")
         for r in rep.rows:
-            flag = "" if r.ok else "  FAIL"
+            flag = "" if r.ok else ("  FAIL" if r.failed else "  INCONCLUSIVE (bound >= 1)")
             lines.append(f"{r.node:<28} {r.op:<21} {_fmt(r.value_error)} {_fmt(r.value_bound)} "
                          f"{_fmt(r.value_ratio)}   {_fmt(r.cot_error)} {_fmt(r.cot_bound)} "
                          f"{_fmt(r.cot_ratio)}{flag}")
         lines.append("(normwise relative errors against float64 JAX autodiff; a check "
-                     "passes when error <= bound)")
+                     "passes when error <= bound < 1, fails when error > bound, and is "
+                     "inconclusive when error <= bound and bound >= 1)")
     s = rep.summary()
     pin = ("matmuls pinned to full float32 ('highest', no TF32)" if rep.matmul_precision ==
            "highest" else "TF32 matmuls, modelled with u_prod = 2^-11")
@@ -441,11 +481,12 @@ def format_precision_report(rep: PrecisionReport, per_node: bool = True,
                      f"{rep.first_cotangent_divergence}")
     if rep.promoted:
         lines.append(f"  dtype not kept ({len(rep.promoted)}): " + ", ".join(rep.promoted[:8]))
+    inc = f", {rep.inconclusive} inconclusive" if rep.inconclusive else ""
     if closing:
         lines.append(f"precision {rep.preset} {rep.dtype}: {rep.passed} passed, {rep.failed} "
-                     f"failed")
+                     f"failed{inc}")
     else:
-        lines.append(f"  {rep.backend}: {rep.passed} passed, {rep.failed} failed")
+        lines.append(f"  {rep.backend}: {rep.passed} passed, {rep.failed} failed{inc}")
     return "\n".join(lines)
 
 
