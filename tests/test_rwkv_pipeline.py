@@ -228,12 +228,14 @@ def test_recurrent_decoding_equals_the_full_forward() -> None:
 
 
 def test_recurrent_decoding_returns_the_untempered_logits() -> None:
-    # check_decode's contract: the step returns the graph's ``logits`` node; the temperature
+    # with the options the shared decode loop reads (an unembedding bias, untied; learned
+    # positions at start > 0 for Mamba): check_decode's contract: the step returns the
+    # graph's ``logits`` node; the temperature
     # divides them afterwards (``logits_tempered``), as in the attention and Mamba decoders
     from nlaverify.check import check_decode
     from nlaverify.models.jax_rwkv_decode import make_rwkv_decode_step
 
-    cfg = zoo_config(RWKV).replace(temperature=1.7)
+    cfg = zoo_config(RWKV).replace(temperature=1.7, unembed_bias=True, tied_embeddings=False)
     params = init_params(build_transformer(cfg), 1)
     report = check_decode(make_rwkv_decode_step(cfg, params), cfg, params,
                           np.array([1, 5, 3, 7, 2]), prefill=2)

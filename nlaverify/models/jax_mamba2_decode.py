@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
+from nlaverify.models.decode_loop import recurrent_step, unembed
 
 __all__ = ["make_mamba2_decode_step", "mamba2_state"]
 
@@ -88,7 +89,8 @@ def make_mamba2_decode_step(cfg: TransformerConfig, params: Mapping[str, Any]
     p = {k: jnp.asarray(v) for k, v in params.items()}
     nodes = ("mamba2.scan", "mamba2.out", "resid1")
 
-    def token(x: Any, states: list[State], rec: dict[str, list]) -> Any:
+    def token(t: Any, pos: int, states: list[State], rec: dict[str, list]) -> Any:
+        x = p["embed.W_E"][t]
         for layer in range(cfg.n_blocks):
             b = f"blocks.{layer}"
             out, states[layer], y = mamba2_step(
@@ -99,17 +101,6 @@ def make_mamba2_decode_step(cfg: TransformerConfig, params: Mapping[str, Any]
                 rec[f"{b}.{node}"].append(value)
         if cfg.final_norm:
             x = _rms(x, p["final_norm.gamma"], cfg.norm_eps)
-        z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
-        # the graph's ``logits`` node, untempered (check_decode's contract; the
-        # temperature divides them at ``logits_tempered``, after the decoder)
-        return z + p["unembed.b_U"] if cfg.unembed_bias else z
+        return unembed(p, cfg, x)
 
-    def step(tokens: Any, start: int, cache: Any) -> tuple[Any, list[State], dict[str, Any]]:
-        states = list(cache) if cache is not None else [mamba2_state(cfg)
-                                                        for _ in range(cfg.n_blocks)]
-        rec: dict[str, list] = {f"blocks.{layer}.{k}": [] for layer in range(cfg.n_blocks)
-                                for k in nodes}
-        rows = [token(p["embed.W_E"][t], states, rec) for t in jnp.asarray(tokens).reshape(-1)]
-        return jnp.stack(rows), states, {k: jnp.stack(v) for k, v in rec.items()}
-
-    return step
+    return recurrent_step(cfg, token, mamba2_state, nodes)

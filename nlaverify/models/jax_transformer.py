@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
+from nlaverify.models.decode_loop import recurrent_step, unembed
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
 from nlaverify.models.jax_mamba2 import graph_mamba2_mixer
 from nlaverify.models.jax_rwkv import graph_channel_mix, graph_time_mix
@@ -474,26 +475,17 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
         rec[f"{b}.mamba.out"].append(y)
         return x, state
 
-    def step(tokens: Any, start: int, cache: Any) -> tuple[Any, Any, dict[str, Any]]:
-        states = list(cache) if cache is not None else [mamba_state(cfg)
-                                                        for _ in range(cfg.n_blocks)]
-        rec: dict[str, list] = {f"blocks.{layer}.{k}": [] for layer in range(cfg.n_blocks)
-                                for k in ("mamba.out", "resid1")}
-        rows = []
-        for i, tok in enumerate(jnp.asarray(tokens).reshape(-1)):
-            x = p["embed.W_E"][tok]
-            if cfg.embed_scale:
-                x = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
-            if cfg.positions == "learned":
-                x = x + p["pos.W_P"][start + i]
-            for layer in range(cfg.n_blocks):
-                x, states[layer] = block(layer, x, states[layer], rec)
-            if cfg.final_norm:
-                x = _norm(p, "final_norm", x, cfg)
-            z = x @ (p["embed.W_E"].T if cfg.tied_embeddings else p["unembed.W_U"])
-            z = z + p["unembed.b_U"] if cfg.unembed_bias else z
-            z = z if cfg.final_softcap is None else _softcap(z, cfg.final_softcap)
-            rows.append(z)  # untempered: check_decode compares the logits node
-        return jnp.stack(rows), states, {k: jnp.stack(v) for k, v in rec.items()}
+    def token(tok: Any, pos: int, states: list, rec: dict[str, list]) -> Any:
+        x = p["embed.W_E"][tok]
+        if cfg.embed_scale:
+            x = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
+        if cfg.positions == "learned":
+            x = x + p["pos.W_P"][pos]
+        for layer in range(cfg.n_blocks):
+            x, states[layer] = block(layer, x, states[layer], rec)
+        if cfg.final_norm:
+            x = _norm(p, "final_norm", x, cfg)
+        z = unembed(p, cfg, x)
+        return z if cfg.final_softcap is None else _softcap(z, cfg.final_softcap)
 
-    return step
+    return recurrent_step(cfg, token, mamba_state, ("mamba.out", "resid1"))
