@@ -26,12 +26,14 @@ ignored, with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from nlaverify.config import NO_MLP, ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_tables import first_mismatch
 
-__all__ = ["MAMBA_CONTEXT", "mamba_fields", "mamba_hf_dict", "mamba_mismatch"]
+__all__ = ["MAMBA_CONTEXT", "MAMBA_FIXED", "mamba_fields", "mamba_hf_dict", "mamba_mismatch",
+           "refuse_unfixed"]
 
 #: ``context`` of a Mamba read from Hugging Face: the released models' training length
 MAMBA_CONTEXT = 2048
@@ -42,6 +44,26 @@ def _auto_rank(d_model: int) -> int:
     return -(-d_model // 16)
 
 
+#: the options Mamba's and Mamba-2's mixers fix, with the one value nlaverify models (Hugging
+#: Face's defaults): the activation, no in/out projection bias, a convolution bias
+MAMBA_FIXED: dict[str, Any] = {"hidden_act": "silu", "use_bias": False, "use_conv_bias": True}
+
+
+def refuse_unfixed(get: Callable[[str], Any], where: str) -> None:
+    """Raise :class:`ConfigError` naming the first key of :data:`MAMBA_FIXED` whose value,
+    read by ``get(key)``, is not the one nlaverify models."""
+    for key, want in MAMBA_FIXED.items():
+        got = get(key)
+        if got != want:
+            raise ConfigError(f"{where}: field {key!r}: only {want!r} is supported, got "
+                              f"{got!r}")
+
+
+def _typed(r: Any) -> Callable[[str], Any]:
+    """``r.get`` with each :data:`MAMBA_FIXED` key's type."""
+    return lambda key: r.get(key, "str" if key == "hidden_act" else "bool")
+
+
 def mamba_fields(r: Any) -> dict[str, Any]:
     """The :class:`TransformerConfig` fields of a ``MambaConfig`` dict, read through
     :mod:`~nlaverify.interop.hf_config`'s reader ``r`` (its ``get``, ``raw``; every key it
@@ -49,11 +71,7 @@ def mamba_fields(r: Any) -> dict[str, Any]:
     express (module docstring)."""
     d = r.get("hidden_size", "int", required=True)
     expand = r.get("expand", "int")
-    for key, want in (("hidden_act", "silu"), ("use_bias", False), ("use_conv_bias", True)):
-        got = r.get(key, "str" if key == "hidden_act" else "bool")
-        if got != want:
-            raise ConfigError(f"load_hf_config: mamba config: field {key!r}: only "
-                              f"{want!r} is supported, got {got!r}")
+    refuse_unfixed(_typed(r), "load_hf_config: mamba config")
     inner = r.get("intermediate_size", "int?")
     if inner is not None and inner != expand * d:
         raise ConfigError(f"load_hf_config: mamba config: field 'intermediate_size'={inner} "

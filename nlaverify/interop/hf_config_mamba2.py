@@ -31,7 +31,7 @@ import math
 from typing import Any
 
 from nlaverify.config import NO_MLP, ConfigError, TransformerConfig
-from nlaverify.interop.hf_config_mamba import MAMBA_CONTEXT
+from nlaverify.interop.hf_config_mamba import MAMBA_CONTEXT, _typed, refuse_unfixed
 from nlaverify.interop.hf_config_tables import first_mismatch
 
 __all__ = ["mamba2_fields", "mamba2_hf_dict", "mamba2_mismatch"]
@@ -62,11 +62,7 @@ def mamba2_fields(r: Any) -> dict[str, Any]:
     express (module docstring)."""
     d = r.get("hidden_size", "int", required=True)
     expand = r.get("expand", "int")
-    for key, want in (("hidden_act", "silu"), ("use_bias", False), ("use_conv_bias", True)):
-        got = r.get(key, "str" if key == "hidden_act" else "bool")
-        if got != want:
-            raise ConfigError(f"load_hf_config: mamba2 config: field {key!r}: only "
-                              f"{want!r} is supported, got {got!r}")
+    refuse_unfixed(_typed(r), "load_hf_config: mamba2 config")
     limit = r.raw("time_step_limit", [0.0, math.inf])
     if not _no_limit(limit):
         raise ConfigError(f"load_hf_config: mamba2 config: field 'time_step_limit': only "

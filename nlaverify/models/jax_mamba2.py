@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from nlaverify.config import ConfigError
+from nlaverify.interop.hf_config_mamba import MAMBA_FIXED, refuse_unfixed
 from nlaverify.interop.hf_config_mamba2 import _no_limit
 
 __all__ = ["Mamba2Shape", "graph_mamba2_mixer", "mamba2_logits", "mamba2_mixer",
@@ -79,11 +80,7 @@ class Mamba2Shape:
         get = config.get if isinstance(config, dict) else (lambda k: getattr(config, k))
         opt = (lambda k, d: config.get(k, d)) if isinstance(config, dict) else (
             lambda k, d: getattr(config, k, d))
-        for key, want in (("use_bias", False), ("use_conv_bias", True), ("hidden_act", "silu")):
-            got = opt(key, want)
-            if got != want:
-                raise ConfigError(f"Mamba2Shape.from_hf: field {key!r}: only {want!r} is "
-                                  f"implemented, got {got!r}")
+        refuse_unfixed(lambda key: opt(key, MAMBA_FIXED[key]), "Mamba2Shape.from_hf")
         limit = opt("time_step_limit", (0.0, float("inf")))
         if not _no_limit(limit):
             raise ConfigError(f"Mamba2Shape.from_hf: field 'time_step_limit': only (0.0, inf) "
