@@ -48,7 +48,7 @@ from nlaverify.config import ConfigError
 from nlaverify.interop.hf_config_mamba import MAMBA_FIXED, refuse_unfixed
 from nlaverify.interop.hf_config_mamba2 import _no_limit
 
-__all__ = ["Mamba2Shape", "graph_mamba2_mixer", "mamba2_logits", "mamba2_mixer",
+__all__ = ["Mamba2Shape", "gated_rms", "graph_mamba2_mixer", "mamba2_logits", "mamba2_mixer",
            "params_from_hf", "ssd_dual"]
 
 Params = Mapping[str, Any]
@@ -93,6 +93,15 @@ class Mamba2Shape:
 
 def _rms(x: Any, g: Any, eps: float) -> Any:
     return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+
+def gated_rms(y: Any, z: Any, gamma: Any, groups: int, eps: float) -> Any:
+    r"""Hugging Face's ``Mamba2RMSNormGated`` on ``y``, ``z`` ``(..., E)``: :math:`v = y\odot
+    \operatorname{silu}(z)`, RMS-normalized in ``groups`` groups of :math:`E/G` channels,
+    times :math:`\gamma`."""
+    E = y.shape[-1]
+    v = (y * jax.nn.silu(z)).reshape(*y.shape[:-1], groups, E // groups)
+    return _rms(v, 1.0, eps).reshape(y.shape) * gamma
 
 
 def _depthwise_causal(x: Any, w: Any, b: Any) -> Any:
@@ -141,9 +150,7 @@ def mamba2_mixer(p: Params, name: str, u: Any, shape: Mamba2Shape,
     xh = x.reshape(n, H, P)
     scan = ssd_dual(xh, Dt, A, per_head(B), per_head(C)) + p[f"{name}.D"][:, None] * xh
     y = scan.reshape(n, E)
-    v = (y * jax.nn.silu(z)).reshape(n, G, E // G)
-    normed = (v / jnp.sqrt(jnp.mean(v * v, axis=-1, keepdims=True) + shape.eps)).reshape(n, E)
-    normed = normed * p[f"{name}.norm.gamma"]
+    normed = gated_rms(y, z, p[f"{name}.norm.gamma"], G, shape.eps)
     out = normed @ p[f"{name}.out.W"]
     if rec is not None:
         pre = {"in_x": xi[:, :E], "in_B": xi[:, E:E + G * N], "in_C": xi[:, E + G * N:]}

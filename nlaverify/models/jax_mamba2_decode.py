@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
 from nlaverify.models.decode_loop import recurrent_step, unembed
+from nlaverify.models.jax_mamba2 import _rms, gated_rms
 
 __all__ = ["make_mamba2_decode_step", "mamba2_state"]
 
@@ -40,10 +41,6 @@ def mamba2_state(cfg: TransformerConfig, dtype: Any = jnp.float64) -> State:
     E, GN = cfg.d_inner, cfg.ssm_groups * cfg.ssm_state
     return (jnp.zeros((cfg.ssm_conv - 1, E + 2 * GN), dtype),
             jnp.zeros((cfg.ssm_heads, E // cfg.ssm_heads, cfg.ssm_state), dtype))
-
-
-def _rms(x: Any, gamma: Any, eps: float) -> Any:
-    return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * gamma
 
 
 def mamba2_step(p: Mapping[str, Any], name: str, u: Any, state: State,
@@ -65,8 +62,8 @@ def mamba2_step(p: Mapping[str, Any], name: str, u: Any, state: State,
     A = -jnp.exp(p[f"{name}.A_log"])
     h = jnp.exp(Dt * A)[:, None, None] * h + (Dt[:, None] * x)[:, :, None] * Bh[:, None, :]
     y = jnp.einsum("hpn,hn->hp", h, Ch) + p[f"{name}.D"][:, None] * x
-    v = (y.reshape(E) * jax.nn.silu(u @ p[f"{name}.in_z.W"])).reshape(G, E // G)
-    normed = _rms(v, 1.0, cfg.norm_eps).reshape(E) * p[f"{name}.norm.gamma"]
+    normed = gated_rms(y.reshape(E), u @ p[f"{name}.in_z.W"], p[f"{name}.norm.gamma"], G,
+                       cfg.norm_eps)
     return normed @ p[f"{name}.out.W"], (full[1:], h), y
 
 

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from nlaverify.config import TransformerConfig
 from nlaverify.models.decode_loop import recurrent_step, unembed
+from nlaverify.models.jax_rwkv import _layernorm as _ln
 
 __all__ = ["make_rwkv_decode_step", "rwkv_state"]
 
@@ -45,9 +46,8 @@ def rwkv_state(cfg: TransformerConfig, dtype: Any = jnp.float64) -> State:
 
 
 def _layernorm(p: Mapping[str, Any], name: str, x: Any, eps: float) -> Any:
-    mu = jnp.mean(x)
-    return (x - mu) / jnp.sqrt(jnp.mean((x - mu) ** 2) + eps) * p[f"{name}.gamma"] + \
-        p[f"{name}.beta"]
+    """The norm ``name`` of the graph's parameters (the JAX RWKV model's LayerNorm)."""
+    return _ln(x, p[f"{name}.gamma"], p[f"{name}.beta"], eps)
 
 
 def _time_mix_step(p: Mapping[str, Any], name: str, x: Any, state: State
