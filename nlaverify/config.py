@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from nlaverify.config_checks import check_architecture_options, check_attention, check_types
 from nlaverify.config_options import (
     ATTENTIONS,
     BIDIRECTIONAL_ATTENTIONS,
@@ -32,11 +33,9 @@ from nlaverify.config_options import (
     ROPE_SCALINGS,
     ConfigError,
     RopeScaling,
-    check_lora,
     check_mixer,
     check_no_mlp,
     check_rotary,
-    check_softcaps,
 )
 from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
 from nlaverify.errors import UnknownNameError
@@ -203,7 +202,7 @@ class TransformerConfig:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        self._check_types()
+        check_types(self)
         for f in ("vocab_size", "d_model", "n_heads", "n_blocks", "d_mlp", "context"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -247,8 +246,8 @@ class TransformerConfig:
                               f"{self.temperature}")
         if not self.norm_eps > 0:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
-        self._check_attention()
-        self._check_architecture_options()
+        check_attention(self)
+        check_architecture_options(self)
         check_mixer(self)
         check_no_mlp(self)
         check_rotary(self)
@@ -274,72 +273,6 @@ class TransformerConfig:
         r"""The rank of :math:`\Delta`'s projection: ``ssm_dt_rank`` or :math:`\lceil
         d/16\rceil` (Hugging Face ``MambaConfig``'s ``"auto"``)."""
         return self.ssm_dt_rank if self.ssm_dt_rank is not None else -(-self.d_model // 16)
-
-    def _check_architecture_options(self) -> None:
-        """RoPE scaling only with RoPE, a window >= 1 on causal softmax attention; the
-        default of ``attn_out_bias`` is resolved by :attr:`out_bias` (issue 10's options).
-        QK-norm is an RMSNorm of each head (Qwen3) whatever ``norm`` is."""
-        if isinstance(self.rope_scaling, dict):
-            try:
-                object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
-            except TypeError as e:
-                raise ConfigError(f"TransformerConfig.rope_scaling: {e}") from None
-        if self.rope_scaling is not None:
-            if not isinstance(self.rope_scaling, RopeScaling):
-                raise ConfigError(f"TransformerConfig.rope_scaling: expected a RopeScaling, a "
-                                  f"dict or None, got {self.rope_scaling!r}")
-            if self.positions != "rope":
-                raise ConfigError(f"TransformerConfig.rope_scaling: applies to positions='rope',"
-                                  f" got positions={self.positions!r}")
-        check_softcaps(self)
-        w = self.sliding_window
-        if w is not None:
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
-                raise ConfigError(f"TransformerConfig.sliding_window: expected a positive "
-                                  f"integer or None, got {w!r}")
-            if not (self.causal and self.attention == "softmax"):
-                raise ConfigError("TransformerConfig.sliding_window: applies to causal softmax "
-                                  f"attention, got causal={self.causal}, "
-                                  f"attention={self.attention!r}")
-
-    def _check_attention(self) -> None:
-        """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""
-        for f, low in (("random_features", 1), ("linformer_k", 1), ("feature_seed", 0)):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise ConfigError(f"TransformerConfig.{f}: expected an integer >= {low}, got "
-                                  f"{v!r}")
-        if self.causal and self.attention in BIDIRECTIONAL_ATTENTIONS:
-            raise ConfigError(f"TransformerConfig.causal: attention={self.attention!r} has no "
-                              "causal form (it mixes every position into every output); "
-                              "expected causal=False")
-
-    def _check_types(self) -> None:
-        """Booleans are booleans, integers integers (not bools), reals finite numbers."""
-        import math
-
-        for f in ("attn_bias", "mlp_bias", "tied_embeddings", "final_norm", "causal",
-                  "orthogonal_features", "qk_norm", "moe_renormalize", "embed_scale",
-                  "parallel_residual", "unembed_bias", "post_norms", "pre_norms",
-                  "qk_norm_joint", "norm_affine", "norm_bias"):
-            if not isinstance(getattr(self, f), bool):
-                raise ConfigError(f"TransformerConfig.{f}: expected True or False, got "
-                                  f"{getattr(self, f)!r}")
-        check_lora(self)
-        if self.attn_out_bias is not None and not isinstance(self.attn_out_bias, bool):
-            raise ConfigError(f"TransformerConfig.attn_out_bias: expected True, False or None, "
-                              f"got {self.attn_out_bias!r}")
-        for f in ("n_kv_heads", "d_head", "n_experts", "top_k", "rope_base"):
-            v = getattr(self, f)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-                raise ConfigError(f"TransformerConfig.{f}: expected an integer, got {v!r}")
-        for f in ("temperature", "norm_eps"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise ConfigError(f"TransformerConfig.{f}: expected a finite number, got {v!r}")
-        if self.rope_base < 2:
-            raise ConfigError(f"TransformerConfig.rope_base: expected an integer >= 2 (the base "
-                              f"of the RoPE frequencies b^(-2i/d_h)), got {self.rope_base}")
 
     @property
     def lora_scale(self) -> float:

@@ -90,7 +90,9 @@ def test_first_divergence_names_a_model_error(monkeypatch) -> None:
     ref = run_graph(g, "numpy", params, data)
     k, depth = accumulation_length(g, 6), 2 * (4 * cfg.n_blocks + 6)
     assert _first_model_divergence(g, ref, params, data, cfg, k, depth) is None
-    monkeypatch.setattr(model, "_rope", half_pairs)
+    from nlaverify.models import jax_attention  # the model's attention sublayer
+
+    monkeypatch.setattr(jax_attention, "_rope", half_pairs)
     assert _first_model_divergence(g, ref, params, data, cfg, k, depth) == (
         "blocks.0.attn.q_rope")
 

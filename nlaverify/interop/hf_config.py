@@ -74,12 +74,9 @@ The tables (:data:`SUPPORTED`, :data:`IGNORED`, :data:`HF_DEFAULTS`, ...) live i
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
@@ -97,6 +94,7 @@ from nlaverify.interop.hf_config_olmo import olmo_fields
 from nlaverify.interop.hf_config_olmo2 import olmo2_fields
 from nlaverify.interop.hf_config_opt import opt_fields
 from nlaverify.interop.hf_config_phi3 import phi3_fields
+from nlaverify.interop.hf_config_reader import Reader, read_source, typed
 from nlaverify.interop.hf_config_rwkv import rwkv_fields
 from nlaverify.interop.hf_config_stablelm import stablelm_fields
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_fields
@@ -125,96 +123,6 @@ class HFConfig:
     raw: dict[str, Any] = field(compare=False)
 
 
-class _Reader:
-    """Reads typed fields of one config dict, remembering which keys were used."""
-
-    def __init__(self, d: Mapping[str, Any], model_type: str) -> None:
-        self.d, self.mt, self.used = d, model_type, {"model_type"}
-
-    def has(self, key: str) -> bool:
-        return key in self.d
-
-    def raw(self, key: str, default: Any = None) -> Any:
-        self.used.add(key)
-        return self.d.get(key, default)
-
-    def get(self, key: str, kind: str, *, required: bool = False) -> Any:
-        """The value of ``key`` (the HF class default when absent and not ``required``),
-        checked to be of ``kind`` (``"int"``, ``"float"``, ``"bool"``, ``"str"``, with
-        ``"int?"`` etc. allowing ``None``)."""
-        self.used.add(key)
-        if key not in self.d:
-            if required:
-                raise ConfigError(f"load_hf_config: {self.mt} config: missing required field "
-                                  f"{key!r}")
-            return HF_DEFAULTS[self.mt][key]
-        return _typed(self.mt, key, self.d[key], kind)
-
-    def get_any(self, key: str, kind: str) -> Any:
-        """``key`` checked to be of ``kind`` when present, else ``None``."""
-        self.used.add(key)
-        return _typed(self.mt, key, self.d[key], kind) if key in self.d else None
-
-    def check_unknown(self) -> None:
-        import difflib
-
-        extra = [k for k in self.d if k not in self.used and not str(k).startswith("_")
-                 and (k not in IGNORED or self.mt not in IGNORED_ONLY.get(k, (self.mt,)))]
-        if extra:
-            close = difflib.get_close_matches(str(extra[0]), sorted(self.used), n=2)
-            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-            raise ConfigError(f"load_hf_config: {self.mt} config: unsupported key {extra[0]!r} "
-                              f"= {self.d[extra[0]]!r}{hint}: nlaverify does not know what it "
-                              "changes, so it is not ignored"
-                              + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-
-
-_KINDS = {"int": "an integer", "float": "a finite number", "bool": "true or false",
-          "str": "a string"}
-
-
-def _typed(mt: str, key: str, v: Any, kind: str) -> Any:
-    """``v`` checked to be of ``kind`` (see :meth:`_Reader.get`), else a ConfigError."""
-    optional = kind.endswith("?")
-    base = kind.rstrip("?")
-    if v is None and optional:
-        return None
-    ok = {"int": isinstance(v, int) and not isinstance(v, bool),
-          "float": isinstance(v, int | float) and not isinstance(v, bool)
-          and math.isfinite(v),
-          "bool": isinstance(v, bool), "str": isinstance(v, str)}[base]
-    if not ok:
-        raise ConfigError(f"load_hf_config: {mt} config: field {key!r}: expected "
-                          f"{_KINDS[base]}{' or null' if optional else ''}, got {v!r}")
-    return v
-
-
-def _read_source(source: Mapping[str, Any] | str | os.PathLike) -> tuple[dict[str, Any], str]:
-    """The config dict and a name for it (the file's directory or stem)."""
-    if isinstance(source, Mapping):
-        return dict(source), ""
-    if not isinstance(source, str | os.PathLike):
-        raise ConfigError(f"load_hf_config: argument 'source': expected a dict, a config.json "
-                          f"path or a checkpoint directory, got {type(source).__name__}")
-    path = Path(source)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"load_hf_config: argument 'source': no such file {str(path)!r}")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"load_hf_config: {str(path)!r} is not valid UTF-8 JSON: {e}"
-                          ) from None
-    except OSError as e:
-        raise ConfigError(f"load_hf_config: {str(path)!r}: not readable ({e})") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"load_hf_config: {str(path)!r}: expected a JSON object, got "
-                          f"{type(d).__name__}")
-    name = path.parent.name if path.name == "config.json" else path.stem
-    return d, name
-
-
 def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
     r"""The :class:`TransformerConfig` of a Hugging Face ``config.json``.
 
@@ -232,14 +140,14 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
             ``model_type``, key or value (e.g. ``rope_type='yarn'``), a non-integral
             ``rope_theta``.
     """
-    d, name = _read_source(source)
+    d, name = read_source(source)
     mt = d.get("model_type")
     if mt is None:
         raise ConfigError("load_hf_config: missing required field 'model_type'")
     if mt not in SUPPORTED:
         raise ConfigError(f"load_hf_config: field 'model_type': expected one of "
                           f"{', '.join(SUPPORTED)}, got {mt!r}")
-    r = _Reader(d, mt)
+    r = Reader(d, mt)
     # PreTrainedConfig.return_dict: false makes *ForCausalLM return tuples, not the output
     # objects verification reads (HF then fails); true is the default and harmless
     if r.get_any("return_dict", "bool") is False:
@@ -263,7 +171,7 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
     return HFConfig(mt, cfg, dict(d))
 
 
-def _gpt2(r: _Reader) -> dict[str, Any]:
+def _gpt2(r: Reader) -> dict[str, Any]:
     """GPT2Config -> TransformerConfig fields (transformers/models/gpt2)."""
     d = dict(r.d)
     for alias, key in _GPT2_ALIASES.items():
@@ -273,7 +181,7 @@ def _gpt2(r: _Reader) -> dict[str, Any]:
                 raise ConfigError(f"load_hf_config: gpt2 config: field {alias!r}={d[alias]!r} "
                                   f"contradicts {key!r}={d[key]!r}")
             d[key] = d[alias]
-    r2 = _Reader(d, "gpt2")
+    r2 = Reader(d, "gpt2")
     vocab = r2.get("vocab_size", "int", required=True)
     dm = r2.get("n_embd", "int", required=True)
     nl = r2.get("n_layer", "int", required=True)
@@ -304,7 +212,7 @@ def _gpt2(r: _Reader) -> dict[str, Any]:
     return out
 
 
-def _llama_family(r: _Reader) -> dict[str, Any]:
+def _llama_family(r: Reader) -> dict[str, Any]:
     """LlamaConfig and its relatives -> TransformerConfig fields."""
     mt, dm = r.mt, r.get("hidden_size", "int", required=True)
     nh = r.get("num_attention_heads", "int", required=True)
@@ -319,7 +227,7 @@ def _llama_family(r: _Reader) -> dict[str, Any]:
     kv = r.get("num_key_value_heads", "int?")
     kw["n_kv_heads"] = nh if kv is None else kv
     if mt == "qwen2":  # no field in Qwen2Config; Qwen2Attention reads getattr(config, "head_dim")
-        dh = _typed(mt, "head_dim", r.raw("head_dim"), "int?")
+        dh = typed(mt, "head_dim", r.raw("head_dim"), "int?")
     else:
         dh = r.get("head_dim", "int?")
     kw["d_head"] = dm // nh if dh is None else dh
@@ -350,12 +258,12 @@ def _llama_family(r: _Reader) -> dict[str, Any]:
     return kw
 
 
-def _num_experts(r: _Reader) -> int:
+def _num_experts(r: Reader) -> int:
     """Mixtral's ``num_local_experts`` (``MixtralConfig.attribute_map`` alias
     ``num_experts``)."""
     n, key = r.get("num_local_experts", "int"), "num_local_experts"
     if r.has("num_experts"):
-        alias = _typed(r.mt, "num_experts", r.raw("num_experts"), "int")
+        alias = typed(r.mt, "num_experts", r.raw("num_experts"), "int")
         if r.has("num_local_experts") and alias != n:
             raise ConfigError(f"load_hf_config: mixtral config: field 'num_experts'={alias} "
                               f"contradicts 'num_local_experts'={n}")
@@ -367,13 +275,13 @@ def _num_experts(r: _Reader) -> int:
     return n
 
 
-def _activation(r: _Reader) -> str:
+def _activation(r: Reader) -> str:
     mt = r.mt
     act = r.get("hidden_act", "str")
     if mt == "gemma":
         if act == "gelu":  # GemmaConfig.__post_init__: legacy "gelu" means the tanh form
             act = "gelu_pytorch_tanh"
-        legacy = _typed(mt, "hidden_activation", r.raw("hidden_activation"), "str?")
+        legacy = typed(mt, "hidden_activation", r.raw("hidden_activation"), "str?")
         if legacy is not None and legacy != "gelu_pytorch_tanh":
             raise ConfigError(f"load_hf_config: gemma config: field 'hidden_activation': only "
                               f"'gelu_pytorch_tanh' is supported, got {legacy!r}")
@@ -384,7 +292,7 @@ def _activation(r: _Reader) -> str:
     return _GATED_ACTS[act]
 
 
-def _biases(r: _Reader) -> dict[str, Any]:
+def _biases(r: Reader) -> dict[str, Any]:
     """The projection biases each model type has (module docstring)."""
     mt = r.mt
     if mt == "llama":
@@ -397,7 +305,7 @@ def _biases(r: _Reader) -> dict[str, Any]:
     return {}
 
 
-def _sliding_window(r: _Reader) -> int | None:
+def _sliding_window(r: Reader) -> int | None:
     mt = r.mt
     if mt in ("mistral", "mixtral"):
         return r.get("sliding_window", "int?")
@@ -437,7 +345,7 @@ _ROPE_KEYS = {"default": set(), "linear": {"factor"},
                          "original_max_position_embeddings"}}
 
 
-def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
+def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
     """``(rope_base, rope_scaling)`` from ``rope_theta`` / ``rope_scaling`` (old keys) or
     ``rope_parameters`` (transformers 5)."""
     mt = r.mt
@@ -454,14 +362,14 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
     theta_key = f"{where}.rope_theta"
     theta = rp.pop("rope_theta", None)
     if r.has("rope_theta"):
-        top = _typed(mt, "rope_theta", r.raw("rope_theta"), "float")
+        top = typed(mt, "rope_theta", r.raw("rope_theta"), "float")
         if theta is not None and theta != top:
             raise ConfigError(f"load_hf_config: {mt} config: field 'rope_theta'={top!r} "
                               f"contradicts {theta_key}={theta!r}")
         theta, theta_key = top, "rope_theta"
     if theta is None:
         theta, theta_key = HF_DEFAULTS[mt]["rope_theta"], "rope_theta"
-    theta = _typed(mt, theta_key, theta, "float")
+    theta = typed(mt, theta_key, theta, "float")
     # above 2**53 a float no longer determines the integer HF's float base stands for
     if theta != int(theta) or not 2 <= theta < 2**53:
         raise ConfigError(f"load_hf_config: {mt} config: field {theta_key!r}: expected an "
@@ -486,10 +394,10 @@ def _rope(r: _Reader, context: int) -> tuple[int, RopeScaling | None]:
         if k not in rp:
             raise ConfigError(f"load_hf_config: {mt} config: missing required field "
                               f"'{where}.{k}' for rope_type {kind!r}")
-        _typed(mt, f"{where}.{k}", rp[k], "float")
+        typed(mt, f"{where}.{k}", rp[k], "float")
     if kind == "linear":
         return int(theta), RopeScaling("linear", float(rp["factor"]))
-    orig = _typed(mt, f"{where}.original_max_position_embeddings",
+    orig = typed(mt, f"{where}.original_max_position_embeddings",
                   rp.get("original_max_position_embeddings", context), "int")
     try:
         return int(theta), RopeScaling("llama3", float(rp["factor"]),
