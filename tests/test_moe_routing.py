@@ -94,13 +94,13 @@ def _qwen_block(norm_topk_prob: bool, seed: int = 0):
     return block
 
 
-def _deepseek_block(seed: int = 0):
+def _deepseek_block(seed: int = 0, norm_topk_prob: bool = True):
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
 
     cfg = DeepseekV3Config(hidden_size=D, moe_intermediate_size=M, n_routed_experts=8,
                            n_group=4, topk_group=2, num_experts_per_tok=3, n_shared_experts=2,
-                           routed_scaling_factor=2.5, norm_topk_prob=True,
+                           routed_scaling_factor=2.5, norm_topk_prob=norm_topk_prob,
                            experts_implementation="eager")
     block = DeepseekV3MoE(cfg).double()
     _randomise(block, seed)
@@ -199,8 +199,12 @@ def _deepseek_args(block) -> list[np.ndarray]:
 _DS = {"top_k": 3, "n_group": 4, "topk_group": 2}
 
 
-def test_deepseek_v3_moe_equals_hugging_face(monkeypatch) -> None:
-    block = _deepseek_block()
+@pytest.mark.parametrize("norm_topk_prob", [True, False])
+def test_deepseek_v3_moe_equals_hugging_face(norm_topk_prob: bool, monkeypatch) -> None:
+    """DeepSeek-V3's block against HF's, with its released normalised gates and with
+    ``norm_topk_prob=False`` (gates :math:`\\rho s_e`, no normaliser), forward and gradients."""
+    block = _deepseek_block(norm_topk_prob=norm_topk_prob)
+    rn = {"renormalize": norm_topk_prob}
     X, G = _data(2)
     y_hf, gates_hf, gates_stock, dX_hf = _run_hf(block, _exact_deepseek_router, X, G,
                                                  monkeypatch)
@@ -208,7 +212,7 @@ def test_deepseek_v3_moe_equals_hugging_face(monkeypatch) -> None:
     bias = block.gate.e_score_correction_bias.detach().numpy()
     logits = X @ args[0]
     gates, mask = mr.deepseek_v3_router(NP, logits.reshape(-1, 8), bias,
-                                        routed_scaling_factor=2.5, **_DS)
+                                        routed_scaling_factor=2.5, **_DS, **rn)
     assert np.array_equal(mask, (gates_hf > 0).astype(float))
     # the bias changed the choice of some token (else the test would not see it)
     plain = mr.deepseek_v3_select(NP, sigmoid(NP, logits.reshape(-1, 8)), 0 * bias, **_DS)
@@ -216,11 +220,14 @@ def test_deepseek_v3_moe_equals_hugging_face(monkeypatch) -> None:
     tol = _tol(X, *args)
     assert tolerance("float32", size=8).compare(gates_stock, gates_hf).ok  # patch fidelity
     assert tol.compare(gates, gates_hf).ok
-    np.testing.assert_allclose(gates.sum(-1), 2.5, rtol=tol.rtol)   # gates sum to rho
+    if norm_topk_prob:
+        np.testing.assert_allclose(gates.sum(-1), 2.5, rtol=tol.rtol)   # gates sum to rho
+    else:  # unnormalised: rho times the chosen sigmoids, which sum to less than top_k
+        assert tol.compare(gates, 2.5 * sigmoid(NP, logits.reshape(-1, 8)) * mask).ok
     mask = mask.reshape(*N_TOK, 8)
-    y = ms.deepseek_v3_moe(NP, X, mask, *args, routed_scaling_factor=2.5)
+    y = ms.deepseek_v3_moe(NP, X, mask, *args, routed_scaling_factor=2.5, **rn)
     assert tol.compare(y, y_hf).ok, tol.compare(y, y_hf)
-    cots = ms.deepseek_v3_moe_vjp(NP, G, X, mask, *args, routed_scaling_factor=2.5)
+    cots = ms.deepseek_v3_moe_vjp(NP, G, X, mask, *args, routed_scaling_factor=2.5, **rn)
     grads_hf = [dX_hf, *_hf_grads_as_ours(block, block.shared_experts, False)]
     for name, ours, theirs in zip(("X", "W_r", "W1", "W3", "W2", "U1", "U3", "U2"), cots,
                                   grads_hf, strict=True):
