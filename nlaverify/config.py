@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.config_checks import check_architecture_options, check_attention, check_types
+from nlaverify.config_moe import check_moe
 from nlaverify.config_options import (
     ATTENTIONS,
     BIDIRECTIONAL_ATTENTIONS,
@@ -63,6 +64,10 @@ class TransformerConfig:
     experts with a softmax top-``top_k`` router, the selected gates renormalised to sum to 1
     (Mixtral) unless ``moe_renormalize=False`` (the top-k entries of the softmax over all
     experts). ``temperature`` divides the logits before the output softmax and the loss.
+    Released routers (:mod:`nlaverify.config_moe`): ``moe_router`` (``"softmax"``; ``"sigmoid"``:
+    DeepSeek-V3, with ``routed_scaling_factor``, ``n_group``, ``topk_group``), experts of width
+    ``moe_intermediate_size`` (``None``: ``d_mlp``), a shared SwiGLU expert of width
+    ``d_shared_expert`` (Qwen's gated by ``shared_expert_gate``), dense ``moe_dense_layers``.
 
     Options of released architectures (issue 10): ``rope_scaling`` (:class:`RopeScaling`,
     Llama-3.1), ``sliding_window`` :math:`w` (token :math:`i` sees :math:`j` with
@@ -153,6 +158,14 @@ class TransformerConfig:
     mlp: str = "gelu"
     n_experts: int = 0
     top_k: int = 1
+    moe_router: str = "softmax"
+    moe_intermediate_size: int | None = None
+    d_shared_expert: int = 0
+    shared_expert_gate: bool = False
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    moe_dense_layers: tuple[int, ...] = ()
     attn_bias: bool = False
     mlp_bias: bool = False
     tied_embeddings: bool = False
@@ -247,6 +260,7 @@ class TransformerConfig:
         if not self.norm_eps > 0:
             raise ConfigError(f"TransformerConfig.norm_eps: expected > 0, got {self.norm_eps}")
         check_attention(self)
+        check_moe(self)
         check_architecture_options(self)
         check_mixer(self)
         check_no_mlp(self)

@@ -127,4 +127,20 @@ ZOO: tuple[TransformerConfig, ...] = (
     # and MLP, interleaved RoPE, SwiGLU, tied embeddings, logits times 1/4 (temperature 4)
     _member("cohere-like", n_blocks=2, positions="rope", mlp="swiglu", parallel_residual=True,
             norm_bias=False, tied_embeddings=True, temperature=4.0, norm_eps=0.1),
+    # Qwen2-MoE (Qwen team 2024): 4 SwiGLU experts of width 4 != d_mlp, top 2 of the softmax
+    # unrenormalised, a shared expert of width 6 gated by sigmoid(x w_sg); block 0 dense
+    # (mlp_only_layers), block 1 sparse; RMSNorm, RoPE
+    _member("qwen2-moe-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            n_experts=4, top_k=2, moe_renormalize=False, moe_intermediate_size=4,
+            d_shared_expert=6, shared_expert_gate=True, moe_dense_layers=(0,)),
+    # DeepSeek-V3's router (DeepSeek-AI 2024 §2.1.2): sigmoid affinities, 6 experts in 3
+    # groups of 2, the best 2 groups kept, top 2 chosen by s + b, gates rho s / sum s with
+    # rho = 2.5, ungated shared experts of width 5; block 1 sparse (first_k_dense_replace 1)
+    _member("deepseek-v3-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            n_experts=6, top_k=2, moe_router="sigmoid", n_group=3, topk_group=2,
+            routed_scaling_factor=2.5, moe_intermediate_size=3, d_shared_expert=5,
+            moe_dense_layers=(0,)),
+    # an ungated shared expert under the softmax router, Mixtral's renormalised gates
+    _member("moe-shared-ungated", mlp="swiglu", n_experts=3, top_k=2, d_shared_expert=4,
+            d_mlp=6),
 )

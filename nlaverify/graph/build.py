@@ -18,8 +18,10 @@ import networkx as nx
 import numpy as np
 
 from nlaverify.config import GATED_MLPS, NO_MLP, TransformerConfig
+from nlaverify.config_moe import sparse_block
 from nlaverify.graph.build_attention import attention_sublayer
 from nlaverify.graph.build_mamba2 import mamba2_block
+from nlaverify.graph.build_moe import moe_sublayer
 from nlaverify.graph.core import add_input, add_op
 
 Shape = tuple[int | str, ...]
@@ -201,19 +203,8 @@ def feature_inputs(config: TransformerConfig, draw: int = 0, *,
 
 def _mlp(b: _Builder, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
     d, m = cfg.d_model, cfg.d_mlp
-    if cfg.n_experts:
-        E = cfg.n_experts
-        router = b.param(f"{p}.W_router", (d, E), "moe.router", ("normal", d**-0.5), block)
-        scores = b.op(f"{p}.scores", "linear", [x, router], ("n", E))
-        mask = b.op(f"{p}.route", "topk_mask", [scores], ("n", E), top_k=cfg.top_k)
-        names = (("W1", (E, d, m)), ("W3", (E, d, m)), ("W2", (E, m, d))) if \
-            cfg.mlp == "swiglu" else (("W_in", (E, d, m)), ("W_out", (E, m, d)))
-        ws = [b.param(f"{p}.{n}", s, "moe.experts", ("normal", s[1] ** -0.5), block)
-              for n, s in names]
-        op = "moe_swiglu" if cfg.mlp == "swiglu" else "moe"
-        renorm = {} if cfg.moe_renormalize else {"renormalize": False}
-        return b.op(f"{p}.out", op, [x, scores, mask, *ws], ("n", d),
-                    activation="swiglu" if cfg.mlp == "swiglu" else cfg.mlp, **renorm)
+    if sparse_block(cfg, block):  # the experts, or a dense block of moe_dense_layers
+        return moe_sublayer(b, p, x, cfg, block)
     comp = "mlp"
     if cfg.mlp in GATED_MLPS:
         a = b.project(f"{p}.gate", x, d, m, cfg.mlp_bias, comp, block, "W_gate", "b_gate",

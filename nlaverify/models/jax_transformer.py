@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 
 from nlaverify.config import NO_MLP, TransformerConfig
+from nlaverify.config_moe import sparse_block
 from nlaverify.models.decode_loop import recurrent_step, unembed
 from nlaverify.models.jax_attention import _attention, _proj, _softcap
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
 from nlaverify.models.jax_mamba2 import graph_mamba2_mixer
+from nlaverify.models.jax_moe import moe_mlp
 from nlaverify.models.jax_rwkv import graph_channel_mix, graph_time_mix
 
 jax.config.update("jax_enable_x64", True)
@@ -65,24 +67,8 @@ def _act(cfg: TransformerConfig, u: Any) -> Any:
 
 
 def _mlp(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> Any:
-    if cfg.n_experts:
-        scores = x @ p[f"{name}.W_router"]
-        rec[f"{name}.scores"] = scores
-        top_vals, top_idx = jax.lax.top_k(scores, cfg.top_k)
-        if cfg.moe_renormalize:                                         # (n, k)
-            gates_k = jax.nn.softmax(top_vals, axis=-1)
-        else:
-            gates_k = jnp.take_along_axis(jax.nn.softmax(scores, axis=-1), top_idx, axis=-1)
-        gates = jnp.zeros_like(scores).at[jnp.arange(x.shape[0])[:, None], top_idx].set(gates_k)
-        if cfg.mlp == "swiglu":
-            h = jax.nn.silu(jnp.einsum("nd,edm->enm", x, p[f"{name}.W1"])) * jnp.einsum(
-                "nd,edm->enm", x, p[f"{name}.W3"])
-            y = jnp.einsum("enm,emd->end", h, p[f"{name}.W2"])
-        else:
-            h = _act(cfg, jnp.einsum("nd,edm->enm", x, p[f"{name}.W_in"]))
-            y = jnp.einsum("enm,emd->end", h, p[f"{name}.W_out"])
-        rec[f"{name}.out"] = jnp.einsum("ne,end->nd", gates, y)
-        return rec[f"{name}.out"]
+    if sparse_block(cfg, int(name.split(".")[1])):  # blocks.{l}.mlp: not a dense layer
+        return moe_mlp(p, name, x, cfg, rec)
     if cfg.mlp in ("swiglu", "geglu"):
         g = _proj(p, f"{name}.gate", x, "W_gate", "b_gate", cfg.mlp_bias, ("mlp", cfg))
         u = _proj(p, f"{name}.up", x, "W_up", "b_up", cfg.mlp_bias, ("mlp", cfg))

@@ -49,7 +49,8 @@ from nlaverify.ops._validate import check_args, check_int, check_mask, check_pos
 from nlaverify.ops.activations import _sigmoid_pair, sigmoid
 from nlaverify.ops.moe import topk_mask
 
-__all__ = ["DEEPSEEK_V3_GATE_EPS", "deepseek_v3_gates", "deepseek_v3_gates_jvp",
+__all__ = ["DEEPSEEK_V3_GATE_EPS", "deepseek_v3_affinity", "deepseek_v3_affinity_vjp",
+           "deepseek_v3_gates", "deepseek_v3_gates_jvp",
            "deepseek_v3_gates_vjp", "deepseek_v3_route", "deepseek_v3_router",
            "deepseek_v3_select", "deepseek_v3_select_vjp", "group_limited_topk_mask",
            "masked_topk_mask", "qwen_moe_router", "qwen_moe_select", "sigmoid_gates_tangent"]
@@ -124,6 +125,21 @@ def qwen_moe_select(xp: Namespace, logits: Any, top_k: int) -> Any:
     r"""Qwen-MoE's selection: the ``top_k`` largest router logits ``(*, E)`` (the top-k of
     :math:`\operatorname{softmax}(l)`, softmax being increasing). Piecewise constant."""
     return topk_mask(xp, logits, top_k)
+
+
+def deepseek_v3_affinity(xp: Namespace, logits: Any) -> Any:
+    r"""DeepSeek-V3's affinities :math:`s = \sigma(l)` of the router logits :math:`l = xW_r`
+    ``(*, E)`` (technical report eq. (15); Hugging Face ``router_logits.sigmoid()``), the
+    input of the selection :func:`deepseek_v3_select` (a graph node). The gates recompute
+    :math:`s` from :math:`W_r` inside :func:`nlaverify.ops.moe_shared.deepseek_v3_moe`, so this
+    node feeds the piecewise-constant choice only and takes no cotangent."""
+    check_args("deepseek_v3_affinity", xp, {"logits": (logits, ("*", "E"))})
+    return sigmoid(xp, logits)
+
+
+def deepseek_v3_affinity_vjp(xp: Namespace, G: Any, logits: Any) -> tuple[()]:
+    """No cotangent: the affinities feed the selection only (its argument fixed)."""
+    return ()
 
 
 def deepseek_v3_select(xp: Namespace, scores: Any, bias: Any, top_k: int, n_group: int,

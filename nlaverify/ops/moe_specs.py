@@ -66,6 +66,11 @@ MOE_OPS: dict[str, OpSpec] = {s.name: s for s in (  # names unique in get_op's t
            r"g = \rho\frac{M\odot s}{Z},\ Z = \textstyle\sum_e M_e s_e + \epsilon",
            {"n": 2, "E": 3}, {"n": (1, 4), "E": (2, 6)}, static=dict(_DS_STATIC),
            proof_static=dict(_DS_PROOF)),
+    # the affinities that feed the selection (a graph node): no cotangent, as the selection
+    OpSpec("deepseek_v3_affinity", moe_routing.deepseek_v3_affinity,
+           moe_routing.deepseek_v3_affinity_vjp, (Arg("logits", ("n", "E"), "fixed"),),
+           _SEED_DS, r"\text{feeds the selection only: no cotangent (routing fixed)}",
+           {"n": 2, "E": 4}, {"n": (1, 4), "E": (2, 6)}),
     # the selection (a graph node beside topk_mask): piecewise constant, no cotangent
     OpSpec("deepseek_v3_select", moe_routing.deepseek_v3_select,
            moe_routing.deepseek_v3_select_vjp,
