@@ -293,9 +293,10 @@ def _cmd_params(args: argparse.Namespace) -> int:
     if args.preset is not None:
         cfg, source = preset(args.preset), {"preset": args.preset}
     else:
-        from nlaverify.interop import config_from_file
+        from nlaverify.interop import config_from_file, config_note
 
-        cfg, source = config_from_file(args.config), {"config_file": args.config}
+        cfg = config_from_file(args.config)  # a note: what of the checkpoint is left out
+        source = {"config_file": args.config, **config_note(cfg)}
     if args.lora is not None:
         cfg = cfg.replace(**_parse_lora(args.lora))
     counts = parameter_counts(build_transformer(cfg))
@@ -309,7 +310,8 @@ def _cmd_params(args: argparse.Namespace) -> int:
         print(f"{k:<{width}}  {v:>20,}  {100 * v / counts.total:6.2f} %")
     if counts.norms_per_block:
         print(f"{'norms per block':<{width}}  {next(iter(counts.norms_per_block.values())):>20,}")
-    print(f"{'total':<{width}}  {counts.total:>20,}")
+    note = f"\nnote: {source['note']}" if "note" in source else ""
+    print(f"{'total':<{width}}  {counts.total:>20,}{note}")
     if trainable is not None:
         share = 100 * trainable / counts.total
         print(f"{'LoRA trainable':<{width}}  {trainable:>20,}  {share:6.3f} %  (rank "

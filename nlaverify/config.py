@@ -36,6 +36,7 @@ from nlaverify.config_options import (
     RopeScaling,
     check_mixer,
     check_no_mlp,
+    check_rope_local,
     check_rotary,
 )
 from nlaverify.config_published import PUBLISHED, PUBLISHED_TOTALS, UNPUBLISHED, Figure
@@ -121,6 +122,10 @@ class TransformerConfig:
     sublayer's output before the residual add), ``query_pre_attn_scalar`` :math:`s` (scores
     :math:`qk^T/\sqrt s` for :math:`qk^T/\sqrt{d_h}`), ``window_layers`` (the blocks that use
     ``sliding_window``, the others full; ``None``: all), checked by :func:`check_softcaps`.
+    Gemma 3's (Gemma Team 2025, §2): ``rope_local_base`` :math:`b_\ell` (the RoPE base of the
+    windowed blocks, unscaled: :math:`\theta_i = b_\ell^{-2i/d_h}` there, while the global
+    blocks keep ``rope_base`` and ``rope_scaling``; ``None``: one RoPE for all), checked by
+    :func:`~nlaverify.config_options.check_rope_local`.
     Granite's multipliers (IBM 2024): ``embed_multiplier`` :math:`m` (the embedding times
     :math:`m`, in place of ``embed_scale``), ``residual_multiplier`` :math:`r` (sequential
     pre-LN: :math:`x \leftarrow x + r\,F(N(x))` for each sublayer :math:`F`). OLMo 2's
@@ -206,6 +211,7 @@ class TransformerConfig:
     post_norms: bool = False
     query_pre_attn_scalar: float | None = None
     window_layers: tuple[int, ...] | None = None
+    rope_local_base: int | None = None
     embed_multiplier: float | None = None
     residual_multiplier: float | None = None
     pre_norms: bool = True
@@ -265,6 +271,21 @@ class TransformerConfig:
         check_mixer(self)
         check_no_mlp(self)
         check_rotary(self)
+        check_rope_local(self)
+
+    def windowed(self, layer: int) -> bool:
+        """Whether block ``layer`` attends through ``sliding_window`` (``window_layers``, or
+        every block when that is ``None``; Gemma 2's local layers)."""
+        return self.sliding_window is not None and (
+            self.window_layers is None or layer in self.window_layers)
+
+    def block_rope(self, layer: int) -> tuple[int, RopeScaling | None]:
+        r"""``(base, scaling)`` of block ``layer``'s RoPE: ``(rope_local_base, None)`` on a
+        windowed block when ``rope_local_base`` is set (Gemma 3's local layers, Hugging Face
+        ``rope_parameters["sliding_attention"]``), else ``(rope_base, rope_scaling)``."""
+        if self.rope_local_base is not None and self.windowed(layer):
+            return self.rope_local_base, None
+        return self.rope_base, self.rope_scaling
 
     def block_mixer(self, layer: int) -> str:
         """The token mixer of block ``layer`` (:data:`MIXERS`)."""

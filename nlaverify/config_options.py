@@ -5,7 +5,8 @@ The vocabularies of the string-valued fields (norm, placement, positions, MLP, a
 targets, RoPE pairings; ``mlp="none"``, :data:`NO_MLP`), the checks of the LoRA, MLP-less and
 partial-rotary fields (:func:`check_lora`, :func:`check_no_mlp`, :func:`check_rotary`), the
 token mixers (:func:`check_mixer`, :func:`check_mamba2`), the
-soft caps and Gemma 2's options (:func:`check_softcaps`),
+soft caps and Gemma 2's options (:func:`check_softcaps`), Gemma 3's local RoPE base
+(:func:`check_rope_local`),
 :class:`ConfigError` and :class:`RopeScaling`, the
 one structured field:
 :math:`\theta_i = b^{-2i/d_h}` rescaled for long contexts (Chen et al. 2023; Dubey et al.
@@ -362,3 +363,21 @@ def check_softcaps(cfg: Any) -> None:
     if cfg.sliding_window is None:
         raise ConfigError("TransformerConfig.window_layers: names the blocks that use the "
                           "sliding window; expected a sliding_window")
+
+
+def check_rope_local(cfg: Any) -> None:
+    r"""Gemma 3's ``rope_local_base`` :math:`b_\ell` (Gemma Team 2025, §2; Hugging Face
+    ``Gemma3RotaryEmbedding``, ``rope_parameters["sliding_attention"]``): ``None`` or an
+    integer >= 2, the base :math:`\theta_i = b_\ell^{-2i/d_h}` of the windowed blocks' RoPE
+    (unscaled); it needs RoPE and a ``sliding_window`` (blocks to apply to), else it would be
+    accepted and change nothing."""
+    b = cfg.rope_local_base
+    if b is None:
+        return
+    if isinstance(b, bool) or not isinstance(b, int) or b < 2:
+        raise ConfigError(f"TransformerConfig.rope_local_base: expected None or an integer >= 2 "
+                          f"(the RoPE base of the windowed blocks), got {b!r}")
+    if cfg.positions != "rope" or cfg.sliding_window is None:
+        raise ConfigError("TransformerConfig.rope_local_base: the RoPE base of the windowed "
+                          "blocks; expected positions='rope' and a sliding_window, got "
+                          f"positions={cfg.positions!r}, sliding_window={cfg.sliding_window!r}")

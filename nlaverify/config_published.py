@@ -75,6 +75,7 @@ _SOFTMAX = {
     "post_norms": Figure(False, "no norm on the sublayer outputs (Gemma 2 has them)"),
     "query_pre_attn_scalar": Figure(None, "scores q k^T / sqrt(d_head)"),
     "window_layers": Figure(None, _UNUSED),
+    "rope_local_base": Figure(None, _UNUSED),
     "embed_multiplier": Figure(None, "embeddings not multiplied (Granite multiplies them)"),
     "residual_multiplier": Figure(None, "x + F(N(x)), the sublayer output unscaled"),
     "pre_norms": Figure(True, "each sublayer reads the normalised stream"),

@@ -109,6 +109,14 @@ ZOO: tuple[TransformerConfig, ...] = (
     _member("gemma2-like", n_blocks=2, d_head=6, norm="rmsnorm", positions="rope",
             mlp="geglu", post_norms=True, query_pre_attn_scalar=2, sliding_window=2,
             window_layers=(0,), attn_softcap=2.0, final_softcap=3.0, norm_eps=0.1),
+    # Gemma 3 (Gemma Team 2025): Gemma 2's sandwich norms and scalar without soft caps, a
+    # per-head QK-norm, a window of 2 on block 0 only with its own RoPE base 100 (unscaled),
+    # block 1 global with the default base scaled linearly by 2 (the 4B+ releases' factor 8)
+    _member("gemma3-like", n_blocks=2, d_head=6, norm="rmsnorm", positions="rope",
+            mlp="geglu", post_norms=True, query_pre_attn_scalar=3, sliding_window=2,
+            window_layers=(0,), qk_norm=True, rope_local_base=100,
+            rope_scaling={"kind": "linear", "factor": 2.0}, embed_scale=True,
+            tied_embeddings=True, norm_eps=0.1),
     # Granite (IBM 2024): embeddings times 3, sublayer outputs times 0.25, scores over
     # sqrt(s = 4) (attention_multiplier 1/2), logits over 2 (temperature); SwiGLU, GQA
     _member("granite-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",

@@ -79,6 +79,8 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "post_norms": (("gemma2-like", False),),
     "query_pre_attn_scalar": (("gemma2-like", None),),
     "window_layers": (("gemma2-like", (1,)), ("gemma2-like", None)),
+    # Gemma 3: the local blocks on the global base, and the local base moved
+    "rope_local_base": (("gemma3-like", None), ("gemma3-like", 7)),
     "embed_multiplier": (("granite-like", None),),
     "residual_multiplier": (("granite-like", None), ("granite-like", 1.5)),
     "pre_norms": (("olmo2-like", True),),

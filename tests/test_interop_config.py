@@ -42,6 +42,8 @@ MINIMAL = {
                  "num_attention_heads": 32},
     # 4 heads on Gemma2Config's default 4 key/value heads of 256; 3 layers: 0 and 2 local
     "gemma2": {**_LLAMA, "model_type": "gemma2", "num_hidden_layers": 3},
+    # Gemma3TextConfig's defaults: 4 key/value heads of 256; 7 layers: every 6th global
+    "gemma3_text": {**_LLAMA, "model_type": "gemma3_text", "num_hidden_layers": 7},
     # FalconConfig: no intermediate_size (ffn_hidden_size defaults to 4 hidden_size)
     "falcon": {k: v for k, v in {**_LLAMA, "model_type": "falcon"}.items()
                if k != "intermediate_size"},
@@ -174,6 +176,14 @@ EXPRESSIBLE = {
                                 post_norms=True, query_pre_attn_scalar=5, sliding_window=3,
                                 window_layers=(1,), attn_softcap=20.0, norm_eps=1e-6,
                                 rope_scaling=RopeScaling("linear", 2.0)),
+    # QK-norm, sandwich norms, s = 5, windows on blocks 0 and 2 of 3 at local base 100,
+    # block 1 at base 5000 scaled linearly by 4, one cap, SwiGLU, biases, untied
+    "gemma3_text": TransformerConfig(
+        vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, d_head=8, n_blocks=3, d_mlp=24,
+        norm="rmsnorm", positions="rope", mlp="swiglu", attn_bias=True, embed_scale=True,
+        post_norms=True, qk_norm=True, query_pre_attn_scalar=5, sliding_window=3,
+        window_layers=(0, 2), rope_local_base=100, rope_base=5000, final_softcap=20.0,
+        norm_eps=1e-6, rope_scaling=RopeScaling("linear", 4.0)),
     # every multiplier (attention_multiplier 0.25: s = 16), GeGLU, MLP biases, tied
     "granite": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
                                  n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
@@ -360,6 +370,8 @@ def test_other_unsupported_values():
     ("stablelm", {"parallel_norms": 2}, "parallel_norms"),
     ("stablelm", {"mlp_bias": True}, "mlp_bias"),
     ("stablelm", {"qk_norm": True}, "qk_norm"),
+    ("gemma3_text", {"qk_norm": False}, "qk_norm"),
+    ("gemma3_text", {"rope_local_base": None}, "rope_local_base"),
     ("gemma2", {"post_norms": False}, "post_norms"),
     ("gemma2", {"query_pre_attn_scalar": None}, "query_pre_attn_scalar"),
     ("gemma2", {"embed_scale": False}, "embed_scale"),

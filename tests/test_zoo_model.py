@@ -76,7 +76,7 @@ def test_first_divergence_names_a_model_error(monkeypatch) -> None:
     from nlaverify.graph.compare import accumulation_length
     from nlaverify.pipeline import _first_model_divergence
 
-    def half_pairs(x: Any, cfg: Any) -> Any:
+    def half_pairs(x: Any, cfg: Any, local: bool = False) -> Any:
         jnp = model.jnp
         _, n, dh = x.shape
         theta = cfg.rope_base ** (-jnp.arange(0, dh, 2) / dh)

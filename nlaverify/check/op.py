@@ -46,6 +46,10 @@ kernel's (rounded) inputs with every result's rounding error propagated entry by
 A kernel that writes to its inputs (``x.mul_()``) or returns integers fails its forward
 row, naming the argument or the dtype.
 
+Selections (``deepseek_v3_select``, ``topk_mask``; :mod:`~nlaverify.check.op_selection`) are
+judged token by token: a token within the dtype's rounding of a top-k boundary is not judged
+(only such tokens differing: inconclusive), any other differing token fails the row.
+
 Seed: Baggag & Saad §2.6 (every op's VJP), §3 (the ops); Higham & Mary (2019), Kenney &
 Laub (1994) for the bound.
 """
@@ -86,6 +90,7 @@ from nlaverify.check.op_reference import (
     running_tol,
 )
 from nlaverify.check.op_search import search
+from nlaverify.check.op_selection import selection_margin
 from nlaverify.check.op_subject import (
     _as_list,
     _integer_output,
@@ -161,6 +166,7 @@ def _case_rows(s: _Settings, case: OpCaseInput) -> list[Row]:
     tol_f = (_tol(s, case, kappa_f, 1) if run_f is None
              else running_tol(run_f[0], ref.out, 1.0, s.dtype))
     row = compare_arrays(s.subject, "forward" + tag, out64, ref.out, tol_f, label="out")
+    row = selection_margin(row, case, out64, ref.out, s.dtype)  # a near tie: inconclusive
     wider = _wider_output(out, s.framework, s.dtype)
     if wider:
         s.note(f"fn returned {wider} for a {s.dtype} check: its output was not rounded to "

@@ -242,7 +242,8 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     ``post_norm2`` on the MLP's output; ``query_pre_attn_scalar`` :math:`s` scales the rotated
     queries by :math:`\sqrt{d_h/s}` (``attn.q_scaled``) so the attention's
     :math:`1/\sqrt{d_h}` gives :math:`qk^T/\sqrt s`; ``window_layers`` picks the windowed
-    blocks. Granite: ``embed_scaled`` is the embedding times ``embed_multiplier``;
+    blocks, whose ``attn.q_rope``/``k_rope`` use ``rope_local_base`` unscaled when it is set
+    (Gemma 3). Granite: ``embed_scaled`` is the embedding times ``embed_multiplier``;
     ``residual_multiplier`` scales each sublayer's output (``scaled1``, ``scaled2``). OLMo 2:
     ``pre_norms=False`` drops ``norm1``/``norm2`` (the sublayers read the stream), and
     ``qk_norm_joint`` normalises ``attn.q``/``attn.k`` as rows of :math:`h\,d_h` before the

@@ -1,7 +1,7 @@
 """The attention sublayer of :func:`nlaverify.graph.build.build_transformer`: projections,
-QK-norms, RoPE, Gemma's query scalar, the shared key/value heads of grouped-query attention,
-and the attention node of the configured variant (softmax with its window and soft cap, the
-random-feature and projected variants with their constant inputs).
+QK-norms, RoPE (Gemma 3: each block's base), Gemma's query scalar, the shared key/value heads
+of grouped-query attention, and the attention node of the configured variant (softmax with its
+window and soft cap, the random-feature and projected variants with their constant inputs).
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: in
                         (heads, "n", dh), eps=cfg.norm_eps)
             qh, kh = (node, kh) if name == "q" else (qh, node)
     if cfg.positions == "rope":
-        rope: dict[str, Any] = {"base": cfg.rope_base}
-        if cfg.rope_scaling is not None:
-            rope["scaling"] = cfg.rope_scaling
+        base, scaling = cfg.block_rope(block)  # Gemma 3: the local blocks' own base
+        rope: dict[str, Any] = {"base": base}
+        if scaling is not None:
+            rope["scaling"] = scaling
         if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
             rope["layout"] = cfg.rope_pairing
         if cfg.rotary_dim is not None and cfg.rotary_dim < dh:  # partial rotary
@@ -73,9 +74,8 @@ def _attention_heads(b: Any, p: str, qh: str, kh: str, vh: str, cfg: Transformer
     op = ATTENTION_OPS[cfg.attention]
     shape = (H, "n", dh)
     if cfg.attention == "softmax":
-        windowed = cfg.sliding_window is not None and (
-            cfg.window_layers is None or block in cfg.window_layers)  # Gemma 2: some blocks
-        window = {"window": cfg.sliding_window} if windowed else {}
+        # Gemma 2: some blocks
+        window = {"window": cfg.sliding_window} if cfg.windowed(block) else {}
         if cfg.attn_softcap is not None:  # Gemma 2: c tanh(S/c) on the scores, then the mask
             return b.op(f"{p}.heads", "softcap_attention", [qh, kh, vh], shape,
                         cap=cfg.attn_softcap, causal=cfg.causal, **window)

@@ -19,7 +19,8 @@ from pathlib import Path
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config import SUPPORTED, HFConfig, hf_config_dict, load_hf_config
 
-__all__ = ["SUPPORTED", "HFConfig", "config_from_file", "hf_config_dict", "load_checkpoint",
+__all__ = ["SUPPORTED", "HFConfig", "config_from_file", "config_note", "hf_config_dict",
+           "load_checkpoint",
            "load_hf_config", "load_safetensors", "params_from_hf", "params_to_hf",
            "save_safetensors", "verify_hf"]
 
@@ -27,7 +28,7 @@ __all__ = ["SUPPORTED", "HFConfig", "config_from_file", "hf_config_dict", "load_
 #: needs the [hf] extra only when called)
 _LAZY = {"load_checkpoint": "weights", "load_safetensors": "weights",
          "params_from_hf": "weights", "params_to_hf": "weights", "save_safetensors": "weights",
-         "verify_hf": "hf_verify"}
+         "verify_hf": "hf_verify", "config_note": "hf_config_gemma3"}
 
 
 def __getattr__(name: str) -> object:

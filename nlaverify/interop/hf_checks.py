@@ -111,18 +111,36 @@ def _rope_check(model: Any, config: Any) -> HFCheck:
     precision, so a wrong base or scaling cannot hide behind the substitution. The
     condition of :math:`b^{-2i/d}` in its exponent is :math:`|{-2i/d}\,\ln b| \le \ln b`.
     GPT-J keeps no frequencies, only its table of :math:`\sin t\theta_i, \cos t\theta_i`:
-    :math:`\theta_i` is read back from the row :math:`t = 1`."""
+    :math:`\theta_i` is read back from the row :math:`t = 1`. Gemma 3 keeps one table per
+    layer type (``{type}_inv_freq``): each is checked, the local one against
+    ``rope_local_base`` unscaled, and the worse reported."""
     ours = exact_inv_freq(config)
     rotary = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    kinds = [k for k in ("full_attention", "sliding_attention")
+             if hasattr(rotary[0], f"{k}_inv_freq")]
+    if kinds:  # Gemma3RotaryEmbedding
+        local = config if config.rope_local_base is None else config.replace(
+            rope_base=config.rope_local_base, rope_scaling=None)
+        checks = [_compare_freqs(getattr(rotary[0], f"{k}_inv_freq").detach().double().numpy(),
+                                 exact_inv_freq(config if k == "full_attention" else local),
+                                 local if k == "sliding_attention" else config, k)
+                  for k in kinds]
+        return max(checks, key=lambda c: c.error / c.bound)
     if hasattr(rotary[0], "embed_positions"):  # GPT-J: a float32 table [sin | cos] by position
         row = rotary[0].embed_positions[1].detach().double().numpy()  # t = 1: the angles
         theirs = np.arctan2(row[:row.size // 2], row[row.size // 2:])  # theta_i <= 1 < pi
     else:
         theirs = rotary[0].inv_freq.detach().double().numpy()
+    return _compare_freqs(theirs, ours, config, "")
+
+
+def _compare_freqs(theirs: np.ndarray, ours: np.ndarray, config: Any, kind: str) -> HFCheck:
+    r"""HF's float32 frequencies against nlaverify's at float32 precision, the condition
+    :math:`\ln b` of ``config``'s base; ``kind`` names the layer type (Gemma 3)."""
+    name = "rotary frequencies (HF float32 vs nlaverify float64)"
     tol = tolerance("float32", size=config.d_head // 2, depth=2,
                     condition=max(1.0, math.log(config.rope_base)))
     if theirs.shape != ours.shape:
-        return HFCheck("rotary frequencies (HF float32 vs nlaverify float64)", float("inf"),
-                       tol.rtol, f"shape {theirs.shape} vs {ours.shape}")
-    return HFCheck("rotary frequencies (HF float32 vs nlaverify float64)",
-                   tol.compare(theirs, ours, floor=0.0).normwise, tol.rtol)
+        return HFCheck(name, float("inf"), tol.rtol, f"shape {theirs.shape} vs {ours.shape}")
+    return HFCheck(name, tol.compare(theirs, ours, floor=0.0).normwise, tol.rtol,
+                   f"worst: {kind}" if kind else "")

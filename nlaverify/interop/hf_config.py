@@ -40,7 +40,12 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (:mod:`nlaverify.interop.hf_config_neox`).
 * ``starcoder2``, ``stablelm``, ``gemma2``, ``granite``, ``olmo2``, ``phi3``, ``ministral``,
   ``olmo`` (LayerNorm without gain or bias), ``cohere`` (parallel, bias-free LayerNorm,
-  ``logit_scale``), ``falcon``, ``opt``: each in ``nlaverify.interop.hf_config_<type>``.
+  ``logit_scale``), ``falcon``, ``opt``, ``gemma3_text`` (Gemma 3: QK-norm, local RoPE base
+  ``rope_local_base``): each in ``nlaverify.interop.hf_config_<type>``.
+* ``gemma3`` (``Gemma3ForConditionalGeneration``): read as its language model, ``text_config``
+  (a ``gemma3_text``); the vision tower and multimodal projector are **not modelled**: the
+  config's name ends in ``-language-model`` and :attr:`HFConfig.note` says so
+  (:mod:`nlaverify.interop.hf_config_gemma3`).
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -84,6 +89,7 @@ from nlaverify.interop.hf_config_cohere import cohere_fields
 from nlaverify.interop.hf_config_export import hf_config_dict
 from nlaverify.interop.hf_config_falcon import falcon_fields
 from nlaverify.interop.hf_config_gemma2 import gemma2_fields
+from nlaverify.interop.hf_config_gemma3 import VISION_NOTE, gemma3_fields, gemma3_text_dict
 from nlaverify.interop.hf_config_gptj import gptj_fields
 from nlaverify.interop.hf_config_granite import granite_fields
 from nlaverify.interop.hf_config_mamba import mamba_fields
@@ -116,11 +122,14 @@ __all__ = ["ARCHITECTURES", "HF_DEFAULTS", "IGNORED", "IGNORED_ONLY", "SUPPORTED
 @dataclass(frozen=True)
 class HFConfig:
     """A Hugging Face configuration read by :func:`load_hf_config`: its ``model_type``, the
-    equivalent :class:`TransformerConfig` and the ``raw`` dict as given."""
+    equivalent :class:`TransformerConfig` and the ``raw`` dict as given; ``note`` says what of
+    the checkpoint is not modelled (a ``gemma3`` config: ``model_type`` and ``raw`` are its
+    ``text_config``'s, the vision side left out)."""
 
     model_type: str
     config: TransformerConfig
     raw: dict[str, Any] = field(compare=False)
+    note: str = field(default="", compare=False)
 
 
 def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
@@ -144,6 +153,10 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
     mt = d.get("model_type")
     if mt is None:
         raise ConfigError("load_hf_config: missing required field 'model_type'")
+    if mt == "gemma3":  # Gemma3ForConditionalGeneration: its language model only
+        text = load_hf_config(gemma3_text_dict(d))
+        return HFConfig(text.model_type, text.config.replace(
+            name=f"{name or 'hf-gemma3'}-language-model"), text.raw, VISION_NOTE)
     if mt not in SUPPORTED:
         raise ConfigError(f"load_hf_config: field 'model_type': expected one of "
                           f"{', '.join(SUPPORTED)}, got {mt!r}")
@@ -157,7 +170,8 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
              "stablelm": stablelm_fields, "gemma2": gemma2_fields, "granite": granite_fields,
              "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
              "cohere": cohere_fields, "falcon": falcon_fields,
-             "ministral": ministral_fields}  # each given the RoPE reader
+             "ministral": ministral_fields,
+             "gemma3_text": gemma3_fields}  # each given the RoPE reader
     plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields,
              "rwkv": rwkv_fields, "mamba2": mamba2_fields}  # each given the reader only
     kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else

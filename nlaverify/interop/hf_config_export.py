@@ -14,6 +14,7 @@ from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_hf_dict, cohere_mismatch
 from nlaverify.interop.hf_config_falcon import falcon_hf_dict, falcon_mismatch
 from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
+from nlaverify.interop.hf_config_gemma3 import gemma3_hf_dict, gemma3_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
 from nlaverify.interop.hf_config_granite import granite_hf_dict, granite_mismatch
 from nlaverify.interop.hf_config_mamba import mamba_hf_dict, mamba_mismatch
@@ -46,6 +47,7 @@ _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "starcoder2": (starcoder2_mismatch, starcoder2_hf_dict, False),
     "stablelm": (stablelm_mismatch, stablelm_hf_dict, False),
     "gemma2": (gemma2_mismatch, gemma2_hf_dict, True),
+    "gemma3_text": (gemma3_mismatch, gemma3_hf_dict, True),
     "granite": (granite_mismatch, granite_hf_dict, True),
     "olmo2": (olmo2_mismatch, olmo2_hf_dict, True),
     "cohere": (cohere_mismatch, cohere_hf_dict, True),
@@ -96,7 +98,7 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
         "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
         "pre_norms": True, "qk_norm_joint": False, "norm_affine": True, "norm_bias": True,
-        "mixer": "attention",
+        "mixer": "attention", "rope_local_base": None,
     }
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
         fixed["sliding_window"] = None

@@ -17,7 +17,7 @@ from typing import Any
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
              "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
-             "falcon", "opt", "rwkv", "mamba2")
+             "falcon", "opt", "rwkv", "mamba2", "gemma3_text")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -31,7 +31,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "phi3": "Phi3ForCausalLM", "ministral": "MinistralForCausalLM",
                  "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM",
                  "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM",
-                 "rwkv": "RwkvForCausalLM", "mamba2": "Mamba2ForCausalLM"}
+                 "rwkv": "RwkvForCausalLM", "mamba2": "Mamba2ForCausalLM",
+                 "gemma3_text": "Gemma3ForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -108,7 +109,7 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     **{k: ("mamba2",) for k in ("chunk_size", "time_step_rank")},
     **{k: ("gpt_neox",) for k in ("classifier_dropout", "is_decoder")},
     "hidden_dropout": ("gpt_neox", "stablelm", "falcon"),
-    "hidden_act": ("gemma2",),
+    "hidden_act": ("gemma2", "gemma3_text"),
     **{k: ("opt",) for k in ("dropout", "init_std", "layerdrop")},
     "rescale_every": ("rwkv",),
     **{k: ("starcoder2",) for k in ("residual_dropout", "embedding_dropout")},
@@ -178,6 +179,14 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
                "query_pre_attn_scalar": 256, "sliding_window": 4096, "layer_types": None,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
                "use_bidirectional_attention": None, "rope_theta": 10000.0},
+    "gemma3_text": {"num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+                    "tie_word_embeddings": True, "attention_bias": False,
+                    "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                    "sliding_window_pattern": 6, "layer_types": None,
+                    "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                    "use_bidirectional_attention": False},
     "granite": {"num_key_value_heads": None, "hidden_act": "silu",
                 "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
                 "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,

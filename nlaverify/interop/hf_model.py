@@ -221,9 +221,51 @@ def _exact_parts(exact: Any, known: Mapping[str, str]) -> frozenset[str]:
 #: (parameters); it holds about :data:`BYTES_PER_PARAMETER` bytes per parameter.
 #: ``NLAVERIFY_HF_MAX_PARAMS`` or the ``max_params`` argument raise it.
 DEFAULT_MAX_PARAMS = 100_000_000
-#: float64 copies held per parameter: the graph's value and cotangent, HF's parameter and
-#: gradient, the mapped state dict and mapped gradients (8 bytes each)
-BYTES_PER_PARAMETER = 6 * 8
+#: the 8-byte copies of the parameters live at verify_hf's peak (the backward pass of
+#: check_model), by who holds them. Read from the code path and calibrated: peak RSS grows by
+#: 95.6 bytes per parameter on a 19.5M-parameter Llama and a 19.8M RWKV (seq_len 6, float64),
+#: and rwkv-4-169m reached 16 GB; the 6 copies counted before (7.6 GiB there) left out
+#: load's tables, check_model's own copies and the graph's per-edge contributions.
+PARAMETER_COPIES: dict[str, int] = {
+    "graph parameters (init_params or the checkpoint)": 1,
+    "mapped HF state dict (params_to_hf)": 1,
+    "HF model parameters": 1,
+    "load's gather indices (int64) and constant (Gemma's offset; zeros elsewhere)": 2,
+    "check_model's float64 rounded parameters and its torch leaves": 2,
+    "graph cotangents and per-edge VJP contributions of the parameters": 2,
+    "load's outputs and the index tensors autograd saves (int64)": 2,
+    "the gradients: the gather's scatter buffer and the leaves' gradients read back": 1,
+}
+#: bytes per parameter: :data:`PARAMETER_COPIES`, 8 bytes each (float64 or int64)
+BYTES_PER_PARAMETER = 8 * sum(PARAMETER_COPIES.values())
+#: 8-byte copies per element of an op node at ``n`` tokens: the graph's value, cotangent and
+#: per-edge contribution (run_graph keeps all three), HF's captured intermediate and the
+#: tensor its autograd saves
+ACTIVATION_COPIES = 5
+#: 8-byte copies per entry of an attention block's (H, n, n) scores, which no graph node
+#: holds: HF eager's scores and probabilities (saved for backward) and their gradient, the
+#: graph op's probabilities
+ATTENTION_COPIES = 4
+
+
+def memory_estimate(graph: Any, config: Any, n: int) -> dict[str, int]:
+    r"""The bytes :func:`~nlaverify.interop.hf_verify.verify_hf` holds at its peak, by term:
+    ``parameters`` :math:`= 8 c_p P` (:data:`PARAMETER_COPIES`, :math:`c_p = 12`),
+    ``activations`` :math:`= 8 c_a \sum_v |v|_n` over the graph's op nodes at ``n`` tokens
+    (:data:`ACTIVATION_COPIES`), ``attention`` :math:`= 8 c_s L H n^2` over the softmax
+    attention blocks (:data:`ATTENTION_COPIES`). Terms of the code path of
+    ``hf_verify.verify_hf`` and ``check.model._compare_model`` (module docstring), not a
+    measurement."""
+    import math
+
+    from nlaverify.graph.build import parameter_counts
+
+    elems = sum(math.prod(n if s == "n" else s for s in a["shape"])
+                for _, a in graph.nodes(data=True) if a["kind"] == "op")
+    attention = sum(config.block_mixer(b) == "attention" for b in range(config.n_blocks))
+    return {"parameters": BYTES_PER_PARAMETER * parameter_counts(graph).total,
+            "activations": 8 * ACTIVATION_COPIES * elems,
+            "attention": 8 * ATTENTION_COPIES * attention * config.n_heads * n * n}
 
 
 def _max_params(max_params: int | None) -> int:
@@ -243,17 +285,20 @@ def _max_params(max_params: int | None) -> int:
     return max_params
 
 
-def _check_size(graph: Any, config: Any, limit: int) -> None:
-    """Refuse, before anything is allocated, a model above ``limit`` parameters."""
+def _check_size(graph: Any, config: Any, limit: int, n: int) -> None:
+    """Refuse, before anything is allocated, a model above ``limit`` parameters, saying what
+    verifying it on ``n`` tokens would hold (:func:`memory_estimate`)."""
     from nlaverify.graph.build import parameter_counts
 
     total = parameter_counts(graph).total
     if total > limit:
+        est = memory_estimate(graph, config, n)
         raise ArgumentError(
             f"verify_hf: {config.name} has {total:,} parameters, above the limit of {limit:,} "
-            f"(about {_bytes_text(total * BYTES_PER_PARAMETER)} of float64 copies would be "
-            "allocated); raise it with --max-params N on the command line, max_params= in "
-            "Python, or NLAVERIFY_HF_MAX_PARAMS")
+            f"(about {_bytes_text(sum(est.values()))} would be held on {n} tokens: "
+            f"{', '.join(f'{k} {_bytes_text(v)}' for k, v in est.items())}); raise it with "
+            "--max-params N on the command line, max_params= in Python, or "
+            "NLAVERIFY_HF_MAX_PARAMS")
 
 
 def _bytes_text(n: float) -> str:

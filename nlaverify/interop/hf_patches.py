@@ -361,7 +361,7 @@ def exact_arithmetic(model: Any, config: Any,
                 undo.on_exit(lambda m=module, v=module.residual_in_fp32: setattr(
                     m, "residual_in_fp32", v))
                 module.residual_in_fp32 = False
-            if cls in ("GemmaRMSNorm", "Gemma2RMSNorm") and "rmsnorm" in parts:
+            if cls in ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm") and "rmsnorm" in parts:
                 undo.set_exact(module, name, "rmsnorm", _gemma_rmsnorm_exact, fidelity)
             elif cls.endswith("RMSNorm") and "rmsnorm" in parts:
                 if not hasattr(module, "variance_epsilon"):

@@ -1,4 +1,5 @@
-r"""Exact-arithmetic patches of the LayerNorm-family models of issue 23: OLMo and Cohere.
+r"""Exact-arithmetic patches of the LayerNorm-family models of issue 23, OLMo and Cohere, and
+of Gemma 3's RoPE (one frequency table per layer type).
 
 Stock ``transformers`` (5.25) computes these in float32 even when the model is float64; each
 was found by reading the installed source and shows at its own graph node when it alone is
@@ -16,6 +17,11 @@ patch fidelity as every other patch is:
   :func:`_cohere_apply_rotary_exact` (a module function, swapped for the duration).
   ``CohereRotaryEmbedding.forward`` (float32 angles, ``repeat_interleave``: the interleaved
   layout) is part of ``"rotary"``, replaced by :func:`_cohere_rotary_exact`.
+- ``"rotary"`` of Gemma 3 (``attn.q_rope``): ``models/gemma3/modeling_gemma3.py``
+  ``Gemma3RotaryEmbedding.forward(x, position_ids, layer_type)`` (float32 angles from the
+  float32 ``{layer_type}_inv_freq`` of each layer type); replaced by
+  :func:`_gemma3_rotary_exact`, the global layers at the config's base and scaling, the local
+  ones at ``rope_local_base`` unscaled.
 """
 
 from __future__ import annotations
@@ -74,6 +80,20 @@ def _cohere_rotary_exact(self: Any, x: Any, position_ids: Any) -> Any:
     return (emb.cos() * scale).to(dtype=x.dtype), (emb.sin() * scale).to(dtype=x.dtype)
 
 
+def _gemma3_rotary_exact(self: Any, x: Any, position_ids: Any, layer_type: str) -> Any:
+    r"""``Gemma3RotaryEmbedding.forward`` with float64 angles :math:`t\theta_i` from the
+    float64 frequencies of ``layer_type`` (``self._nlaverify_inv_freq[layer_type]``), HF's
+    half layout ``cat(freqs, freqs)`` and its ``{layer_type}_attention_scaling``; cos and sin
+    in ``x``'s dtype."""
+    import torch
+
+    inv = self._nlaverify_inv_freq[layer_type].to(device=x.device)
+    freqs = position_ids[..., None].to(torch.float64) * inv
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scale = getattr(self, f"{layer_type}_attention_scaling")
+    return (emb.cos() * scale).to(dtype=x.dtype), (emb.sin() * scale).to(dtype=x.dtype)
+
+
 def _cohere_apply_rotary_exact(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1,
                                *, rotate: Any) -> tuple[Any, Any]:
     """``apply_rotary_pos_emb`` of ``modeling_cohere.py`` in the dtype of ``q`` and ``k``
@@ -103,6 +123,17 @@ def patch_module(undo: Any, name: str, module: Any, parts: Any, config: Any, sin
             module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))
             undo.on_exit(lambda m=module: delattr(m, "_nlaverify_inv_freq"))
             undo.set_exact(module, name, "rotary", _cohere_rotary_exact, sink)
+        return True
+    if cls == "Gemma3RotaryEmbedding":
+        if "rotary" in parts:
+            local = config.rope_local_base
+            sliding = config if local is None else config.replace(rope_base=local,
+                                                                  rope_scaling=None)
+            module._nlaverify_inv_freq = {
+                "full_attention": torch.from_numpy(exact_inv_freq(config)),
+                "sliding_attention": torch.from_numpy(exact_inv_freq(sliding))}
+            undo.on_exit(lambda m=module: delattr(m, "_nlaverify_inv_freq"))
+            undo.set_exact(module, name, "rotary", _gemma3_rotary_exact, sink)
         return True
     if cls == "CohereForCausalLM" and "cohere_rotary" in parts:
         mod = sys.modules[type(module).__module__]

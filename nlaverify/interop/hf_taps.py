@@ -34,7 +34,7 @@ from nlaverify.interop.hf_taps_families import (
 #: the HF ``model_type``\ s whose module layout :func:`~nlaverify.interop.hf_verify.verify_hf`
 #: maps
 LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite",
-              "olmo2", "ministral", "olmo")
+              "olmo2", "ministral", "olmo", "gemma3_text")
 
 
 def _taps(model_type: str, config: Any) -> list[_Tap]:
@@ -129,9 +129,11 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
         if c.qk_norm_joint:
             taps += [_Tap(f"{p}.attn.q_norm", qs, "out", lay["cols"](H, rope)),
                      _Tap(f"{p}.attn.k_norm", ks, "out", lay["cols"](Hkv, rope))]
-        elif getattr(c, "qk_norm", False):
-            taps += [_Tap(f"{p}.attn.q_norm", f"{a}.q_norm", "out", lay["bnhd"](rope)),
-                     _Tap(f"{p}.attn.k_norm", f"{a}.k_norm", "out", lay["bnhd"](rope))]
+        elif getattr(c, "qk_norm", False):  # Qwen3 normalises (B, n, H, d_h), Gemma 3
+            # the heads after the transpose, (B, H, n, d_h)
+            qk = lay["bhnd" if model_type == "gemma3_text" else "bnhd"](rope)
+            taps += [_Tap(f"{p}.attn.q_norm", f"{a}.q_norm", "out", qk),
+                     _Tap(f"{p}.attn.k_norm", f"{a}.k_norm", "out", qk)]
         if rope:
             taps += [_Tap(f"{p}.attn.q_rope", None, "query", lay["bhnd"](), layer),
                      _Tap(f"{p}.attn.k_rope", None, "key", lay["bhnd"](), layer)]

@@ -111,13 +111,14 @@ from nlaverify.interop.hf_model import (
     _load_weights,
     _max_params,
     _resolve,
+    memory_estimate,
 )
 from nlaverify.interop.hf_report import HFCheck, HFNodeRow, HFVerifyReport, format_hf_report
 from nlaverify.interop.hf_taps import LLAMA_LIKE, _capture_name, _taps
 
 __all__ = ["BYTES_PER_PARAMETER", "CAPTURE_ATTENTION", "DEFAULT_MAX_PARAMS", "LLAMA_LIKE",
            "HFCheck", "HFNodeRow", "HFVerifyReport", "exact_eager_attention", "format_hf_report",
-           "hf_verify_command", "verify_hf"]
+           "hf_verify_command", "memory_estimate", "verify_hf"]
 
 
 def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 0,
@@ -180,7 +181,8 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     needed = needed_patches(model_type, hf.raw)
     parts = parts & needed
     graph = build_transformer(config)
-    _check_size(graph, config, limit)
+    _check_size(graph, config, limit, int(np.shape(tokens)[0]) if tokens is not None and
+                np.ndim(tokens) == 1 else seq_len if isinstance(seq_len, int) else 0)
     if checkpoint is not None:  # read and validated whole before HF loads it
         # float64 before any offset: Gemma's 1 + w of a float32/bfloat16 checkpoint is
         # exact in float64, as HF's from_pretrained(dtype=float64) computes it

@@ -75,6 +75,11 @@ def _columns(index: np.ndarray, transpose_in: bool, transpose_out: bool) -> Tran
     return f
 
 
+def _then(f: Transform, g: Transform) -> Transform:
+    """``g`` after ``f`` (the offset flag passed to both)."""
+    return lambda a, offset: g(f(a, offset), offset)
+
+
 def _head_perm(n_heads: int, d_head: int) -> np.ndarray:
     p = rope_permutation(d_head)
     return np.concatenate([h * d_head + p for h in range(n_heads)])
@@ -150,8 +155,8 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
     d, V = c.d_model, c.vocab_size
     H, Hkv, dh = c.n_heads, c.n_kv_heads, c.d_head
     assert Hkv is not None and dh is not None
-    norm_in, norm_out = (_plus_one, _minus_one) if mt in ("gemma", "gemma2") else (_copy,
-                                                                                     _copy)
+    gemma = mt in ("gemma", "gemma2", "gemma3_text")  # GemmaRMSNorm's gain 1 + w
+    norm_in, norm_out = (_plus_one, _minus_one) if gemma else (_copy, _copy)
     E = [_Entry(("model.embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy)]
     for layer in range(c.n_blocks):
         h, p = f"model.layers.{layer}.", f"blocks.{layer}."
@@ -170,11 +175,12 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
                 E.append(_Entry((f"{a}{x}_norm.weight",), ((heads * dh,),),
                                 (f"{p}attn.{x}_norm.gamma",), _columns(perm, False, False),
                                 _columns(inv, False, False)))
-            elif c.qk_norm:
+            elif c.qk_norm:  # per head (Qwen3; Gemma 3's with the gain 1 + w)
                 E.append(_Entry((f"{a}{x}_norm.weight",), ((dh,),),
                                 (f"{p}attn.{x}_norm.gamma",),
-                                _columns(rope_permutation(dh), False, False),
-                                _columns(np.argsort(rope_permutation(dh)), False, False)))
+                                _then(norm_in, _columns(rope_permutation(dh), False, False)),
+                                _then(_columns(np.argsort(rope_permutation(dh)), False, False),
+                                      norm_out)))
         E.append(_Entry((f"{a}v_proj.weight",), ((Hkv * dh, d),), (f"{p}attn.v.W_V",),
                         _transpose, _transpose))
         if c.attn_bias:

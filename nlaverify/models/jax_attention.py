@@ -38,9 +38,12 @@ def _rms(x: Any, gamma: Any, eps: float) -> Any:
     return gamma * x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _frequencies(dh: int, cfg: TransformerConfig) -> Any:
+def _frequencies(dh: int, cfg: TransformerConfig, local: bool = False) -> Any:
     """theta_i = base^(-2i/d_h), rescaled as Llama-3.1's released code does it: by wavelength
-    bands, with jnp.where (the ops decide each band in Python)."""
+    bands, with jnp.where (the ops decide each band in Python). ``local``: a windowed block of
+    Gemma 3, whose RoPE has its own base and no scaling (``rope_local_base``)."""
+    if local and cfg.rope_local_base is not None:
+        return float(cfg.rope_local_base) ** (-jnp.arange(0, dh, 2) / dh)
     theta = cfg.rope_base ** (-jnp.arange(0, dh, 2) / dh)
     sc = cfg.rope_scaling
     if sc is None:
@@ -56,14 +59,15 @@ def _frequencies(dh: int, cfg: TransformerConfig) -> Any:
     return jnp.where(wavelength < sc.original_context / sc.high_freq_factor, theta, scaled)
 
 
-def _rope(x: Any, cfg: TransformerConfig) -> Any:
+def _rope(x: Any, cfg: TransformerConfig, local: bool = False) -> Any:
     """Rotate coordinate pairs of row t by t*theta_i: complex multiplication. The pairs are
     (2i, 2i+1) (``rope_pairing="interleaved"``) or (i, i + r/2) (``"half"``) of the first
-    r = ``rotary_dim`` coordinates (theta_i = base^(-2i/r)); the others pass unchanged."""
+    r = ``rotary_dim`` coordinates (theta_i = base^(-2i/r)); the others pass unchanged.
+    ``local``: the block attends through the window (Gemma 3's local base)."""
     h, n, dh = x.shape
     r = dh if cfg.rotary_dim is None else cfg.rotary_dim
     rot, rest = x[..., :r], x[..., r:]
-    theta = _frequencies(r, cfg)
+    theta = _frequencies(r, cfg, local)
     phase = jnp.exp(1j * jnp.arange(n)[:, None] * theta[None, :])
     if cfg.rope_pairing == "half":
         z = (rot[..., : r // 2] + 1j * rot[..., r // 2:]) * phase
@@ -160,8 +164,11 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
     if cfg.qk_norm and not cfg.qk_norm_joint:
         q = rec[f"{name}.q_norm"] = _rms(q, p[f"{name}.q_norm.gamma"], cfg.norm_eps)
         k = rec[f"{name}.k_norm"] = _rms(k, p[f"{name}.k_norm.gamma"], cfg.norm_eps)
+    # the blocks that see only the last sliding_window keys (Gemma 2 and 3: local layers)
+    local = cfg.sliding_window is not None and (cfg.window_layers is None
+                                                 or layer in cfg.window_layers)
     if cfg.positions == "rope":
-        q, k = _rope(q, cfg), _rope(k, cfg)
+        q, k = _rope(q, cfg, local), _rope(k, cfg, local)
         rec[f"{name}.q_rope"], rec[f"{name}.k_rope"] = q, k
     if cfg.n_rep > 1:
         k, v = jnp.repeat(k, cfg.n_rep, axis=0), jnp.repeat(v, cfg.n_rep, axis=0)
@@ -174,8 +181,7 @@ def _attention(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record
             s = _softcap(s, cfg.attn_softcap)
         if cfg.causal:
             seen = jnp.tril(jnp.ones((n, n), dtype=bool))
-            if cfg.sliding_window is not None and (
-                    cfg.window_layers is None or layer in cfg.window_layers):
+            if local:
                 # the last w positions: a band of the triangle (Gemma 2: on some layers)
                 seen = seen & ~jnp.tril(seen, -cfg.sliding_window)
             s = jnp.where(seen, s, -jnp.inf)
