@@ -6,11 +6,18 @@ own class are each named at the MoE block's output."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
+import json
+
 import numpy as np
 import pytest
 
+from nlaverify.commands_params import _cmd_params
 from nlaverify.config import ConfigError
-from nlaverify.graph.build import build_transformer
+from nlaverify.config_moe import activated_parameters
+from nlaverify.graph.build import build_transformer, parameter_counts
 from nlaverify.graph.run import init_params
 from nlaverify.interop import weights as W
 from nlaverify.interop import weights_layout_moe
@@ -146,3 +153,34 @@ def test_planted_router_bug_in_hf_is_named(monkeypatch) -> None:
     r = verify_hf(CONFIGS["qwen3_moe"], seq_len=N, exact=True)
     assert not r.ok and r.first_patch_divergence == "blocks.0.mlp.out", format_hf_report(r)
     assert r.first_divergence is None
+
+
+#: the released Qwen MoE configs: (total, activated per token) as nlaverify counts them,
+#: the totals the published 14.3B, 57B and 30.5B, the activated the names' A2.7B, A14B, A3B
+PUBLISHED_MOE = {"qwen1.5-moe-a2.7b": (14_315_784_192, 2_689_173_504),
+                 "qwen2-57b-a14b": (57_408_658_944, 14_249_270_784),
+                 "qwen3-30b-a3b": (30_532_122_624, 3_353_032_704)}
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED_MOE))
+def test_published_totals_are_hf_meta_counts_and_activated_as_hf_routes(name: str) -> None:
+    """The total is transformers' meta-device count; the activated count is HF's parameters
+    less, in every sparse layer, the (E - k)/E share of its fused experts a token skips."""
+    import torch
+
+    path = W.__file__.rsplit("/", 2)[0] + f"/data/hf_configs/{name}.json"
+    h = load_hf_config(path)
+    counts = parameter_counts(build_transformer(h.config))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**h.raw))
+    hf_total = sum(p.numel() for p in model.parameters())
+    E, k = h.config.n_experts, h.config.top_k
+    skipped = sum(p.numel() * (E - k) // E for n, p in model.named_parameters()
+                  if ".mlp.experts." in n)
+    active = activated_parameters(h.config, counts.total, counts.by_component["moe.experts"])
+    assert (counts.total, active) == (hf_total, hf_total - skipped) == PUBLISHED_MOE[name]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _cmd_params(argparse.Namespace(preset=None, config=path, lora=None, json=True))
+    assert json.loads(out.getvalue())["activated_per_token"] == active
