@@ -131,11 +131,13 @@ def sparse_block(cfg: Any, layer: int) -> bool:
 def routing_bias(cfg: Any, layer: int) -> np.ndarray:
     r"""The load-balancing bias :math:`b \in \mathbb R^E` of block ``layer`` under the sigmoid
     router, the graph's constant ``blocks.{layer}.mlp.e_bias``: a fixed draw
-    :math:`N(0, 1/4)` from ``SeedSequence([23, layer])`` standing in for the trained values
-    (Hugging Face initialises the buffer to zeros; a zero bias would leave the selection by
-    :math:`s + b` untested). A checkpoint's values are passed with the data."""
+    :math:`N(0, 1/4)` from ``SeedSequence([23, layer])``, rounded to a multiple of
+    :math:`1/8` (exact in bfloat16 and every wider type, so a low-precision run holds the very
+    bias of the float64 reference), standing in for the trained values (Hugging Face
+    initialises the buffer to zeros; a zero bias would leave the selection by :math:`s + b`
+    untested). A checkpoint's values are passed with the data."""
     seed = np.random.SeedSequence([23, layer]).generate_state(1)[0]
-    return np.random.default_rng(int(seed)).normal(0.0, 0.5, cfg.n_experts)
+    return np.round(8 * np.random.default_rng(int(seed)).normal(0.0, 0.5, cfg.n_experts)) / 8
 
 
 def activated_parameters(cfg: Any, total: int, experts: int) -> int:

@@ -25,7 +25,9 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   biases and no O bias (``attn_bias=True, attn_out_bias=False``); ``mistral`` and ``mixtral``
   none. ``mixtral``: ``num_local_experts`` (alias ``num_experts``, at least 1) experts, top
   ``num_experts_per_tok`` (between 1 and the number of experts), gates renormalised over the
-  selected experts. ``qwen3``: RMSNorm of
+  selected experts. ``qwen2_moe``, ``qwen3_moe``: as ``qwen2``, ``qwen3`` (``qwen2_moe``'s
+  Q/K/V biases by ``qkv_bias``) with Qwen's mixture of experts
+  (:mod:`~nlaverify.interop.hf_config_qwen_moe`). ``qwen3``: RMSNorm of
   each head's query and key (``qk_norm``). ``gemma``: the embedding times :math:`\sqrt d`
   (``embed_scale``), tied embeddings by default, RMSNorm gains :math:`1 + w` (a weights-side
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
