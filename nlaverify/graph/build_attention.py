@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 from nlaverify.config import TransformerConfig
+from nlaverify.config_mla import uses_mla
+from nlaverify.graph.build_mla import mla_sublayer
 from nlaverify.graph.core import add_input
 
 __all__ = ["ATTENTION_OPS", "attention_sublayer"]
@@ -22,6 +24,8 @@ ATTENTION_OPS = {"softmax": "attention", "favor": "favor_attention",
 
 
 def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    if uses_mla(cfg):  # DeepSeek-V2's multi-head latent attention (graph.build_mla)
+        return mla_sublayer(b, p, x, cfg, block, _rope_static(cfg))
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
     assert Hkv is not None and dh is not None
     comp = "attention"
@@ -43,11 +47,7 @@ def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: in
                         (heads, "n", dh), eps=cfg.norm_eps)
             qh, kh = (node, kh) if name == "q" else (qh, node)
     if cfg.positions == "rope":
-        rope: dict[str, Any] = {"base": cfg.rope_base}
-        if cfg.rope_scaling is not None:
-            rope["scaling"] = cfg.rope_scaling
-        if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
-            rope["layout"] = cfg.rope_pairing
+        rope = _rope_static(cfg)
         if cfg.rotary_dim is not None and cfg.rotary_dim < dh:  # partial rotary
             rope["rotary_dim"] = cfg.rotary_dim
         qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), **rope)
@@ -61,6 +61,16 @@ def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: in
     o = _attention_heads(b, p, qh, kh, vh, cfg, block)
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dh))
     return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O", "o")
+
+
+def _rope_static(cfg: TransformerConfig) -> dict[str, Any]:
+    """The statics of the ``rope`` nodes: the base, the frequency scaling, the pairing."""
+    rope: dict[str, Any] = {"base": cfg.rope_base}
+    if cfg.rope_scaling is not None:
+        rope["scaling"] = cfg.rope_scaling
+    if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
+        rope["layout"] = cfg.rope_pairing
+    return rope
 
 
 def _attention_heads(b: Any, p: str, qh: str, kh: str, vh: str, cfg: TransformerConfig,

@@ -82,6 +82,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.sharding_shampoo",
     "nlaverify.identities.diffusion",
     "nlaverify.identities.architectures",
+    "nlaverify.identities.mla_graph",
     "nlaverify.identities.moe_routing",
 )
 

@@ -36,6 +36,9 @@ from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPOR
 
 #: model type -> (its ``*_mismatch``, its ``*_hf_dict``, whether the dict takes the
 #: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
+#: the model types with multi-head latent attention (``kv_lora_rank > 0``)
+MLA_TYPES: tuple[str, ...] = ()
+
 _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "mamba": (mamba_mismatch, mamba_hf_dict, False),
     "mamba2": (mamba2_mismatch, mamba2_hf_dict, False),
@@ -77,6 +80,10 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
                           f"Face {model_type} has no LoRA adapters and they would be dropped; "
                           "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
+    if getattr(c, "kv_lora_rank", 0) and model_type not in MLA_TYPES:
+        raise ConfigError(f"hf_config_dict: {model_type} cannot express TransformerConfig."
+                          f"kv_lora_rank={c.kv_lora_rank!r} (expected 0: it has no multi-head "
+                          f"latent attention)")
     if model_type in _OWN_MODULE:  # the types whose mapping lives in a module of its own
         mismatch, to_dict, with_rope = _OWN_MODULE[model_type]
         bad = mismatch(c)
