@@ -239,7 +239,7 @@ class TransformerConfig:
         if not isinstance(self.d_head, int) or self.d_head < 1:
             raise ConfigError(f"TransformerConfig.d_head: expected a positive integer, got "
                               f"{self.d_head!r}")
-        if self.positions == "rope" and self.d_head % 2:
+        if self.positions == "rope" and self.d_head % 2 and not self.kv_lora_rank:
             raise ConfigError(f"TransformerConfig.d_head: RoPE needs an even head dimension, "
                               f"got {self.d_head}")
         if self.n_experts < 0:

@@ -23,7 +23,7 @@ MINIMAL = {
     "gpt2": {"model_type": "gpt2", "vocab_size": 13, "n_embd": 16, "n_layer": 2, "n_head": 4},
     **{mt: {**_LLAMA, "model_type": mt} for mt in SUPPORTED
        if mt not in ("gpt2", "mamba", "gpt_neox", "gptj", "starcoder2", "stablelm", "falcon",
-                     "opt", "rwkv", "mamba2")},
+                     "opt", "rwkv", "mamba2", "deepseek_v3")},
     "mamba": {"model_type": "mamba", "vocab_size": 13, "hidden_size": 16,
               "num_hidden_layers": 2},
     "rwkv": {"model_type": "rwkv", "vocab_size": 13, "hidden_size": 16,
@@ -45,6 +45,9 @@ MINIMAL = {
     # FalconConfig: no intermediate_size (ffn_hidden_size defaults to 4 hidden_size)
     "falcon": {k: v for k, v in {**_LLAMA, "model_type": "falcon"}.items()
                if k != "intermediate_size"},
+    # DeepseekV3Config's 128 key/value heads must be the heads (MLA); first_k_dense_replace
+    # 3 >= 2 layers: every layer dense
+    "deepseek_v3": {**_LLAMA, "model_type": "deepseek_v3", "num_attention_heads": 128},
     # OPTConfig's MLP width is ffn_dim
     "opt": {k: v for k, v in {**_LLAMA, "model_type": "opt", "ffn_dim": 24}.items()
             if k != "intermediate_size"},
@@ -218,6 +221,13 @@ EXPRESSIBLE = {
     "opt": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_blocks=2, d_mlp=24,
                              positions="learned", context=32, mlp="gelu_erf", attn_bias=False,
                              mlp_bias=False, norm_affine=False, tied_embeddings=False),
+    # DeepSeek-V3's block, every layer dense: multi-head latent attention with full-rank
+    # queries, RoPE by rotate_half, heads of d_c = 4 + d_r = 2 and values of 3, GeGLU
+    "deepseek_v3": TransformerConfig(vocab_size=13, d_model=16, n_heads=2, d_head=6,
+                                     n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                                     mlp="geglu", rope_pairing="half", rope_base=500000,
+                                     norm_eps=1e-5, kv_lora_rank=5, qk_nope_head_dim=4,
+                                     qk_rope_head_dim=2, v_head_dim=3),
 }
 
 

@@ -320,7 +320,10 @@ def exact_inv_freq(config: Any) -> np.ndarray:
     from nlaverify.ops.rotary import rope_frequencies
 
     xp = get_namespace("numpy")
-    r = getattr(config, "rotary_dim", None) or config.d_head
+    # multi-head latent attention rotates qk_rope_head_dim coordinates (DeepseekV3Config's
+    # head_dim)
+    r = getattr(config, "rotary_dim", None) or getattr(config, "qk_rope_head_dim", None) or \
+        config.d_head
     return np.asarray(rope_frequencies(xp, r, config.rope_base,
                                        config.rope_scaling), dtype=np.float64)
 
