@@ -130,3 +130,35 @@ def test_planted_rope_pairing_is_named_at_the_rotated_query() -> None:
 
     r = verify_hf(PLAIN, seq_len=N, exact=True, plant="rope_pairing")
     assert r.first_divergence == "blocks.0.attn.q_rope", format_hf_report(r)
+
+
+def test_released_config_is_refused_and_its_dense_variant_counts_as_hf_meta() -> None:
+    from pathlib import Path
+
+    from nlaverify.cost.memory import kv_cache_bytes
+    from nlaverify.graph.build import build_transformer, parameter_counts
+    from nlaverify.interop.hf_config_reader import read_source
+
+    path = Path(__file__).resolve().parents[1] / "nlaverify/data/hf_configs/deepseek-v3.json"
+    with pytest.raises(ConfigError, match=r"'first_k_dense_replace'=3: layers 3\.\.60"):
+        load_hf_config(path)
+    raw = read_source(path)[0]
+    # every layer dense, RoPE unscaled, the router's and storage keys dropped: MLA at scale
+    dense = {k: v for k, v in raw.items() if k not in (
+        "aux_loss_alpha", "ep_size", "moe_layer_freq", "scoring_func", "seq_aux",
+        "topk_method", "rope_scaling")}
+    dense["first_k_dense_replace"] = 61
+    c = load_hf_config(dense).config
+    counts = parameter_counts(build_transformer(c))
+    mla = sum(v for k, v in counts.by_component.items() if k.startswith("attention"))
+    mla += counts.by_component["norms.mla"]
+    assert mla == 61 * 187_107_328  # q_a, q_b, kv_a, kv_b, o and the two latent norms
+    # the KV cache: 512 + 64 values per token and layer, against 2 * 128 * 192
+    assert kv_cache_bytes(c, 4096) == 61 * 4096 * (512 + 64) * 2
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**{k: v for k, v in dense.items()
+                                                 if not k.startswith("_")}))
+    assert counts.total == sum(p.numel() for p in model.parameters())
