@@ -22,7 +22,8 @@ from typing import Any
 
 from nlaverify.config_options import ConfigError
 
-__all__ = ["MLA_FIELDS", "MLA_NORM_EPS", "check_mla", "mla_cache_width", "uses_mla"]
+__all__ = ["MLA_FIELDS", "MLA_NORM_EPS", "check_mla", "mla_cache_width", "mla_score_scale",
+           "uses_mla"]
 
 #: the fields of multi-head latent attention (:func:`check_mla`)
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
@@ -59,6 +60,22 @@ def mla_cache_width(cfg: Any) -> int:
     if uses_mla(cfg):
         return cfg.kv_lora_rank + cfg.qk_rope_head_dim
     return 2 * cfg.n_kv_heads * cfg.d_head
+
+
+def mla_score_scale(cfg: Any) -> float | None:
+    r"""The scale of MLA's scores when YaRN changes it, else ``None`` (the attention's own
+    :math:`1/\sqrt{d_c + d_r}`): with ``rope_scaling`` of kind ``yarn``, factor :math:`s > 1`
+    and ``mscale_all_dim`` :math:`\mu > 0`, :math:`m^2/\sqrt{d_c + d_r}`, :math:`m = 0.1\mu
+    \ln s + 1` (DeepSeek-V2's released attention, ``softmax_scale * mscale * mscale``;
+    Hugging Face ``yarn_apply_mscale``; Peng et al. 2023, YaRN eq. 21)."""
+    import math
+
+    sc = cfg.rope_scaling
+    if not uses_mla(cfg) or sc is None or sc.kind != "yarn" or not sc.mscale_all_dim or \
+            sc.factor <= 1:
+        return None
+    m = 0.1 * sc.mscale_all_dim * math.log(sc.factor) + 1.0
+    return m * m / math.sqrt(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
 
 
 def _int(cfg: Any, f: str, low: int, none_ok: bool) -> None:

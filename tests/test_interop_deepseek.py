@@ -54,8 +54,11 @@ def test_config_fields_and_hf_serialisation() -> None:
     ({"qk_head_dim": 9}, r"'qk_head_dim'=9"),
     ({"hidden_act": "relu"}, r"'hidden_act'.*'relu'"),
     ({"qk_rope_head_dim": 3}, r"qk_rope_head_dim"),
+    # YaRN without mscale: cos and sin scaled by 0.1 ln 40 + 1, not modelled
     ({"rope_parameters": {"rope_type": "yarn", "factor": 40.0, "rope_theta": 10000.0}},
-     r"rope_type"),
+     r"RopeScaling\.mscale: the cos/sin amplitude"),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": False,
+                          "rope_theta": 10000.0}}, r"'rope_parameters\.truncate'"),
     ({"topk_method": "noaux_tc"}, r"unsupported key 'topk_method'"),
 ])
 def test_bad_deepseek_configs_name_the_key(change: dict, match: str) -> None:
@@ -135,6 +138,7 @@ def test_planted_rope_pairing_is_named_at_the_rotated_query() -> None:
 def test_released_config_is_refused_and_its_dense_variant_counts_as_hf_meta() -> None:
     from pathlib import Path
 
+    from nlaverify.config_mla import mla_score_scale
     from nlaverify.cost.memory import kv_cache_bytes
     from nlaverify.graph.build import build_transformer, parameter_counts
     from nlaverify.interop.hf_config_reader import read_source
@@ -143,12 +147,17 @@ def test_released_config_is_refused_and_its_dense_variant_counts_as_hf_meta() ->
     with pytest.raises(ConfigError, match=r"'first_k_dense_replace'=3: layers 3\.\.60"):
         load_hf_config(path)
     raw = read_source(path)[0]
-    # every layer dense, RoPE unscaled, the router's and storage keys dropped: MLA at scale
+    # every layer dense, the router's keys dropped: MLA and YaRN at scale
     dense = {k: v for k, v in raw.items() if k not in (
         "aux_loss_alpha", "ep_size", "moe_layer_freq", "scoring_func", "seq_aux",
-        "topk_method", "rope_scaling")}
+        "topk_method")}
     dense["first_k_dense_replace"] = 61
     c = load_hf_config(dense).config
+    # its YaRN: factor 40 from 4096 positions, scores times (0.1 ln 40 + 1)^2 / sqrt(192)
+    assert (c.rope_scaling.kind, c.rope_scaling.factor, c.rope_scaling.original_context) == (
+        "yarn", 40.0, 4096)
+    assert mla_score_scale(c) == pytest.approx((0.1 * np.log(40) + 1) ** 2 / np.sqrt(192),
+                                               rel=1e-15)
     counts = parameter_counts(build_transformer(c))
     mla = sum(v for k, v in counts.by_component.items() if k.startswith("attention"))
     mla += counts.by_component["norms.mla"]

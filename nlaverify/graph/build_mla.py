@@ -20,7 +20,8 @@ projection's columns is a partition of its weight, :mod:`nlaverify.interop.weigh
 W^{QR}_i]`. The shared key is one head (``split_heads`` with one head) repeated to all
 (``repeat_kv``), joined to each head's own part by ``concat_last``
 (:mod:`nlaverify.ops.concat`); the attention op's default scale :math:`1/\sqrt{d_k}` is
-:math:`1/\sqrt{d_c + d_r}` of the joined key, and its value width :math:`d_v` may differ.
+:math:`1/\sqrt{d_c + d_r}` of the joined key (times :math:`m^2` under YaRN,
+:func:`~nlaverify.config_mla.mla_score_scale`), and its value width :math:`d_v` may differ.
 Identity ``mla_graph_equals_absorbed`` proves this path equal to
 :func:`nlaverify.ops.mla.mla_attention_absorbed` on the same weights.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.config import TransformerConfig
-from nlaverify.config_mla import MLA_NORM_EPS
+from nlaverify.config_mla import MLA_NORM_EPS, mla_score_scale
 
 __all__ = ["mla_sublayer"]
 
@@ -74,6 +75,8 @@ def mla_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: int,
         krot = b.op(f"{p}.k_shared", "repeat_kv", [krot], (H, "n", dr), n_rep=H)
     q = b.op(f"{p}.q", "concat_last", [heads["q_nope"], qrot], (H, "n", dc + dr))
     k = b.op(f"{p}.k", "concat_last", [heads["k_nope"], krot], (H, "n", dc + dr))
-    o = b.op(f"{p}.heads", "attention", [q, k, heads["v"]], (H, "n", dv), causal=cfg.causal)
+    scale = mla_score_scale(cfg)  # YaRN's m^2 / sqrt(d_c + d_r), else the op's default
+    o = b.op(f"{p}.heads", "attention", [q, k, heads["v"]], (H, "n", dv), causal=cfg.causal,
+             **({} if scale is None else {"scale": scale}))
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dv))
     return b.project(f"{p}.out", om, H * dv, d, cfg.out_bias, comp, block, "W_O", "b_O", "o")

@@ -83,6 +83,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.diffusion",
     "nlaverify.identities.architectures",
     "nlaverify.identities.mla_graph",
+    "nlaverify.identities.rope_yarn",
     "nlaverify.identities.moe_routing",
 )
 

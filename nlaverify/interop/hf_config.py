@@ -55,8 +55,11 @@ names one integer). The scaling is ``rope_scaling`` (old) or the rest of
 ``rope_parameters``; its ``rope_type`` (or legacy ``type``) is ``default``, ``linear``
 (``factor``) or ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``,
 ``original_max_position_embeddings``, default ``max_position_embeddings`` as in
-``RotaryEmbeddingConfigMixin.standardize_rope_params``); any other (``yarn``, ``dynamic``,
-``longrope``, ...) or an unknown key in it is an error.
+``RotaryEmbeddingConfigMixin.standardize_rope_params``) or ``yarn`` (``factor``; optional
+``original_max_position_embeddings``, ``beta_fast`` (32), ``beta_slow`` (1), ``mscale``,
+``mscale_all_dim``, with a cos/sin amplitude of 1: :class:`~nlaverify.config.RopeScaling`);
+any other (``dynamic``, ``longrope``, ...) or an unknown key in it (YaRN's ``truncate``,
+``attention_factor``) is an error.
 
 Strictness. ``model_type`` and the sizes (``vocab_size``, the width, the depth, the number of
 heads and, for the gated models, ``intermediate_size``) are required; every other field takes
@@ -140,7 +143,7 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
 
     Raises:
         ConfigError: naming the key: a missing required field, an unsupported
-            ``model_type``, key or value (e.g. ``rope_type='yarn'``), a non-integral
+            ``model_type``, key or value (e.g. ``rope_type='dynamic'``), a non-integral
             ``rope_theta``.
     """
     d, name = read_source(source)
@@ -346,7 +349,12 @@ def _sliding_window(r: Reader) -> int | None:
 
 _ROPE_KEYS = {"default": set(), "linear": {"factor"},
               "llama3": {"factor", "low_freq_factor", "high_freq_factor",
-                         "original_max_position_embeddings"}}
+                         "original_max_position_embeddings"},
+              "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                       "mscale", "mscale_all_dim"}}
+#: keys of rope_parameters that may be absent (HF's defaults: the context; YaRN's 32, 1, none)
+_ROPE_OPTIONAL = {"original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                  "mscale_all_dim"}
 
 
 def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
@@ -394,7 +402,7 @@ def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
                           f"supported with rope_type {kind!r}")
     if kind == "default":
         return int(theta), None
-    for k in sorted(_ROPE_KEYS[kind] - {"original_max_position_embeddings"}):
+    for k in sorted(_ROPE_KEYS[kind] - _ROPE_OPTIONAL):
         if k not in rp:
             raise ConfigError(f"load_hf_config: {mt} config: missing required field "
                               f"'{where}.{k}' for rope_type {kind!r}")
@@ -404,6 +412,13 @@ def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
     orig = typed(mt, f"{where}.original_max_position_embeddings",
                   rp.get("original_max_position_embeddings", context), "int")
     try:
+        if kind == "yarn":  # _compute_yarn_parameters: beta_fast or 32, beta_slow or 1
+            opt = {k: typed(mt, f"{where}.{k}", rp.get(k), "float?") for k in (
+                "beta_fast", "beta_slow", "mscale", "mscale_all_dim")}
+            return int(theta), RopeScaling(
+                "yarn", float(rp["factor"]), original_context=orig,
+                beta_fast=float(opt["beta_fast"] or 32), beta_slow=float(opt["beta_slow"] or 1),
+                mscale=opt["mscale"], mscale_all_dim=opt["mscale_all_dim"])
         return int(theta), RopeScaling("llama3", float(rp["factor"]),
                                        float(rp["low_freq_factor"]),
                                        float(rp["high_freq_factor"]), orig)

@@ -173,6 +173,11 @@ def _rope_parameters(c: TransformerConfig) -> dict[str, Any]:
     s = c.rope_scaling
     if s is not None:
         rope.update(rope_type=s.kind, factor=float(s.factor))
+        if s.kind == "yarn":  # DeepSeek's keys (mscale, mscale_all_dim only when given)
+            rope.update(original_max_position_embeddings=s.original_context,
+                        beta_fast=float(s.beta_fast), beta_slow=float(s.beta_slow),
+                        **{k: float(v) for k, v in (("mscale", s.mscale), (
+                            "mscale_all_dim", s.mscale_all_dim)) if v is not None})
         if s.kind == "llama3":
             rope.update(low_freq_factor=float(s.low_freq_factor),
                         high_freq_factor=float(s.high_freq_factor),

@@ -373,7 +373,7 @@ def exact_arithmetic(model: Any, config: Any,
                 undo.set_exact(module, name, "rmsnorm", _rmsnorm_exact, fidelity)
             elif cls.endswith("RotaryEmbedding") and "rotary" in parts:
                 if getattr(module, "rope_type", "default") not in ("default", "linear",
-                                                                    "llama3"):
+                                                                    "llama3", "yarn"):
                     raise UnknownNameError(f"exact_arithmetic: module {name!r}: RoPE type "
                                            f"{module.rope_type!r} is not one nlaverify models")
                 module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))

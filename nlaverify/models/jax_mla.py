@@ -11,6 +11,7 @@ and repeats the key). The joined query and key are recorded for the node-by-node
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -23,6 +24,15 @@ __all__ = ["mla", "shared_key"]
 
 #: Hugging Face ``DeepseekV3RMSNorm``'s default epsilon, which the latent norms keep
 _LATENT_EPS = 1e-6
+
+
+def _yarn_mscale(cfg: TransformerConfig) -> float:
+    """DeepSeek's YaRN attention factor m = 0.1 mscale_all_dim ln(s) + 1 (1 without YaRN,
+    for s <= 1 or without mscale_all_dim); the scores are multiplied by m^2."""
+    sc = cfg.rope_scaling
+    if sc is None or sc.kind != "yarn" or not sc.mscale_all_dim or sc.factor <= 1:
+        return 1.0
+    return 0.1 * sc.mscale_all_dim * math.log(sc.factor) + 1.0
 
 
 def shared_key(k_rot: Any, heads: int) -> Any:
@@ -56,7 +66,7 @@ def mla(p: Params, name: str, x: Any, cfg: TransformerConfig, rec: Record) -> An
     k_rot = _rope(kr[None], cfg)[0]  # (n, d_r): one key for every head
     k_heads = shared_key(k_rot, H)
     s = (jnp.einsum("tic,sic->its", qc, kc) + jnp.einsum("itr,isr->its", q_rot, k_heads)) / \
-        jnp.sqrt(dc + dr)
+        jnp.sqrt(dc + dr) * _yarn_mscale(cfg) ** 2
     if cfg.causal:
         s = jnp.where(jnp.tril(jnp.ones((n, n), dtype=bool)), s, -jnp.inf)
     a = jnp.einsum("its,siv->itv", jax.nn.softmax(s, axis=-1), v)
