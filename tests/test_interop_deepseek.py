@@ -171,3 +171,10 @@ def test_released_config_is_refused_and_its_dense_variant_counts_as_hf_meta() ->
             transformers.AutoConfig.for_model(**{k: v for k, v in dense.items()
                                                  if not k.startswith("_")}))
     assert counts.total == sum(p.numel() for p in model.parameters())
+
+
+def test_latent_norm_fidelity_is_named_and_sized() -> None:
+    from nlaverify.interop.hf_checks import _fidelity_node
+
+    assert _fidelity_node("model.layers.1.self_attn.kv_a_layernorm") == "blocks.1.attn.kv_a_norm"
+    assert _fidelity_node("model.layers.0.self_attn.q_a_layernorm") == "blocks.0.attn.q_a_norm"
