@@ -1,12 +1,13 @@
-"""Hugging Face DeepSeek-V3 interop with every layer dense (issue 23): config, weights,
-node-by-node verification of multi-head latent attention.
+"""Hugging Face DeepSeek-V3 and DeepSeek-V2 interop with every layer dense (issue 23): config,
+weights, node-by-node verification of multi-head latent attention.
 
 Oracles: ``transformers``' own ``DeepseekV3Config`` (defaults, ``to_dict``) and a float64
 ``DeepseekV3ForCausalLM`` run node by node against the graph, with a query latent and
 interleaved RoPE (``rope_interleave``, HF's default) and with a full-rank ``q_proj`` and
 ``rotate_half``. Non-vacuous: ``kv_b_proj``'s rows read value-first per head are named at
 ``attn.k_nope``, ``q_b_proj``'s rotated rows read first at ``attn.q_nope``, HF's RoPE pairing
-swapped at the rotated query, stock HF's float32 RMSNorm at ``norm1``.
+swapped at the rotated query, stock HF's float32 RMSNorm at ``norm1``, DeepSeek-V2's complex64
+rotation at the rotated key.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def test_config_fields_and_hf_serialisation() -> None:
      r"RopeScaling\.mscale: the cos/sin amplitude"),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": False,
                           "rope_theta": 10000.0}}, r"'rope_parameters\.truncate'"),
-    ({"topk_method": "noaux_tc"}, r"unsupported key 'topk_method'"),
+    ({"scoring_func": "sigmoid"}, r"unsupported key 'scoring_func'"),
 ])
 def test_bad_deepseek_configs_name_the_key(change: dict, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -178,3 +179,52 @@ def test_latent_norm_fidelity_is_named_and_sized() -> None:
 
     assert _fidelity_node("model.layers.1.self_attn.kv_a_layernorm") == "blocks.1.attn.kv_a_norm"
     assert _fidelity_node("model.layers.0.self_attn.q_a_layernorm") == "blocks.0.attn.q_a_norm"
+
+
+#: a tiny DeepSeek-V2: as TINY, with MLP biases and V2's complex (interleaved) RoPE
+V2 = {**{k: v for k, v in TINY.items() if k != "num_key_value_heads"},
+      "model_type": "deepseek_v2", "mlp_bias": True}
+
+
+def test_v2_config_and_weights() -> None:
+    c = load_hf_config(V2).config
+    assert (c.mlp_bias, c.rope_pairing, c.n_kv_heads, c.kv_lora_rank) == (
+        True, "interleaved", 2, 6)
+    for change, match in (({"rope_interleave": False}, "unsupported key 'rope_interleave'"),
+                          ({"first_k_dense_replace": 1}, "'first_k_dense_replace'=1"),
+                          ({"num_key_value_heads": 1}, "'num_key_value_heads'=1")):
+        with pytest.raises(ConfigError, match=match):
+            load_hf_config({**V2, **change})
+    with pytest.raises(ConfigError, match="missing required field 'first_k_dense_replace'"):
+        load_hf_config({k: v for k, v in V2.items() if k != "first_k_dense_replace"})
+    with pytest.raises(ConfigError, match="rope_pairing"):  # V2 rotates interleaved pairs
+        hf_config_dict(c.replace(rope_pairing="half"), "deepseek_v2")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    assert load_hf_config(transformers.AutoConfig.for_model(**V2).to_dict()).config == c
+    torch.manual_seed(0)
+    model = transformers.DeepseekV2ForCausalLM(transformers.DeepseekV2Config(
+        **{k: v for k, v in V2.items() if k != "model_type"})).to(torch.float64)
+    hf = load_hf_config(V2)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    params = params_from_hf(hf, state)
+    assert params["blocks.1.mlp.gate.b_gate"].shape == (24,)
+    back = params_to_hf(hf.config, "deepseek_v2", params)
+    assert set(back) == set(state) and all(np.array_equal(back[k], state[k]) for k in state)
+
+
+def test_v2_exact_stock_and_its_complex_rope_patch() -> None:
+    pytest.importorskip("torch")
+    from nlaverify.interop.hf_patches import needed_patches
+    from nlaverify.interop.hf_verify import format_hf_report, verify_hf
+
+    r = verify_hf(V2, seq_len=N, exact=True)
+    assert r.ok and r.first_divergence is None and r.unmapped == [], format_hf_report(r)
+    assert r.patches == ["attention_softmax", "deepseek_rotary", "loss", "rmsnorm", "rotary"]
+    assert verify_hf(V2, seq_len=N).first_divergence == "blocks.0.norm1"
+    # V2's complex rotation left in complex64 (every other step exact): named at the first
+    # rotated node, the shared key, within float32's bound
+    parts = needed_patches("deepseek_v2", V2) - {"deepseek_rotary"}
+    p = verify_hf(V2, seq_len=N, exact=parts)
+    assert p.first_divergence == "blocks.0.attn.k_rope", format_hf_report(p)
+    assert p.first_beyond_float32 is None

@@ -75,6 +75,7 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
             "loss": config.vocab_size, "rotary": max(1, dh // 2),
             "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
             "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
+            "deepseek_rotary": max(1, dh // 2),
             "rwkv_wkv": n * config.rwkv_dim, "mamba2_scan": n * config.ssm_state,
             "mamba2_gated_norm": config.d_inner // config.ssm_groups}[f.kind]
     cond = magnitude_condition(f.exact, power=1)

@@ -41,8 +41,8 @@ Model types (:data:`SUPPORTED`) and what each fixes:
 * ``starcoder2``, ``stablelm``, ``gemma2``, ``granite``, ``olmo2``, ``phi3``, ``ministral``,
   ``olmo`` (LayerNorm without gain or bias), ``cohere`` (parallel, bias-free LayerNorm,
   ``logit_scale``), ``falcon``, ``opt``: each in ``nlaverify.interop.hf_config_<type>``.
-* ``deepseek_v3``: DeepSeek-V3 with every layer dense, multi-head latent attention
-  (:mod:`nlaverify.interop.hf_config_deepseek`).
+* ``deepseek_v3``, ``deepseek_v2``: DeepSeek-V3 / V2 with every layer dense, multi-head
+  latent attention (:mod:`nlaverify.interop.hf_config_deepseek`).
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -86,7 +86,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_fields
-from nlaverify.interop.hf_config_deepseek import deepseek_v3_fields
+from nlaverify.interop.hf_config_deepseek import deepseek_v2_fields, deepseek_v3_fields
 from nlaverify.interop.hf_config_export import hf_config_dict
 from nlaverify.interop.hf_config_falcon import falcon_fields
 from nlaverify.interop.hf_config_gemma2 import gemma2_fields
@@ -164,7 +164,8 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
              "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
              "cohere": cohere_fields, "falcon": falcon_fields,
              "ministral": ministral_fields,
-             "deepseek_v3": deepseek_v3_fields}  # each given the RoPE reader
+             "deepseek_v3": deepseek_v3_fields,
+             "deepseek_v2": deepseek_v2_fields}  # each given the RoPE reader
     plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields,
              "rwkv": rwkv_fields, "mamba2": mamba2_fields}  # each given the reader only
     kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else

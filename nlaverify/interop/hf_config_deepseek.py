@@ -25,6 +25,13 @@ released checkpoint's ``yarn`` included). With every layer dense the experts' ke
 ``num_nextn_predict_layers`` (multi-token prediction modules) builds none in
 ``DeepseekV3ForCausalLM`` either; ``qk_head_dim`` and ``head_dim``, which the HF class
 derives, must agree with the head dimensions.
+
+``deepseek_v2`` (``models/deepseek_v2``): the same attention and block, RoPE always on
+interleaved pairs (``apply_rotary_emb`` multiplies complex pairs :math:`x_{2i} + i x_{2i+1}`
+and writes them back in place: no permutation), ``mlp_bias`` (biases on the dense MLP's
+three projections), ``num_key_value_heads`` defaulting to the heads, ``first_k_dense_replace``
+required (its default 0 makes every layer MoE), ``topk_method`` read and ignored with the
+other experts' keys; no ``rope_interleave`` key.
 """
 
 from __future__ import annotations
@@ -35,22 +42,34 @@ from typing import Any
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
 from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
-__all__ = ["deepseek_v3_fields", "deepseek_v3_hf_dict", "deepseek_v3_mismatch"]
+__all__ = ["deepseek_v2_fields", "deepseek_v2_hf_dict", "deepseek_v2_mismatch",
+           "deepseek_v3_fields", "deepseek_v3_hf_dict", "deepseek_v3_mismatch"]
 
 #: keys of the experts and of multi-token prediction: no module of a dense-only model
 _UNREAD = ("moe_intermediate_size", "n_shared_experts", "n_routed_experts",
            "routed_scaling_factor", "n_group", "topk_group", "num_experts_per_tok",
            "norm_topk_prob", "output_router_logits", "num_nextn_predict_layers",
-           "num_mtp_layers", "pretraining_tp")
+           "num_mtp_layers", "pretraining_tp", "topk_method")
 
 
 def deepseek_v3_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]]) -> dict[str, Any]:
     """The :class:`TransformerConfig` fields of a ``DeepseekV3Config`` dict (module
     docstring), read through :mod:`~nlaverify.interop.hf_config`'s reader ``r``; ``rope``
     its RoPE reader. Raises :class:`ConfigError` naming the key."""
-    mt = "deepseek_v3"
+    return _deepseek_fields(r, rope, "deepseek_v3")
+
+
+def deepseek_v2_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]]) -> dict[str, Any]:
+    """The :class:`TransformerConfig` fields of a ``DeepseekV2Config`` dict (module
+    docstring); as :func:`deepseek_v3_fields`."""
+    return _deepseek_fields(r, rope, "deepseek_v2")
+
+
+def _deepseek_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]], mt: str
+                     ) -> dict[str, Any]:
     blocks = r.get("num_hidden_layers", "int", required=True)
-    dense = r.get("first_k_dense_replace", "int?")
+    # DeepseekV2Config's default 0 makes every layer MoE: V2 must say its dense layers
+    dense = r.get("first_k_dense_replace", "int?", required=mt == "deepseek_v2")
     if dense is None or dense < blocks:
         raise ConfigError(
             f"load_hf_config: {mt} config: field 'first_k_dense_replace'={dense!r}: layers "
@@ -84,28 +103,40 @@ def deepseek_v3_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]]) -> d
                               f"{want}, as DeepseekV3Config derives it")
     ctx = r.get("max_position_embeddings", "int")
     base, scaling = rope(r, ctx)
-    interleave = r.get("rope_interleave", "bool?")
+    v2 = mt == "deepseek_v2"
+    interleave = True if v2 else r.get("rope_interleave", "bool?")
     return _fields(r.get("vocab_size", "int", required=True),
                    r.get("hidden_size", "int", required=True), h, blocks,
                    r.get("intermediate_size", "int", required=True), _GATED_ACTS[act], ctx,
                    r.get("rms_norm_eps", "float"), r.get("tie_word_embeddings", "bool"),
-                   base, scaling, "half" if interleave is False else "interleaved", dims)
+                   base, scaling, "half" if interleave is False else "interleaved", dims,
+                   r.get("mlp_bias", "bool") if v2 else False)
 
 
 def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, ctx: int,
             eps: float, tied: bool, base: int, scaling: RopeScaling | None, pairing: str,
-            dims: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a Hugging Face DeepSeek-V3 (every layer dense) of these values."""
+            dims: dict[str, Any], mlp_bias: bool = False) -> dict[str, Any]:
+    """The fields of a Hugging Face DeepSeek-V2/V3 (every layer dense) of these values."""
     return dict(vocab_size=vocab, d_model=d, n_heads=heads, n_kv_heads=heads,
                 d_head=dims["qk_nope_head_dim"] + dims["qk_rope_head_dim"], n_blocks=blocks,
                 d_mlp=d_mlp, norm="rmsnorm", placement="pre", positions="rope", context=ctx,
                 mlp=mlp, tied_embeddings=tied, norm_eps=eps, rope_base=base,
-                rope_scaling=scaling, rope_pairing=pairing, **dims)
+                rope_scaling=scaling, rope_pairing=pairing, mlp_bias=mlp_bias, **dims)
 
 
 def deepseek_v3_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
     """The first field of ``c`` a Hugging Face ``DeepseekV3Config`` with dense layers cannot
     express, as ``(field, value, expected)``, or ``None``."""
+    return _mismatch(c, False)
+
+
+def deepseek_v2_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
+    """As :func:`deepseek_v3_mismatch` for ``DeepseekV2Config`` (interleaved RoPE only, MLP
+    biases allowed)."""
+    return _mismatch(c, True)
+
+
+def _mismatch(c: TransformerConfig, v2: bool) -> tuple[str, Any, Any] | None:
     if c.mlp not in _GATED_ACTS.values():
         return "mlp", c.mlp, tuple(sorted(set(_GATED_ACTS.values())))
     if not c.kv_lora_rank:
@@ -114,7 +145,16 @@ def deepseek_v3_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
                                        "qk_rope_head_dim", "v_head_dim")}
     return first_mismatch(c, lambda: TransformerConfig(**_fields(
         c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps,
-        c.tied_embeddings, c.rope_base, c.rope_scaling, c.rope_pairing, dims)))
+        c.tied_embeddings, c.rope_base, c.rope_scaling, "interleaved" if v2 else
+        c.rope_pairing, dims, c.mlp_bias if v2 else False)))
+
+
+def deepseek_v2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:
+    """The ``DeepseekV2Config`` fields of ``c`` (checked by :func:`deepseek_v2_mismatch`):
+    :func:`deepseek_v3_hf_dict`'s without ``rope_interleave``, with ``mlp_bias``."""
+    d = {k: v for k, v in deepseek_v3_hf_dict(c, rope).items() if k != "rope_interleave"}
+    return {**d, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+            "mlp_bias": c.mlp_bias}
 
 
 def deepseek_v3_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:

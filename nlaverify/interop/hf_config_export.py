@@ -12,7 +12,12 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_hf_dict, cohere_mismatch
-from nlaverify.interop.hf_config_deepseek import deepseek_v3_hf_dict, deepseek_v3_mismatch
+from nlaverify.interop.hf_config_deepseek import (
+    deepseek_v2_hf_dict,
+    deepseek_v2_mismatch,
+    deepseek_v3_hf_dict,
+    deepseek_v3_mismatch,
+)
 from nlaverify.interop.hf_config_falcon import falcon_hf_dict, falcon_mismatch
 from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gptj import gptj_hf_dict, gptj_mismatch
@@ -38,7 +43,7 @@ from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPOR
 #: model type -> (its ``*_mismatch``, its ``*_hf_dict``, whether the dict takes the
 #: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
 #: the model types with multi-head latent attention (``kv_lora_rank > 0``)
-MLA_TYPES: tuple[str, ...] = ("deepseek_v3",)
+MLA_TYPES: tuple[str, ...] = ("deepseek_v3", "deepseek_v2")
 
 _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "mamba": (mamba_mismatch, mamba_hf_dict, False),
@@ -59,6 +64,7 @@ _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "phi3": (phi3_mismatch, phi3_hf_dict, False),
     "ministral": (ministral_mismatch, ministral_hf_dict, True),
     "deepseek_v3": (deepseek_v3_mismatch, deepseek_v3_hf_dict, True),
+    "deepseek_v2": (deepseek_v2_mismatch, deepseek_v2_hf_dict, True),
 }
 
 

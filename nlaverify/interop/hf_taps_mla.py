@@ -15,7 +15,8 @@ joint projections' outputs are split into the graph's nodes (:mod:`nlaverify.gra
   their second: ``ours[..., j] = hf[..., perm[j]]`` with
   :func:`~nlaverify.interop.weights_layout.rope_permutation` of :math:`d_r` (the same
   permutation of queries and keys, so HF's scores are the interleaved rotation's);
-  ``rotate_half`` needs none (``rope_pairing="half"``).
+  ``rotate_half`` needs none (``rope_pairing="half"``), nor DeepSeek-V2's complex
+  ``apply_rotary_emb`` (pairs :math:`(x_{2i}, x_{2i+1})` written back in place).
 """
 
 from __future__ import annotations
@@ -55,11 +56,14 @@ def _heads(heads: int, width: int, lo: int, hi: int) -> Callable[[Any], np.ndarr
     return f
 
 
-def deepseek_v3_taps(c: Any) -> list[_Tap]:
-    """Every graph node of a dense DeepSeek-V3 with an HF counterpart (module docstring)."""
+def deepseek_v3_taps(c: Any, model_type: str = "deepseek_v3") -> list[_Tap]:
+    """Every graph node of a dense DeepSeek-V3 (or V2: ``model_type="deepseek_v2"``, whose
+    complex rotation writes the pairs back in place) with an HF counterpart (module
+    docstring)."""
     H, r = c.n_heads, c.kv_lora_rank
     dc, dr, dv = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
-    perm = rope_permutation(dr) if c.rope_pairing == "interleaved" else np.arange(dr)
+    permuted = c.rope_pairing == "interleaved" and model_type == "deepseek_v3"
+    perm = rope_permutation(dr) if permuted else np.arange(dr)
     joined = np.concatenate([np.arange(dc), dc + perm])  # [nope | rope] of q and k
 
     def att(take: Callable[[np.ndarray], np.ndarray]) -> Callable[[Any], np.ndarray]:

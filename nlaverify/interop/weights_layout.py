@@ -106,7 +106,7 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         return falcon_entries(config)
     if model_type == "opt":
         return opt_entries(config)
-    if model_type == "deepseek_v3":
+    if model_type in ("deepseek_v3", "deepseek_v2"):
         return deepseek_v3_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 

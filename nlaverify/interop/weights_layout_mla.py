@@ -1,5 +1,6 @@
-r"""The weights table of ``DeepseekV3ForCausalLM`` with every layer dense (Hugging Face
-``models/deepseek_v3/modeling_deepseek_v3.py``, transformers 5.25), for
+r"""The weights table of ``DeepseekV3ForCausalLM`` and ``DeepseekV2ForCausalLM`` with every
+layer dense (Hugging Face ``models/deepseek_v3/modeling_deepseek_v3.py``, ``deepseek_v2``,
+transformers 5.25; V2's ``mlp_bias`` adds the MLP's three biases), for
 :mod:`nlaverify.interop.weights_layout`: Llama's embedding, norms, SwiGLU MLP and
 ``lm_head``, and multi-head latent attention's projections split by output into the graph's
 (:mod:`nlaverify.graph.build_mla`):
@@ -88,11 +89,14 @@ def deepseek_v3_entries(c: TransformerConfig) -> list[_Entry]:
                      (f"{q}k_nope.W_UK", f"{q}v.W_UV"), *per_head_rows(H, (dc, dv))),
               _Entry((f"{a}o_proj.weight",), ((d, H * dv),), (f"{q}out.W_O",), _transpose,
                      _transpose)]
-        for hn, pn, shape in (("gate_proj", "gate.W_gate", (m, d)),
-                              ("up_proj", "up.W_up", (m, d)),
-                              ("down_proj", "out.W_down", (d, m))):
-            E.append(_Entry((f"{h}mlp.{hn}.weight",), (shape,), (f"{p}mlp.{pn}",),
+        for hn, pn, shape in (("gate_proj", "gate.{}_gate", (m, d)),
+                              ("up_proj", "up.{}_up", (m, d)),
+                              ("down_proj", "out.{}_down", (d, m))):
+            E.append(_Entry((f"{h}mlp.{hn}.weight",), (shape,), (f"{p}mlp.{pn.format('W')}",),
                             _transpose, _transpose))
+            if c.mlp_bias:  # DeepSeek-V2's mlp_bias
+                E.append(_Entry((f"{h}mlp.{hn}.bias",), ((shape[0],),),
+                                (f"{p}mlp.{pn.format('b')}",), _copy, _copy))
         E += [_Entry((f"{h}{hn}.weight",), ((d,),), (f"{p}{pn}.gamma",), _copy, _copy)
               for hn, pn in (("input_layernorm", "norm1"), ("post_attention_layernorm",
                                                               "norm2"))]
