@@ -123,5 +123,6 @@ def test_verify_hf_on_the_folder(saved) -> None:
     path, _, _ = saved
     r = verify_hf(str(path), seq_len=5, exact=True)
     assert r.ok and r.first_divergence is None, format_hf_report(r)
+    assert "vision tower and multimodal projector are not modelled" in format_hf_report(r)
     w = next(c for c in r.checks if c.name.startswith("weights:"))
     assert w.ok, w  # HF holds what nlaverify read (one rounding of 1 + w and back)
