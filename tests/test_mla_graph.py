@@ -207,3 +207,12 @@ def test_stream_transforms_and_patterns_of_an_mla_model() -> None:
     heads = ev.values["blocks.0.attn.heads"]
     tol = tolerance("float64", size=6, depth=6, condition=magnitude_condition(heads))
     assert tol.compare(A @ ev.values["blocks.0.attn.v_heads"], heads).ok
+
+
+def test_mla_in_float32_is_within_the_precision_bounds() -> None:
+    # every node within its rounding bound; concat_last exact (no arithmetic)
+    from nlaverify.precision import EXACT_FORWARD, format_precision_report, verify_precision
+
+    assert "concat_last" in EXACT_FORWARD
+    r = verify_precision(zoo_config(MLA), "float32")
+    assert r.ok, format_precision_report(r)
