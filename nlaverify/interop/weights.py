@@ -71,6 +71,12 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   ``(1, 1, d)`` flattened to ``(d,)``, every ``nn.Linear`` transposed, ``time_decay`` and
   ``time_first`` copied (the graph's op takes :math:`w = -e^{\text{time\_decay}}` itself); the
   head is ``head.weight``, never tied; keys carry ``rwkv.``.
+* **DeepSeek-V3, DeepSeek-V2** (:mod:`~nlaverify.interop.weights_layout_mla`). Multi-head
+  latent attention's joint projections split by output into the graph's: ``q_b_proj`` (or
+  ``q_proj``) and ``kv_b_proj`` head by head (:math:`[W^{UQ}_i | W^{QR}_i]`,
+  :math:`[W^{UK}_i | W^{UV}_i]` rows), ``kv_a_proj_with_mqa`` :math:`[W^{DKV} | W^{KR}]` by
+  rows; the latent norms copied; the rotated coordinates not permuted (V3's
+  ``rope_interleave`` is the config's pairing; V2's complex rotation is interleaved).
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict
