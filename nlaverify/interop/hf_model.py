@@ -105,6 +105,13 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
                                          local_files_only=True, **extra)
     model.eval()
     _clear_padding_idx(model)
+    for module in model.modules():
+        # DeepSeek-V3's router weight and bias buffer: float32 whatever the model dtype
+        # (_keep_in_fp32_modules_strict, an explicit dtype=torch.float32); held in the
+        # model dtype so that the weights written are the graph's (stock forward still casts
+        # to float32, the exact patch "router_sigmoid" does not)
+        if type(module).__name__ == "DeepseekV3TopkRouter":
+            module.to(dtype)
     return model
 
 
@@ -201,8 +208,10 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
             raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
                                 "gather plus a constant; it cannot be differentiated here")
     owner = np.repeat(np.arange(len(names)), sizes)
+    # a key holding no parameter (DeepSeek-V3's bias buffer, the graph's constant e_bias)
+    # has no gradient to compare
     holds = {key: [names[i] for i in dict.fromkeys(owner[g[g >= 0]].reshape(-1).tolist())]
-             for key, g in gather.items()}
+             for key, g in gather.items() if (g >= 0).any()}
     first = set(dict(model.named_parameters()))  # one name per tied tensor
     given = [k for k in gather if k in first]
 
