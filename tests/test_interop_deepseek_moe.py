@@ -231,3 +231,47 @@ def test_release_total_is_hf_meta_count_and_activated_as_hf_routes() -> None:
         _cmd_params(argparse.Namespace(preset=None, config=RELEASE, lora=None, json=True))
     got = json.loads(out.getvalue())
     assert got["activated_per_token"] == active
+
+
+#: a trained-looking bias (multiples of 1/8, exact in float32) unlike routing_bias's draw
+TRAINED_BIAS = np.array([0.5, -0.25, 0.0, 0.375, -0.5, 0.125, 0.25, -0.125])
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    """A tiny DeepSeek-V3 checkpoint folder: HF's own init, the bias buffer set after init."""
+    import torch
+
+    model = _hf_model(CONFIG)
+    with torch.no_grad():
+        model.model.layers[1].mlp.gate.e_score_correction_bias.copy_(
+            torch.from_numpy(TRAINED_BIAS))
+    path = tmp_path_factory.mktemp("deepseek_v3_moe")
+    model.save_pretrained(path)
+    return str(path)
+
+
+def test_checkpoint_bias_is_passed_to_the_graph_as_data(checkpoint: str) -> None:
+    r = verify_hf(checkpoint, seq_len=N, exact=True)
+    assert r.ok, format_hf_report(r)
+    assert r.row("blocks.1.mlp.route").ok
+    # the checkpoint's bias, not the graph's default, decided HF's choice
+    hf, params = W.load_checkpoint(checkpoint, dtype=np.float64)
+    graph = build_transformer(hf.config)
+    data = sample_data(hf.config.vocab_size, N, 0)
+    trained = {"blocks.1.mlp.e_bias": TRAINED_BIAS}
+    route = [run_graph(graph, "numpy", params, {**data, **extra}).values["blocks.1.mlp.route"]
+             for extra in ({}, trained)]
+    assert not np.array_equal(*route)
+
+
+def test_planted_checkpoint_bias_dropped_is_named(checkpoint: str, monkeypatch) -> None:
+    """Not passing HF's buffer as data: the weights check names the bias, the route
+    differs."""
+    from nlaverify.interop import hf_verify
+
+    monkeypatch.setattr(hf_verify, "_hf_constants", lambda *a: None)
+    r = verify_hf(checkpoint, seq_len=N, exact=True)
+    assert r.first_divergence == "blocks.1.mlp.route", format_hf_report(r)
+    weights = next(c for c in r.checks if c.name.startswith("weights:"))
+    assert not weights.ok and "e_score_correction_bias" in weights.note

@@ -203,6 +203,8 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
                                                  for k, v in params.items()})
     flat = np.concatenate([np.asarray(params[k], dtype=np.float64).reshape(-1) for k in names])
     for key, g in gather.items():
+        if not (g >= 0).any():  # a buffer holding a graph constant (passed with the data)
+            continue
         if not np.array_equal(np.where(g < 0, 0.0, flat[np.maximum(g, 0)]) + const[key],
                               np.asarray(state[key])):
             raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
@@ -360,3 +362,23 @@ def _resolve(source: Any) -> tuple[Any, str, str | None]:
                             "model.safetensors.index.json): convert with transformers' "
                             "save_pretrained(..., safe_serialization=True)")
     return hf_config.load_hf_config(source), os.fspath(source), None
+
+
+def _hf_constants(model: Any, config: Any, model_type: str,
+                  state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    r"""The graph's constants a checkpoint's HF model holds, as data entries: DeepSeek-V3's
+    router biases (``e_score_correction_bias`` buffers, as HF loaded them) as
+    ``blocks.{l}.mlp.e_bias``
+    (:func:`~nlaverify.interop.weights_layout_moe.deepseek_v3_constants`); ``state``'s
+    entries of those buffers are set to them (``params_to_hf`` wrote the graph's default
+    :func:`~nlaverify.config_moe.routing_bias`). Empty for every other model."""
+    from nlaverify.interop.weights_layout_moe import deepseek_v3_constants
+
+    if model_type != "deepseek_v3" or not config.n_experts:
+        return {}
+    buffers = {k: v.detach().double().cpu().numpy() for k, v in model.named_buffers()}
+    out = deepseek_v3_constants(config, buffers)
+    for node in out:
+        key = f"model.layers.{node.split('.')[1]}.mlp.gate.e_score_correction_bias"
+        state[key] = buffers[key]
+    return out
