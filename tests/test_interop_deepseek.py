@@ -147,7 +147,8 @@ def test_released_config_is_refused_and_its_dense_variant_counts_as_hf_meta() ->
     path = Path(__file__).resolve().parents[1] / "nlaverify/data/hf_configs/deepseek-v3.json"
     assert load_hf_config(path).config.moe_dense_layers == (0, 1, 2)  # its MoE layers:
     raw = read_source(path)[0]
-    # (tests/test_interop_deepseek_moe.py); here every layer dense, the router's keys dropped: MLA and YaRN at scale
+    # (tests/test_interop_deepseek_moe.py); here every layer dense, the router's keys
+    # dropped: MLA and YaRN at scale
     dense = {k: v for k, v in raw.items() if k not in (
         "aux_loss_alpha", "ep_size", "moe_layer_freq", "scoring_func", "seq_aux",
         "topk_method")}
