@@ -67,9 +67,7 @@ MINIMAL["ministral"] = {**MINIMAL["ministral"], "num_attention_heads": 16, "hidd
 MINIMAL["qwen2_moe"] = {**MINIMAL["qwen2_moe"], "num_attention_heads": 16, "hidden_size": 32}
 #: published files nlaverify refuses, and the key it names (StarCoder2-3B's rope_theta
 #: 999999.4420358813 is no integer base)
-REFUSED = {"starcoder2-3b.json": r"'rope_parameters\.rope_theta'",
-           # DeepSeek-V3's layers 3..60 are mixture-of-experts (a sigmoid router, not yet)
-           "deepseek-v3.json": r"'first_k_dense_replace'=3"}
+REFUSED = {"starcoder2-3b.json": r"'rope_parameters\.rope_theta'"}
 
 
 def test_published_configs():

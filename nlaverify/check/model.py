@@ -272,9 +272,12 @@ def _compare_model(
     dtype: str | None = None, targets: Any = None,
     call: Callable[[Any, Any, Any], Any] | None = None, framework: str | None = None,
     batched: bool | None = None, gradients: bool = True, accumulation: str = "float32",
-    seed: int = 0, subject: str | None = None,
+    seed: int = 0, subject: str | None = None, constants: Mapping[str, Any] | None = None,
 ) -> ModelComparison:
-    """:func:`check_model`, with what its rows were judged on (:class:`ModelComparison`)."""
+    """:func:`check_model`, with what its rows were judged on (:class:`ModelComparison`);
+    ``constants``: values of the graph's constant inputs passed with the data, replacing
+    their defaults (a checkpoint's, e.g. DeepSeek-V3's router bias ``blocks.{l}.mlp.e_bias``,
+    :func:`nlaverify.graph.build.graph_constants`)."""
     from nlaverify.config import TransformerConfig
     from nlaverify.errors import NlaverifyError
     from nlaverify.graph.build import build_transformer
@@ -298,7 +301,7 @@ def _compare_model(
     elif not isinstance(params, Mapping):
         raise CheckError(f"argument 'params': expected a mapping graph parameter -> array, got "
                          f"{type(params).__name__}")
-    data = _data(config, tokens, targets, seed)
+    data = {**_data(config, tokens, targets, seed), **(constants or {})}
     try:  # the graph's side: float64, the parameters rounded to your dtype
         rounded = round_params({k: to_float64(v, what=f"params[{k!r}]")
                                 for k, v in params.items()}, dtype)

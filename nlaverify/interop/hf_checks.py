@@ -76,6 +76,7 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
             "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
             "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
             "deepseek_rotary": max(1, dh // 2),
+            "router_sigmoid": max(config.d_model, config.n_experts or 1),
             "rwkv_wkv": n * config.rwkv_dim, "mamba2_scan": n * config.ssm_state,
             "mamba2_gated_norm": config.d_inner // config.ssm_groups}[f.kind]
     cond = magnitude_condition(f.exact, power=1)
@@ -97,7 +98,9 @@ def _weights_check(model: Any, state: Mapping[str, np.ndarray]) -> HFCheck:
     state-dict keys, against one rounding per entry (Gemma's offset
     :math:`\gamma = 1 + w` and back), :func:`~nlaverify.tolerance.tolerance` in the model
     dtype."""
-    named = dict(model.named_parameters(remove_duplicate=False))
+    # buffers too: DeepSeek-V3's router bias (the graph's constant, hf_model._hf_constants)
+    named = {**dict(model.named_buffers()), **dict(model.named_parameters(
+        remove_duplicate=False))}
     name = "weights: HF from_pretrained vs params_to_hf(load_checkpoint)"
     worst = HFCheck(name, 0.0, 1.0)
     for key, ref in state.items():

@@ -48,8 +48,10 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (a ``gemma3_text``); the vision tower and multimodal projector are **not modelled**: the
   config's name ends in ``-language-model`` and :attr:`HFConfig.note` says so
   (:mod:`nlaverify.interop.hf_config_gemma3`).
-* ``deepseek_v3``, ``deepseek_v2``: DeepSeek-V3 / V2 with every layer dense, multi-head
-  latent attention (:mod:`nlaverify.interop.hf_config_deepseek`).
+* ``deepseek_v3``, ``deepseek_v2``: multi-head latent attention
+  (:mod:`nlaverify.interop.hf_config_deepseek`); DeepSeek-V3's MoE layers with the sigmoid
+  router (:mod:`nlaverify.interop.hf_config_deepseek_moe`), DeepSeek-V2 with every layer
+  dense.
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only

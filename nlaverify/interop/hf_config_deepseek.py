@@ -1,5 +1,4 @@
-r"""Hugging Face ``DeepseekV3Config`` <-> :class:`~nlaverify.config.TransformerConfig` (issue 23),
-dense layers only.
+r"""Hugging Face ``DeepseekV3Config`` <-> :class:`~nlaverify.config.TransformerConfig` (issue 23).
 
 Checked against ``transformers`` 5.25 (``models/deepseek_v3/configuration_deepseek_v3.py`` and
 ``modeling_deepseek_v3.py``). A ``DeepseekV3ForCausalLM`` (DeepSeek-AI 2024, DeepSeek-V3
@@ -13,12 +12,13 @@ interleaved rotation shared by queries and keys, so the scores are the same) and
 ``rope_pairing="interleaved"``; false is ``rotate_half``'s ``"half"``. ``d_head`` is set to
 the query-key width :math:`d_c + d_r` (the graph's MLA does not read it).
 
-Refused by key: layers with a mixture of experts (``first_k_dense_replace`` below
-``num_hidden_layers``: DeepSeek-V3's sigmoid router with group-limited top-k, not modelled
-yet), ``attention_bias`` true (biases on ``q_a_proj``, ``kv_a_proj_with_mqa`` and
-``o_proj``), ``num_key_value_heads`` other than ``num_attention_heads`` (``repeat_kv`` of
-keys already materialised per head), RoPE scalings other than linear and llama3 (the
-released checkpoint's ``yarn`` included). With every layer dense the experts' keys
+Mixture-of-experts layers (``first_k_dense_replace`` below ``num_hidden_layers``):
+DeepSeek-V3's sigmoid router with group-limited top-k and shared experts,
+:mod:`nlaverify.interop.hf_config_deepseek_moe` (``deepseek_v3`` only: DeepSeek-V2's softmax
+router is refused by that key). Refused by key: ``attention_bias`` true (biases on
+``q_a_proj``, ``kv_a_proj_with_mqa`` and ``o_proj``), ``num_key_value_heads`` other than
+``num_attention_heads`` (``repeat_kv`` of keys already materialised per head), RoPE
+scalings other than linear, llama3 and yarn. With every layer dense the experts' keys
 (``moe_intermediate_size``, ``n_shared_experts``, ``n_routed_experts``,
 ``routed_scaling_factor``, ``n_group``, ``topk_group``, ``num_experts_per_tok``,
 ``norm_topk_prob``, ``output_router_logits``) build no module and are read and ignored;
@@ -40,6 +40,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
+from nlaverify.interop.hf_config_deepseek_moe import (
+    deepseek_v3_moe_export,
+    deepseek_v3_moe_fields,
+    deepseek_v3_moe_rebuilt,
+)
 from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["deepseek_v2_fields", "deepseek_v2_hf_dict", "deepseek_v2_mismatch",
@@ -70,11 +75,14 @@ def _deepseek_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]], mt: st
     blocks = r.get("num_hidden_layers", "int", required=True)
     # DeepseekV2Config's default 0 makes every layer MoE: V2 must say its dense layers
     dense = r.get("first_k_dense_replace", "int?", required=mt == "deepseek_v2")
-    if dense is None or dense < blocks:
+    moe: dict[str, Any] = {}
+    if mt == "deepseek_v3" and dense is not None and dense < blocks:  # hf_config_deepseek_moe
+        moe = deepseek_v3_moe_fields(r, blocks, dense)
+    elif dense is None or dense < blocks:
         raise ConfigError(
             f"load_hf_config: {mt} config: field 'first_k_dense_replace'={dense!r}: layers "
-            f"{dense or 0}..{blocks - 1} would be mixture-of-experts layers (DeepSeek-V3's "
-            f"sigmoid router), which nlaverify does not model yet; expected "
+            f"{dense or 0}..{blocks - 1} would be mixture-of-experts layers (DeepSeek-V2's "
+            f"softmax router), which nlaverify does not model yet; expected "
             f"first_k_dense_replace >= num_hidden_layers={blocks} (every layer dense)")
     for key in _UNREAD:
         r.raw(key)
@@ -110,23 +118,27 @@ def _deepseek_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]], mt: st
                    r.get("intermediate_size", "int", required=True), _GATED_ACTS[act], ctx,
                    r.get("rms_norm_eps", "float"), r.get("tie_word_embeddings", "bool"),
                    base, scaling, "half" if interleave is False else "interleaved", dims,
-                   r.get("mlp_bias", "bool") if v2 else False)
+                   r.get("mlp_bias", "bool") if v2 else False, moe)
 
 
 def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, ctx: int,
             eps: float, tied: bool, base: int, scaling: RopeScaling | None, pairing: str,
-            dims: dict[str, Any], mlp_bias: bool = False) -> dict[str, Any]:
-    """The fields of a Hugging Face DeepSeek-V2/V3 (every layer dense) of these values."""
+            dims: dict[str, Any], mlp_bias: bool = False, moe: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """The fields of a Hugging Face DeepSeek-V2/V3 of these values (``moe``: DeepSeek-V3's
+    MoE fields, :mod:`~nlaverify.interop.hf_config_deepseek_moe`; none: every layer dense)."""
     return dict(vocab_size=vocab, d_model=d, n_heads=heads, n_kv_heads=heads,
                 d_head=dims["qk_nope_head_dim"] + dims["qk_rope_head_dim"], n_blocks=blocks,
                 d_mlp=d_mlp, norm="rmsnorm", placement="pre", positions="rope", context=ctx,
                 mlp=mlp, tied_embeddings=tied, norm_eps=eps, rope_base=base,
-                rope_scaling=scaling, rope_pairing=pairing, mlp_bias=mlp_bias, **dims)
+                rope_scaling=scaling, rope_pairing=pairing, mlp_bias=mlp_bias, **dims,
+                **(moe or {}))
 
 
 def deepseek_v3_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
-    """The first field of ``c`` a Hugging Face ``DeepseekV3Config`` with dense layers cannot
-    express, as ``(field, value, expected)``, or ``None``."""
+    """The first field of ``c`` a Hugging Face ``DeepseekV3Config`` cannot express (its MoE
+    blocks: :func:`~nlaverify.interop.hf_config_deepseek_moe.deepseek_v3_moe_rebuilt`), as
+    ``(field, value, expected)``, or ``None``."""
     return _mismatch(c, False)
 
 
@@ -146,7 +158,8 @@ def _mismatch(c: TransformerConfig, v2: bool) -> tuple[str, Any, Any] | None:
     return first_mismatch(c, lambda: TransformerConfig(**_fields(
         c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps,
         c.tied_embeddings, c.rope_base, c.rope_scaling, "interleaved" if v2 else
-        c.rope_pairing, dims, c.mlp_bias if v2 else False)))
+        c.rope_pairing, dims, c.mlp_bias if v2 else False,
+        {} if v2 else deepseek_v3_moe_rebuilt(c))))
 
 
 def deepseek_v2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:
@@ -159,10 +172,12 @@ def deepseek_v2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str,
 
 def deepseek_v3_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:
     """The ``DeepseekV3Config`` fields of ``c`` (checked by :func:`deepseek_v3_mismatch`),
-    every size written out, every layer dense; ``rope`` its ``rope_parameters``."""
+    every size written out, the MoE keys by
+    :func:`~nlaverify.interop.hf_config_deepseek_moe.deepseek_v3_moe_export` (without experts
+    every layer dense); ``rope`` its ``rope_parameters``."""
     return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
             "vocab_size": c.vocab_size, "hidden_size": c.d_model,
-            "num_hidden_layers": c.n_blocks, "first_k_dense_replace": c.n_blocks,
+            "num_hidden_layers": c.n_blocks, **deepseek_v3_moe_export(c),
             "num_attention_heads": c.n_heads, "num_key_value_heads": c.n_heads,
             "intermediate_size": c.d_mlp, "kv_lora_rank": c.kv_lora_rank,
             "q_lora_rank": c.q_lora_rank, "qk_nope_head_dim": c.qk_nope_head_dim,

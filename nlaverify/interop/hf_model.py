@@ -105,6 +105,13 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
                                          local_files_only=True, **extra)
     model.eval()
     _clear_padding_idx(model)
+    for module in model.modules():
+        # DeepSeek-V3's router weight and bias buffer: float32 whatever the model dtype
+        # (_keep_in_fp32_modules_strict, an explicit dtype=torch.float32); held in the
+        # model dtype so that the weights written are the graph's (stock forward still casts
+        # to float32, the exact patch "router_sigmoid" does not)
+        if type(module).__name__ == "DeepseekV3TopkRouter":
+            module.to(dtype)
     return model
 
 
@@ -196,13 +203,17 @@ def _hf_load(config: Any, model_type: str, params: Mapping[str, np.ndarray],
                                                  for k, v in params.items()})
     flat = np.concatenate([np.asarray(params[k], dtype=np.float64).reshape(-1) for k in names])
     for key, g in gather.items():
+        if not (g >= 0).any():  # a buffer holding a graph constant (passed with the data)
+            continue
         if not np.array_equal(np.where(g < 0, 0.0, flat[np.maximum(g, 0)]) + const[key],
                               np.asarray(state[key])):
             raise ArgumentError(f"verify_hf: params_to_hf({model_type}) at {key!r} is not a "
                                 "gather plus a constant; it cannot be differentiated here")
     owner = np.repeat(np.arange(len(names)), sizes)
+    # a key holding no parameter (DeepSeek-V3's bias buffer, the graph's constant e_bias)
+    # has no gradient to compare
     holds = {key: [names[i] for i in dict.fromkeys(owner[g[g >= 0]].reshape(-1).tolist())]
-             for key, g in gather.items()}
+             for key, g in gather.items() if (g >= 0).any()}
     first = set(dict(model.named_parameters()))  # one name per tied tensor
     given = [k for k in gather if k in first]
 
@@ -351,3 +362,23 @@ def _resolve(source: Any) -> tuple[Any, str, str | None]:
                             "model.safetensors.index.json): convert with transformers' "
                             "save_pretrained(..., safe_serialization=True)")
     return hf_config.load_hf_config(source), os.fspath(source), None
+
+
+def _hf_constants(model: Any, config: Any, model_type: str,
+                  state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    r"""The graph's constants a checkpoint's HF model holds, as data entries: DeepSeek-V3's
+    router biases (``e_score_correction_bias`` buffers, as HF loaded them) as
+    ``blocks.{l}.mlp.e_bias``
+    (:func:`~nlaverify.interop.weights_layout_moe.deepseek_v3_constants`); ``state``'s
+    entries of those buffers are set to them (``params_to_hf`` wrote the graph's default
+    :func:`~nlaverify.config_moe.routing_bias`). Empty for every other model."""
+    from nlaverify.interop.weights_layout_moe import deepseek_v3_constants
+
+    if model_type != "deepseek_v3" or not config.n_experts:
+        return {}
+    buffers = {k: v.detach().double().cpu().numpy() for k, v in model.named_buffers()}
+    out = deepseek_v3_constants(config, buffers)
+    for node in out:
+        key = f"model.layers.{node.split('.')[1]}.mlp.gate.e_score_correction_bias"
+        state[key] = buffers[key]
+    return out

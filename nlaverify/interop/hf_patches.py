@@ -165,7 +165,7 @@ def _as_array(value: Any, kind: str) -> np.ndarray:
     def f64(t: Any) -> np.ndarray:
         return t.detach().to(torch.float64).cpu().numpy()
 
-    if kind == "router_softmax":
+    if kind in ("router_softmax", "router_sigmoid"):  # the latter: hf_patches_deepseek
         logits, weights, idx = value
         gates = np.zeros(tuple(logits.shape))
         np.put_along_axis(gates, idx.detach().cpu().numpy(), f64(weights), axis=-1)
@@ -210,6 +210,9 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
         parts.add("router_softmax")
     if model_type == "deepseek_v2":  # the complex rotation (hf_patches_deepseek)
         parts.add("deepseek_rotary")
+    if model_type == "deepseek_v3" and raw.get("first_k_dense_replace", 3) < raw.get(
+            "num_hidden_layers", 61):  # its MoE layers' float32 router (hf_patches_deepseek)
+        parts.add("router_sigmoid")
     return frozenset(parts)
 
 

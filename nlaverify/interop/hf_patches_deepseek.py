@@ -11,16 +11,27 @@ parts, ``torch.view_as_real``):
 - ``"deepseek_rotary"`` (``attn.q_rope``): ``apply_rotary_emb`` (``xq.float()``,
   ``xk.float()``: the pairs :math:`x_{2i} + i x_{2i+1}` multiplied in complex64); replaced
   by :func:`_v2_apply_rotary_exact` (a module function, swapped for the duration).
+
+DeepSeek-V3 (``models/deepseek_v3/modeling_deepseek_v3.py``):
+
+- ``"router_sigmoid"`` (node ``blocks.{l}.mlp.out``, as Mixtral's ``"router_softmax"``):
+  ``DeepseekV3TopkRouter.forward`` (``hidden_states.type(torch.float32)``,
+  ``self.weight.type(torch.float32)``: the logits, the sigmoid, the biased group-limited
+  selection and the gates in float32); replaced by :func:`v3_router_exact`, the same steps in
+  the model dtype. Its fidelity record is the dense gates ``(T, E)`` (zero off the chosen
+  experts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEEPSEEK_EXACT_PATCHES", "patch_module"]
+__all__ = ["DEEPSEEK_EXACT_PATCHES", "patch_module", "v3_router_exact"]
 
 #: the exact-arithmetic patches of this module, by name, and the stock code each replaces
 DEEPSEEK_EXACT_PATCHES: dict[str, str] = {
+    "router_sigmoid": "models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward "
+                      "(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
     "deepseek_rotary": "models/deepseek_v2/modeling_deepseek_v2.py apply_rotary_emb "
                        "(xq.float(), xk.float(): the complex rotation in complex64)",
 }
@@ -34,6 +45,33 @@ def _v2_rotary_exact(self: Any, x: Any, position_ids: Any) -> Any:
 
     freqs = position_ids[..., None].to(torch.float64) * self._nlaverify_inv_freq.to(x.device)
     return torch.polar(torch.ones_like(freqs), freqs) * self.attention_scaling
+
+
+def v3_router_exact(self: Any, hidden_states: Any) -> tuple[Any, Any, Any]:
+    r"""``DeepseekV3TopkRouter.forward`` in the dtype of ``hidden_states`` (DeepSeek-V3
+    technical report §2.1.2, eq. (12)-(16)): :math:`s = \sigma(xW_r)`; each of the ``n_group``
+    groups scored by the sum of its top two :math:`s + b`; the top :math:`k` of :math:`s + b`
+    among the ``topk_group`` best groups; gates :math:`g_e = \rho\, s_e / (\sum_{S} s +
+    10^{-20})` (without ``norm_topk_prob``: :math:`\rho\, s_e`). Returns ``(logits, gates,
+    indices)`` as HF's."""
+    import torch
+
+    h = hidden_states.view(-1, self.hidden_dim)
+    logits = torch.nn.functional.linear(h, self.weight.to(h.dtype))
+    scores = logits.sigmoid()
+    choice = scores + self.e_score_correction_bias.to(h.dtype)
+    per = self.num_experts // self.num_group
+    group_scores = choice.view(-1, self.num_group, per).topk(2, dim=-1)[0].sum(dim=-1)
+    group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+    mask = group_mask.unsqueeze(-1).expand(-1, self.num_group, per).reshape(-1,
+                                                                              self.num_experts)
+    choice = choice.masked_fill(~mask.bool(), float("-inf"))
+    idx = torch.topk(choice, k=self.top_k, dim=-1, sorted=False)[1]
+    gates = scores.gather(1, idx)
+    if self.norm_topk_prob:
+        gates = gates / (gates.sum(dim=-1, keepdim=True) + 1e-20)
+    return logits, gates * self.routed_scaling_factor, idx
 
 
 def _v2_apply_rotary_exact(xq: Any, xk: Any, freqs_cis: Any) -> tuple[Any, Any]:
@@ -56,12 +94,17 @@ def patch_module(undo: Any, name: str, module: Any, parts: Any, config: Any, sin
     """Patch ``module`` (at ``name``) if it is one of this module's (``undo`` an
     :class:`~nlaverify.interop.hf_patches._Restorer`, ``sink`` the fidelity list, the last two
     :mod:`~nlaverify.interop.hf_patches`' functions of those names); whether it was handled.
-    The DeepSeek-V2 model itself gets ``"deepseek_rotary"`` (a module function)."""
+    The DeepSeek-V2 model itself gets ``"deepseek_rotary"`` (a module function); DeepSeek-V3's
+    routers ``"router_sigmoid"``."""
     import sys
 
     import torch
 
     cls = type(module).__name__
+    if cls == "DeepseekV3TopkRouter":
+        if "router_sigmoid" in parts:
+            undo.set_exact(module, name, "router_sigmoid", v3_router_exact, sink)
+        return True
     if cls == "DeepseekV2RotaryEmbedding":
         if "rotary" in parts:
             module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))

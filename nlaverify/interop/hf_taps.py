@@ -15,14 +15,13 @@ channels-first ``(1, E, n)`` tensors, GPT-NeoX's per-head fused ``query_key_valu
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nlaverify.config_moe import sparse_block
 from nlaverify.errors import UnknownNameError
-from nlaverify.interop.hf_taps_core import _channels, _layouts, _rows, _Tap
+from nlaverify.interop.hf_taps_core import _channels, _layouts, _onehot, _rows, _Tap
 from nlaverify.interop.hf_taps_families import (
     _falcon_taps,
     _gptj_taps,
@@ -94,16 +93,6 @@ def _gpt2_taps(c: Any) -> list[_Tap]:
                  _Tap(f"{p}.resid2", h, "out", _rows)]
     return [*taps, _Tap("final_norm", "transformer.ln_f", "out", _rows),
             _Tap("logits", "lm_head", "out", _rows)]
-
-
-def _onehot(n_experts: int) -> Callable[[Any], np.ndarray]:
-    """Mixtral's router output ``(logits, weights, indices)`` -> the 0/1 routing mask."""
-    def f(out: Any) -> np.ndarray:
-        idx = np.asarray(out[2]).astype(np.int64)  # check_model hands it over in float64
-        mask = np.zeros((idx.shape[0], n_experts))
-        np.put_along_axis(mask, idx, 1.0, axis=-1)
-        return mask
-    return f
 
 
 def _llama_taps(c: Any, model_type: str) -> list[_Tap]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from nlaverify.interop.weights_layout import rope_permutation
 
-__all__ = ["_Tap", "_channels", "_first", "_layouts", "_rows"]
+__all__ = ["_Tap", "_channels", "_first", "_layouts", "_onehot", "_rows"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,14 @@ def _first(a: Any) -> np.ndarray:
 def _channels(a: Any) -> np.ndarray:
     """HF's channels-first ``(1, E, n)`` (Mamba's convolution and time step) -> ``(n, E)``."""
     return np.asarray(a)[0].T
+
+
+def _onehot(n_experts: int) -> Callable[[Any], np.ndarray]:
+    """A top-k router's output ``(logits, weights, indices)`` (Mixtral's, Qwen's,
+    DeepSeek-V3's) -> the 0/1 routing mask."""
+    def f(out: Any) -> np.ndarray:
+        idx = np.asarray(out[2]).astype(np.int64)  # check_model hands it over in float64
+        mask = np.zeros((idx.shape[0], n_experts))
+        np.put_along_axis(mask, idx, 1.0, axis=-1)
+        return mask
+    return f

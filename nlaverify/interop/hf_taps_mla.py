@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from nlaverify.interop.hf_taps_core import _rows, _Tap
+from nlaverify.config_moe import sparse_block
+from nlaverify.interop.hf_taps_core import _onehot, _rows, _Tap
 from nlaverify.interop.weights_layout import rope_permutation
 
 __all__ = ["deepseek_v3_taps"]
@@ -54,6 +55,22 @@ def _heads(heads: int, width: int, lo: int, hi: int) -> Callable[[Any], np.ndarr
         x = _tokens(a)
         return x.reshape(x.shape[0], heads, width)[..., lo:hi].transpose(1, 0, 2)
     return f
+
+
+def _mlp_taps(c: Any, layer: int) -> list[_Tap]:
+    r"""The MLP's taps of block ``layer``: the dense SwiGLU's, or DeepSeek-V3's MoE
+    (``DeepseekV3TopkRouter`` returns ``(router_logits, topk_weights, topk_indices)``: the
+    logits are ``mlp.scores``, the indices' 0/1 mask ``mlp.route``; ``DeepseekV3MoE``'s output
+    ``mlp.out``). ``mlp.affinity`` :math:`\sigma(xW_r)` has no HF module output: unmapped."""
+    p, m = f"blocks.{layer}", f"model.layers.{layer}.mlp"
+    if sparse_block(c, layer):
+        return [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),
+                _Tap(f"{p}.mlp.route", f"{m}.gate", "out", _onehot(c.n_experts)),
+                _Tap(f"{p}.mlp.out", m, "out", _rows)]
+    return [_Tap(f"{p}.mlp.gate", f"{m}.gate_proj", "out", _rows),
+            _Tap(f"{p}.mlp.up", f"{m}.up_proj", "out", _rows),
+            _Tap(f"{p}.mlp.act", f"{m}.down_proj", "in", _rows),
+            _Tap(f"{p}.mlp.out", f"{m}.down_proj", "out", _rows)]
 
 
 def deepseek_v3_taps(c: Any, model_type: str = "deepseek_v3") -> list[_Tap]:
@@ -104,10 +121,7 @@ def deepseek_v3_taps(c: Any, model_type: str = "deepseek_v3") -> list[_Tap]:
                  _Tap(f"{q}.out", f"{a}.o_proj", "out", _rows),
                  _Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
                  _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows),
-                 _Tap(f"{p}.mlp.gate", f"{h}.mlp.gate_proj", "out", _rows),
-                 _Tap(f"{p}.mlp.up", f"{h}.mlp.up_proj", "out", _rows),
-                 _Tap(f"{p}.mlp.act", f"{h}.mlp.down_proj", "in", _rows),
-                 _Tap(f"{p}.mlp.out", f"{h}.mlp.down_proj", "out", _rows),
+                 *_mlp_taps(c, layer),
                  _Tap(f"{p}.resid2", h, "out", _rows)]
         if H > 1:
             taps.append(_Tap(f"{q}.k_shared", None, "key", att(lambda x: x[..., dc:]), layer))

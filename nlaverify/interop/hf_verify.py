@@ -107,6 +107,7 @@ from nlaverify.interop.hf_model import (
     _check_size,
     _check_tokens,
     _exact_parts,
+    _hf_constants,
     _hf_load,
     _load_weights,
     _max_params,
@@ -206,10 +207,11 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
     taps = _taps(model_type, config)
     model = _build_hf_model(hf, getattr(torch, dtype), checkpoint)
     state = params_to_hf(config, model_type, params)
-    weights_check = None
+    weights_check, constants = None, None
     if checkpoint is None:
         _load_weights(model, state)
     else:  # HF read the checkpoint its own way: does it hold what nlaverify read?
+        constants = _hf_constants(model, config, model_type, state)  # DeepSeek-V3's biases
         weights_check = _weights_check(model, state)
     load, hf_keys = _hf_load(config, model_type, params, state, model)
     report = HFVerifyReport(described, model_type, config, dtype, parts == needed,
@@ -226,7 +228,8 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
             intermediates={t.node: (_capture_name(t), t.convert) for t in taps},
             call=_hf_call("attention_softmax" in parts, "loss" in parts, fidelity,
                           "mamba_logits" in parts),
-            dtype=dtype, batched=False, subject=f"Hugging Face {model_type}")
+            dtype=dtype, batched=False, subject=f"Hugging Face {model_type}",
+            constants=constants)
     report.planted = planted
 
     # HF's rows are check_model's, with HF's names for the sources and the parameters

@@ -25,6 +25,11 @@ _PREFIX = {"gpt2": "transformer.", "mamba": "backbone.", "mamba2": "backbone.",
 #: the head's key, outside the base model (RWKV's is ``head``)
 _HEAD = {"rwkv": "head."}
 _MIXTRAL_LEGACY = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.w([123])\.weight$")
+#: DeepSeek-V3's per-expert keys (the released checkpoints', and what transformers 5.25's
+#: ``save_pretrained`` writes): ``experts.{e}.{gate,up,down}_proj.weight`` are w1, w3, w2
+_PER_EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj"
+                         r"\.weight$")
+_PER_EXPERT_W = {"gate": "1", "up": "3", "down": "2"}
 
 
 def _canonical_keys(state: Mapping[str, Any], mt: str, fn: str
@@ -65,15 +70,20 @@ def _spelled(key: str, user: Mapping[str, str], mt: str) -> str:
 
 
 def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str,
-                          user: Mapping[str, str]) -> None:
-    """Per-expert ``experts.{e}.w1/w2/w3.weight`` -> the fused ``gate_up_proj`` /
-    ``down_proj`` of transformers 5 (in place; every key and shape checked)."""
+                          user: Mapping[str, str], model_type: str = "mixtral") -> None:
+    """Per-expert ``experts.{e}.w1/w2/w3.weight`` (DeepSeek-V3: ``experts.{e}.{gate,up,down}
+    _proj.weight``) -> the fused ``gate_up_proj`` / ``down_proj`` of transformers 5 (in
+    place; every key and shape checked)."""
+    from nlaverify.config_moe import expert_width
+
+    deepseek = model_type == "deepseek_v3"
     groups: dict[int, dict[tuple[int, str], str]] = {}
     for k in state:
-        mt = _MIXTRAL_LEGACY.match(k)
+        mt = (_PER_EXPERT if deepseek else _MIXTRAL_LEGACY).match(k)
         if mt:
-            groups.setdefault(int(mt.group(1)), {})[(int(mt.group(2)), mt.group(3))] = k
-    d, m, n_e = c.d_model, c.d_mlp, c.n_experts
+            w = _PER_EXPERT_W[mt.group(3)] if deepseek else mt.group(3)
+            groups.setdefault(int(mt.group(1)), {})[(int(mt.group(2)), w)] = k
+    d, m, n_e = c.d_model, expert_width(c), c.n_experts
     want = {"1": (m, d), "2": (d, m), "3": (m, d)}
     for layer, found in sorted(groups.items()):
         base = f"model.layers.{layer}.mlp.experts."
@@ -96,7 +106,9 @@ def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str,
         for e in range(n_e):
             for w in "123":
                 if (e, w) not in found:
-                    key = _spelled(f"{base}{e}.w{w}.weight", user, "mixtral")
+                    name = {v: f"{k}_proj" for k, v in _PER_EXPERT_W.items()}[w] if \
+                        deepseek else f"w{w}"
+                    key = _spelled(f"{base}{e}.{name}.weight", user, model_type)
                     raise UnknownNameError(f"{fn}: missing key {key!r}")
         arr = {w: np.stack([np.asarray(state.pop(found[(e, w)])) for e in range(n_e)])
                for w in "123"}

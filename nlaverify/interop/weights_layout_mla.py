@@ -1,6 +1,8 @@
-r"""The weights table of ``DeepseekV3ForCausalLM`` and ``DeepseekV2ForCausalLM`` with every
-layer dense (Hugging Face ``models/deepseek_v3/modeling_deepseek_v3.py``, ``deepseek_v2``,
-transformers 5.25; V2's ``mlp_bias`` adds the MLP's three biases), for
+r"""The weights table of ``DeepseekV3ForCausalLM`` (its MoE blocks:
+:func:`~nlaverify.interop.weights_layout_moe.deepseek_v3_moe_entries`) and
+``DeepseekV2ForCausalLM`` with every layer dense (Hugging Face
+``models/deepseek_v3/modeling_deepseek_v3.py``, ``deepseek_v2``, transformers 5.25; V2's
+``mlp_bias`` adds the MLP's three biases), for
 :mod:`nlaverify.interop.weights_layout`: Llama's embedding, norms, SwiGLU MLP and
 ``lm_head``, and multi-head latent attention's projections split by output into the graph's
 (:mod:`nlaverify.graph.build_mla`):
@@ -29,6 +31,7 @@ import itertools
 import numpy as np
 
 from nlaverify.config import TransformerConfig
+from nlaverify.config_moe import sparse_block
 from nlaverify.interop.weights_layout_base import (
     Transform,
     _copy,
@@ -37,6 +40,7 @@ from nlaverify.interop.weights_layout_base import (
     _transpose,
     _unembed,
 )
+from nlaverify.interop.weights_layout_moe import deepseek_v3_moe_entries
 
 __all__ = ["deepseek_v3_entries", "per_head_rows"]
 
@@ -89,9 +93,12 @@ def deepseek_v3_entries(c: TransformerConfig) -> list[_Entry]:
                      (f"{q}k_nope.W_UK", f"{q}v.W_UV"), *per_head_rows(H, (dc, dv))),
               _Entry((f"{a}o_proj.weight",), ((d, H * dv),), (f"{q}out.W_O",), _transpose,
                      _transpose)]
-        for hn, pn, shape in (("gate_proj", "gate.{}_gate", (m, d)),
-                              ("up_proj", "up.{}_up", (m, d)),
-                              ("down_proj", "out.{}_down", (d, m))):
+        sparse = sparse_block(c, layer)  # DeepSeek-V3's experts (weights_layout_moe)
+        if sparse:
+            E += deepseek_v3_moe_entries(c, layer)
+        for hn, pn, shape in () if sparse else (("gate_proj", "gate.{}_gate", (m, d)),
+                                                ("up_proj", "up.{}_up", (m, d)),
+                                                ("down_proj", "out.{}_down", (d, m))):
             E.append(_Entry((f"{h}mlp.{hn}.weight",), (shape,), (f"{p}mlp.{pn.format('W')}",),
                             _transpose, _transpose))
             if c.mlp_bias:  # DeepSeek-V2's mlp_bias

@@ -6,6 +6,15 @@ experts ``mlp.experts.gate_up_proj`` ``(E, 2m, d)`` (rows :math:`[0, m)` the gat
 m)`` (:math:`W_2^{e\top}`); Qwen2-MoE's shared expert ``mlp.shared_expert.{gate,up,down}_proj
 .weight`` (:math:`U_1^\top, U_3^\top, U_2^\top`) and its gate ``mlp.shared_expert_gate.weight``
 ``(1, d)`` (:math:`w_{sg}^\top`). Used by :mod:`nlaverify.interop.weights_layout`.
+
+DeepSeek-V3 (``DeepseekV3MoE``, ``modeling_deepseek_v3.py``, transformers 5.25;
+:func:`deepseek_v3_moe_entries`): the same router and fused experts, the ungated shared
+experts ``mlp.shared_experts.{gate,up,down}_proj.weight`` (one SwiGLU of width
+``n_shared_experts * moe_intermediate_size``), and the router's load-balancing bias
+``mlp.gate.e_score_correction_bias`` ``(E,)``, a *buffer* (no parameter): it holds the graph's
+constant ``blocks.{l}.mlp.e_bias`` (:func:`~nlaverify.config_moe.routing_bias`), written by
+``params_to_hf`` (zeros for ``gradients=True``: no parameter's derivative flows into it) and
+read back by :func:`deepseek_v3_constants` as the data entry that replaces the constant.
 """
 
 from __future__ import annotations
@@ -13,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from nlaverify.config import TransformerConfig
-from nlaverify.config_moe import expert_width
+from nlaverify.config_moe import expert_width, routing_bias, sparse_block
 from nlaverify.interop.weights_layout_base import _Entry, _transpose
 
-__all__ = ["moe_entries"]
+__all__ = ["deepseek_v3_constants", "deepseek_v3_moe_entries", "moe_entries"]
 
 
 def _swap(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
@@ -60,7 +69,7 @@ def moe_entries(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
                   _swap)]
     f = c.d_shared_expert
     if f:
-        s = f"{h}mlp.shared_expert."
+        s = f"{h}mlp.shared_experts." if c.moe_router == "sigmoid" else f"{h}mlp.shared_expert."
         out += [_Entry((f"{s}{hn}.weight",), (shape,), (f"{p}mlp.{pn}",), _transpose,
                        _transpose)
                 for hn, pn, shape in (("gate_proj", "U1", (f, d)), ("up_proj", "U3", (f, d)),
@@ -69,3 +78,32 @@ def moe_entries(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
         out.append(_Entry((f"{h}mlp.shared_expert_gate.weight",), ((1, d),), (f"{p}mlp.w_sg",),
                           _row, _to_row))
     return out
+
+
+def _bias_key(layer: int) -> str:
+    return f"model.layers.{layer}.mlp.gate.e_score_correction_bias"
+
+
+def deepseek_v3_moe_entries(c: TransformerConfig, layer: int) -> list[_Entry]:
+    r"""The entries of DeepSeek-V3's MoE block ``layer`` (module docstring): router, fused
+    experts and shared experts as :func:`moe_entries`, and the bias buffer, which holds no
+    parameter (``ours=()``): :math:`b` = ``routing_bias(c, layer)`` when written (offsets
+    on), zeros for gradients."""
+    bias = routing_bias(c, layer)
+
+    def bias_to_hf(_: list[np.ndarray], offsets: bool) -> list[np.ndarray]:
+        return [bias.copy() if offsets else np.zeros_like(bias)]
+
+    return [*moe_entries(c, f"model.layers.{layer}.", f"blocks.{layer}."),
+            _Entry((_bias_key(layer),), ((c.n_experts,),), (), lambda a, _: [], bias_to_hf)]
+
+
+def deepseek_v3_constants(c: TransformerConfig, state: dict[str, np.ndarray]
+                          ) -> dict[str, np.ndarray]:
+    r"""The graph's constants held by a DeepSeek-V3 state dict: each sparse block's
+    ``e_score_correction_bias`` as ``blocks.{l}.mlp.e_bias`` (float64), the data entries
+    that replace :func:`~nlaverify.config_moe.routing_bias` (a checkpoint's trained
+    :math:`b`)."""
+    return {f"blocks.{layer}.mlp.e_bias": np.asarray(state[_bias_key(layer)], dtype=np.float64)
+            for layer in range(c.n_blocks) if sparse_block(c, layer)
+            and c.moe_router == "sigmoid"}
