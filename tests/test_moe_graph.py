@@ -157,3 +157,26 @@ def test_options_are_refused_where_they_do_not_apply(changes: dict, field: str) 
     with pytest.raises(ConfigError, match=f"TransformerConfig.{field}"):
         TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=1, d_mlp=8,
                           **changes)
+
+
+@pytest.mark.parametrize(("name", "renormalize"), [("deepseek-v3-like", False),
+                                                   ("qwen2-moe-like", True)])
+def test_renormalisation_under_the_released_routers(name: str, renormalize: bool) -> None:
+    """``moe_renormalize`` flipped from the member's (DeepSeek-V3's ``norm_topk_prob=False``:
+    gates :math:`\\rho s_e`; Qwen2-MoE's ``True``: ``qwen2_moe_norm``): graph and model agree
+    node by node, and the flag changes the block's output. Review of issue 23: the graph
+    passing ``renormalize=True`` to ``deepseek_v3_moe`` whatever the flag, or the model
+    always renormalising the sigmoid gates, passed every other test (no member has the sigmoid
+    router unrenormalised)."""
+    cfg = zoo.zoo_config(name)
+    flipped = cfg.replace(moe_renormalize=renormalize)
+    node, seen = _first_divergence(flipped)
+    assert node is None, node
+    assert f"blocks.{cfg.n_blocks - 1}.mlp.out" in seen
+    outs = []
+    for c in (cfg, flipped):
+        g = build_transformer(c)
+        data = sample_data(c.vocab_size, min(6, c.context), 3)
+        ev = run_graph(g, "numpy", init_params(g, 3), {**graph_constants(g), **data})
+        outs.append(np.asarray(ev.values[f"blocks.{c.n_blocks - 1}.mlp.out"]))
+    assert not np.allclose(*outs)
