@@ -223,3 +223,19 @@ def test_planted_rope_and_qk_norm_are_named(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(hf_verify, "_load_weights", shifted)
     q = _verify(exact=True)
     assert q.first_divergence == "blocks.0.attn.q_norm", format_hf_report(q)
+
+
+def test_rope_check_judges_each_layer_type() -> None:
+    """The frequency check of a Gemma 3 judges both of HF's tables (review of issue 23:
+    reporting the full-attention table's row alone passed every other test): a wrong local
+    base fails it as a wrong global base does."""
+    pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from nlaverify.interop.hf_checks import _rope_check
+
+    raw = {k: v for k, v in TINY.items() if k != "model_type"}
+    model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**raw))
+    c = load_hf_config(TINY).config
+    assert _rope_check(model, c).ok
+    assert not _rope_check(model, c.replace(rope_local_base=20)).ok
+    assert not _rope_check(model, c.replace(rope_base=2000)).ok
