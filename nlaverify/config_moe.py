@@ -29,14 +29,15 @@ import numpy as np
 
 from nlaverify.config_options import ConfigError
 
-__all__ = ["MOE_ROUTERS", "activated_parameters", "check_moe", "expert_width", "routing_bias",
-           "sparse_block"]
+__all__ = ["MOE_DEFAULTS", "MOE_ROUTERS", "activated_line", "activated_parameters",
+           "check_moe", "expert_width", "routing_bias", "sparse_block"]
 
 #: the routers of :attr:`TransformerConfig.moe_router`: Mixtral's and Qwen's softmax,
 #: DeepSeek-V3's sigmoid
 MOE_ROUTERS = ("softmax", "sigmoid")
 
-_DEFAULTS = {"moe_router": "softmax", "moe_intermediate_size": None, "d_shared_expert": 0,
+#: the released routers' options at their defaults (Mixtral's router, no shared expert)
+MOE_DEFAULTS = {"moe_router": "softmax", "moe_intermediate_size": None, "d_shared_expert": 0,
              "shared_expert_gate": False, "routed_scaling_factor": 1.0, "n_group": 1,
              "topk_group": 1, "moe_dense_layers": ()}
 
@@ -81,7 +82,7 @@ def check_moe(cfg: Any) -> None:
     SwiGLU (Hugging Face ``Qwen2MoeMLP``, ``DeepseekV3MLP``) and its gate needs it."""
     _check_types(cfg)
     if not cfg.n_experts:
-        for f, v in _DEFAULTS.items():
+        for f, v in MOE_DEFAULTS.items():
             if getattr(cfg, f) != v:
                 raise ConfigError(f"TransformerConfig.{f}: applies to mixtures of experts "
                                   f"(n_experts > 0); expected {v!r} with n_experts=0, got "
@@ -94,9 +95,9 @@ def check_moe(cfg: Any) -> None:
                    True)
     if cfg.moe_router == "softmax":
         for f in ("routed_scaling_factor", "n_group", "topk_group"):
-            if getattr(cfg, f) != _DEFAULTS[f]:
+            if getattr(cfg, f) != MOE_DEFAULTS[f]:
                 raise ConfigError(f"TransformerConfig.{f}: applies to moe_router='sigmoid' "
-                                  f"(DeepSeek-V3); expected {_DEFAULTS[f]!r} with the softmax "
+                                  f"(DeepSeek-V3); expected {MOE_DEFAULTS[f]!r} with the softmax "
                                   f"router, got {getattr(cfg, f)!r}")
         return
     if cfg.mlp != "swiglu":
@@ -130,11 +131,13 @@ def sparse_block(cfg: Any, layer: int) -> bool:
 def routing_bias(cfg: Any, layer: int) -> np.ndarray:
     r"""The load-balancing bias :math:`b \in \mathbb R^E` of block ``layer`` under the sigmoid
     router, the graph's constant ``blocks.{layer}.mlp.e_bias``: a fixed draw
-    :math:`N(0, 1/4)` from ``SeedSequence([23, layer])`` standing in for the trained values
-    (Hugging Face initialises the buffer to zeros; a zero bias would leave the selection by
-    :math:`s + b` untested). A checkpoint's values are passed with the data."""
+    :math:`N(0, 1/4)` from ``SeedSequence([23, layer])``, rounded to a multiple of
+    :math:`1/8` (exact in bfloat16 and every wider type, so a low-precision run holds the very
+    bias of the float64 reference), standing in for the trained values (Hugging Face
+    initialises the buffer to zeros; a zero bias would leave the selection by :math:`s + b`
+    untested). A checkpoint's values are passed with the data."""
     seed = np.random.SeedSequence([23, layer]).generate_state(1)[0]
-    return np.random.default_rng(int(seed)).normal(0.0, 0.5, cfg.n_experts)
+    return np.round(8 * np.random.default_rng(int(seed)).normal(0.0, 0.5, cfg.n_experts)) / 8
 
 
 def activated_parameters(cfg: Any, total: int, experts: int) -> int:
@@ -146,3 +149,14 @@ def activated_parameters(cfg: Any, total: int, experts: int) -> int:
     if not cfg.n_experts:
         return total
     return total - experts * (cfg.n_experts - cfg.top_k) // cfg.n_experts
+
+
+def activated_line(cfg: Any, counts: Any) -> tuple[int, str] | None:
+    """``(activated, text)`` for ``nlaverify params`` of a mixture of experts
+    (:func:`activated_parameters` of the :class:`~nlaverify.graph.build.ParameterCounts`
+    ``counts``), ``None`` for a dense model."""
+    if not cfg.n_experts:
+        return None
+    active = activated_parameters(cfg, counts.total, counts.by_component.get("moe.experts", 0))
+    return active, (f"{active:>20,}  {100 * active / counts.total:6.2f} %  ({cfg.top_k} of "
+                    f"{cfg.n_experts} routed experts, shared and dense parts)")

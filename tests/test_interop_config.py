@@ -59,6 +59,7 @@ MINIMAL["mixtral"] = {**MINIMAL["mixtral"], "num_attention_heads": 16, "hidden_s
 MINIMAL["mistral"] = {**MINIMAL["mistral"], "num_attention_heads": 16, "hidden_size": 32}
 MINIMAL["gemma"] = {**MINIMAL["gemma"], "num_attention_heads": 32}
 MINIMAL["ministral"] = {**MINIMAL["ministral"], "num_attention_heads": 16, "hidden_size": 32}
+MINIMAL["qwen2_moe"] = {**MINIMAL["qwen2_moe"], "num_attention_heads": 16, "hidden_size": 32}
 #: published files nlaverify refuses, and the key it names (StarCoder2-3B's rope_theta
 #: 999999.4420358813 is no integer base)
 REFUSED = {"starcoder2-3b.json": r"'rope_parameters\.rope_theta'"}
@@ -125,6 +126,17 @@ EXPRESSIBLE = {
     "qwen3": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, d_head=8,
                                n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
                                mlp="swiglu", qk_norm=True),
+    # Qwen2-MoE: a gated shared expert, block 0 dense, gates not renormalised, Q/K/V biases
+    "qwen2_moe": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
+                                   n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
+                                   mlp="swiglu", n_experts=4, top_k=2, moe_renormalize=False,
+                                   moe_intermediate_size=8, d_shared_expert=12,
+                                   shared_expert_gate=True, moe_dense_layers=(0,),
+                                   attn_bias=True, attn_out_bias=False),
+    "qwen3_moe": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2,
+                                   d_head=8, n_blocks=2, d_mlp=24, norm="rmsnorm",
+                                   positions="rope", mlp="swiglu", qk_norm=True, n_experts=4,
+                                   top_k=2, moe_intermediate_size=8),
     "gemma": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_kv_heads=1, d_head=8,
                                n_blocks=2, d_mlp=24, norm="rmsnorm", positions="rope",
                                mlp="geglu", embed_scale=True, tied_embeddings=True,

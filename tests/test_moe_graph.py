@@ -180,3 +180,23 @@ def test_renormalisation_under_the_released_routers(name: str, renormalize: bool
         ev = run_graph(g, "numpy", init_params(g, 3), {**graph_constants(g), **data})
         outs.append(np.asarray(ev.values[f"blocks.{c.n_blocks - 1}.mlp.out"]))
     assert not np.allclose(*outs)
+
+
+def test_low_precision_run_is_within_the_tolerance_model() -> None:
+    """bfloat16 against float64 node by node (the MoE blocks keep the stage model: routing
+    ops); the routing bias is exact in bfloat16, so the run holds the reference's bias."""
+    from nlaverify.precision import measure, prepare, run_subject
+
+    setup = prepare(zoo.zoo_config("deepseek-v3-like"), "bfloat16", seed=1)
+    rep = measure(setup, run_subject(setup))
+    assert rep.ok, (rep.first_value_divergence, rep.first_cotangent_divergence)
+
+
+def test_an_unrepresentable_bias_would_show_at_its_constant(monkeypatch) -> None:
+    import nlaverify.graph.build_moe as build_moe
+    from nlaverify.precision import measure, prepare, run_subject
+
+    monkeypatch.setattr(build_moe, "routing_bias", lambda cfg, layer: routing_bias(
+        cfg, layer) + 0.01)
+    setup = prepare(zoo.zoo_config("deepseek-v3-like"), "bfloat16", seed=2)  # not cached
+    assert measure(setup, run_subject(setup)).first_value_divergence == "blocks.1.mlp.e_bias"

@@ -25,7 +25,9 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   biases and no O bias (``attn_bias=True, attn_out_bias=False``); ``mistral`` and ``mixtral``
   none. ``mixtral``: ``num_local_experts`` (alias ``num_experts``, at least 1) experts, top
   ``num_experts_per_tok`` (between 1 and the number of experts), gates renormalised over the
-  selected experts. ``qwen3``: RMSNorm of
+  selected experts. ``qwen2_moe``, ``qwen3_moe``: as ``qwen2``, ``qwen3`` (``qwen2_moe``'s
+  Q/K/V biases by ``qkv_bias``) with Qwen's mixture of experts
+  (:mod:`~nlaverify.interop.hf_config_qwen_moe`). ``qwen3``: RMSNorm of
   each head's query and key (``qk_norm``). ``gemma``: the embedding times :math:`\sqrt d`
   (``embed_scale``), tied embeddings by default, RMSNorm gains :math:`1 + w` (a weights-side
   convention). A legacy ``hidden_activation`` key (``transformers`` 4.x Gemma) is accepted only
@@ -100,6 +102,7 @@ from nlaverify.interop.hf_config_olmo import olmo_fields
 from nlaverify.interop.hf_config_olmo2 import olmo2_fields
 from nlaverify.interop.hf_config_opt import opt_fields
 from nlaverify.interop.hf_config_phi3 import phi3_fields
+from nlaverify.interop.hf_config_qwen_moe import QWEN_MOE, qwen_moe_fields
 from nlaverify.interop.hf_config_reader import Reader, read_source, typed
 from nlaverify.interop.hf_config_rwkv import rwkv_fields
 from nlaverify.interop.hf_config_stablelm import stablelm_fields
@@ -240,7 +243,7 @@ def _llama_family(r: Reader) -> dict[str, Any]:
         tied_embeddings=r.get("tie_word_embeddings", "bool"))
     kv = r.get("num_key_value_heads", "int?")
     kw["n_kv_heads"] = nh if kv is None else kv
-    if mt == "qwen2":  # no field in Qwen2Config; Qwen2Attention reads getattr(config, "head_dim")
+    if mt in ("qwen2", *QWEN_MOE):  # no field in the configs; the attention reads getattr
         dh = typed(mt, "head_dim", r.raw("head_dim"), "int?")
     else:
         dh = r.get("head_dim", "int?")
@@ -254,7 +257,9 @@ def _llama_family(r: Reader) -> dict[str, Any]:
             raise ConfigError(f"load_hf_config: mixtral config: field 'num_experts_per_tok': "
                               f"expected an integer in [1, {kw['n_experts']}] (the number of "
                               f"experts), got {kw['top_k']}")
-    if mt == "qwen3":
+    if mt in QWEN_MOE:
+        kw.update(qwen_moe_fields(r, kw["n_blocks"]))
+    if mt in ("qwen3", "qwen3_moe"):
         kw["qk_norm"] = True
     if mt == "gemma":
         kw["embed_scale"] = True
@@ -299,7 +304,7 @@ def _activation(r: Reader) -> str:
         if legacy is not None and legacy != "gelu_pytorch_tanh":
             raise ConfigError(f"load_hf_config: gemma config: field 'hidden_activation': only "
                               f"'gelu_pytorch_tanh' is supported, got {legacy!r}")
-    allowed = ("silu",) if mt == "mixtral" else tuple(_GATED_ACTS)
+    allowed = ("silu",) if mt in ("mixtral", *QWEN_MOE) else tuple(_GATED_ACTS)
     if act not in allowed:
         raise ConfigError(f"load_hf_config: {mt} config: field 'hidden_act': expected one of "
                           f"{', '.join(allowed)}, got {act!r}")
@@ -312,8 +317,10 @@ def _biases(r: Reader) -> dict[str, Any]:
     if mt == "llama":
         return {"attn_bias": r.get("attention_bias", "bool"),
                 "mlp_bias": r.get("mlp_bias", "bool")}
-    if mt in ("qwen3", "gemma"):
+    if mt in ("qwen3", "gemma", "qwen3_moe"):
         return {"attn_bias": r.get("attention_bias", "bool")}
+    if mt == "qwen2_moe":  # Qwen2MoeAttention: q/k/v_proj bias=qkv_bias, o_proj none
+        return {"attn_bias": r.get("qkv_bias", "bool"), "attn_out_bias": False}
     if mt == "qwen2":  # Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
         return {"attn_bias": True, "attn_out_bias": False}
     return {}

@@ -30,6 +30,7 @@ from nlaverify.interop.hf_config_olmo import olmo_hf_dict, olmo_mismatch
 from nlaverify.interop.hf_config_olmo2 import olmo2_hf_dict, olmo2_mismatch
 from nlaverify.interop.hf_config_opt import opt_hf_dict, opt_mismatch
 from nlaverify.interop.hf_config_phi3 import phi3_hf_dict, phi3_mismatch
+from nlaverify.interop.hf_config_qwen_moe import QWEN_MOE, moe_fixed, qwen_moe_export
 from nlaverify.interop.hf_config_rwkv import rwkv_hf_dict, rwkv_mismatch
 from nlaverify.interop.hf_config_stablelm import stablelm_hf_dict, stablelm_mismatch
 from nlaverify.interop.hf_config_starcoder2 import starcoder2_hf_dict, starcoder2_mismatch
@@ -91,17 +92,20 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "placement": "pre", "final_norm": True, "causal": True, "temperature": 1.0,
         "attention": "softmax", "norm": "layernorm" if gpt2 else "rmsnorm",
         "positions": "learned" if gpt2 else "rope",
-        "n_experts": 0 if model_type != "mixtral" else c.n_experts,
-        "qk_norm": model_type == "qwen3", "embed_scale": model_type == "gemma",
-        "moe_renormalize": True, "rope_pairing": "interleaved", "rotary_dim": None,
+        "n_experts": 0 if model_type not in ("mixtral", *QWEN_MOE) else c.n_experts,
+        **moe_fixed(c, model_type),
+        "qk_norm": model_type in ("qwen3", "qwen3_moe"), "embed_scale": model_type == "gemma",
+        "rope_pairing": "interleaved", "rotary_dim": None,
         "parallel_residual": False, "unembed_bias": False, "post_norms": False,
         "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
         "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
         "pre_norms": True, "qk_norm_joint": False, "norm_affine": True, "norm_bias": True,
         "mixer": "attention", "rope_local_base": None,
     }
+    if model_type not in QWEN_MOE:  # Qwen MoE: norm_topk_prob either way
+        fixed["moe_renormalize"] = True
     if model_type not in ("mistral", "mixtral", "qwen2", "qwen3"):
-        fixed["sliding_window"] = None
+        fixed["sliding_window"] = None  # (Qwen MoE: no window, hf_config_qwen_moe)
     if gpt2:
         fixed.update(attn_bias=True, out_bias=True, mlp_bias=True, n_kv_heads=c.n_heads,
                      d_head=c.d_model // c.n_heads, rope_scaling=None)
@@ -112,13 +116,15 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
             fixed.update(attn_bias=False, out_bias=False)
         elif model_type == "qwen2":
             fixed.update(attn_bias=True, out_bias=False)
+        elif model_type == "qwen2_moe":
+            fixed["out_bias"] = False
         else:
             fixed["out_bias"] = c.attn_bias
-    if model_type == "mixtral":
+    if model_type in ("mixtral", *QWEN_MOE):
         fixed["mlp"] = "swiglu"
         if c.n_experts < 1:
-            raise ConfigError("hf_config_dict: mixtral needs TransformerConfig.n_experts >= 1, "
-                              "got 0")
+            raise ConfigError(f"hf_config_dict: {model_type} needs TransformerConfig.n_experts"
+                              " >= 1, got 0")
     elif model_type == "gemma":
         fixed["mlp"] = "geglu"
     elif not gpt2:
@@ -147,8 +153,12 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
              tie_word_embeddings=c.tied_embeddings)
     if model_type == "llama":
         d.update(attention_bias=c.attn_bias, mlp_bias=c.mlp_bias)
-    elif model_type in ("qwen3", "gemma"):
+    elif model_type in ("qwen3", "gemma", "qwen3_moe"):
         d["attention_bias"] = c.attn_bias
+    elif model_type == "qwen2_moe":
+        d["qkv_bias"] = c.attn_bias
+    if model_type in QWEN_MOE:
+        d.update(qwen_moe_export(c, model_type))
     if model_type == "mixtral":
         d.update(num_local_experts=c.n_experts, num_experts_per_tok=c.top_k)
     if model_type in ("mistral", "mixtral"):

@@ -17,7 +17,7 @@ from typing import Any
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
              "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
-             "falcon", "opt", "rwkv", "mamba2", "gemma3_text")
+             "falcon", "opt", "rwkv", "mamba2", "gemma3_text", "qwen2_moe", "qwen3_moe")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -32,7 +32,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "olmo": "OlmoForCausalLM", "cohere": "CohereForCausalLM",
                  "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM",
                  "rwkv": "RwkvForCausalLM", "mamba2": "Mamba2ForCausalLM",
-                 "gemma3_text": "Gemma3ForCausalLM"}
+                 "gemma3_text": "Gemma3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                 "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -97,8 +98,9 @@ IGNORED_ONLY: dict[str, tuple[str, ...]] = {
     **{k: ("gpt2",) for k in ("reorder_and_upcast_attn", "summary_type", "summary_use_proj",
                               "summary_activation", "summary_proj_to_labels",
                               "summary_first_dropout")},
-    **{k: ("mixtral",) for k in ("router_aux_loss_coef", "output_router_logits",
-                                 "router_jitter_noise")},
+    **{k: ("mixtral", "qwen2_moe", "qwen3_moe") for k in ("router_aux_loss_coef",
+                                                           "output_router_logits")},
+    "router_jitter_noise": ("mixtral",),
     "pretraining_tp": ("llama",),
     **{k: ("mamba",) for k in ("time_step_scale", "time_step_init_scheme", "use_mambapy",
                                "use_associative_scan")},
@@ -219,6 +221,19 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "rwkv": {"context_length": 1024, "attention_hidden_size": None,
              "intermediate_size": None, "layer_norm_epsilon": 1e-5,
              "tie_word_embeddings": False},
+    "qwen2_moe": {"num_key_value_heads": 16, "hidden_act": "silu",
+                  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+                  "tie_word_embeddings": False, "use_sliding_window": False,
+                  "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
+                  "num_experts": 60, "norm_topk_prob": False, "qkv_bias": True,
+                  "rope_theta": 10000.0},
+    "qwen3_moe": {"num_key_value_heads": 4, "hidden_act": "silu",
+                  "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+                  "tie_word_embeddings": False, "attention_bias": False,
+                  "use_sliding_window": False, "decoder_sparse_step": 1,
+                  "moe_intermediate_size": 768, "num_experts_per_tok": 8, "num_experts": 128,
+                  "norm_topk_prob": False, "rope_theta": 10000.0},
     "ministral": {"num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
                   "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
                   "tie_word_embeddings": False, "sliding_window": 4096, "layer_types": None,

@@ -90,7 +90,7 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     # experts: HF's loop over experts ("eager"); the default grouped_mm kernel takes no
     # float64 on the CPU (transformers/integrations/moe.py)
     extra = {"experts_implementation": "eager"} if getattr(
-        hf_config, "num_local_experts", 0) else {}
+        hf_config, "num_local_experts", 0) or getattr(hf_config, "num_experts", 0) else {}
     auto = transformers.AutoModelForCausalLM
     with _quiet_transformers():
         if checkpoint is None:

@@ -202,7 +202,7 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
     parts = {"rmsnorm", "rotary", "attention_softmax", "loss"}
     if model_type in ("olmo", "cohere"):  # float32 LayerNorms (hf_patches_norms)
         parts = parts - {"rmsnorm"} | {"layernorm"} | {"cohere_rotary"} & {f"{model_type}_rotary"}
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         parts.add("router_softmax")
     return frozenset(parts)
 
@@ -309,7 +309,9 @@ def _router_forward(self: Any, hidden_states: Any, *, exact: bool, renormalize: 
 
 
 def _is_mixtral_router(module: Any) -> bool:
-    return type(module).__name__ == "MixtralTopKRouter"
+    """Mixtral's router or Qwen-MoE's (the same forward, ``norm_topk_prob`` optional)."""
+    return type(module).__name__ in ("MixtralTopKRouter", "Qwen2MoeTopKRouter",
+                                     "Qwen3MoeTopKRouter")
 
 
 def exact_inv_freq(config: Any) -> np.ndarray:
@@ -378,7 +380,8 @@ def exact_arithmetic(model: Any, config: Any,
                 undo.set_exact(module, name, "rotary", _rotary_exact, fidelity)
             elif _is_mixtral_router(module) and "router_softmax" in parts:
                 undo.set_exact(module, name, "router_softmax", lambda self, h: _router_forward(
-                    self, h, exact=True, renormalize=True), fidelity)
+                    self, h, exact=True, renormalize=getattr(self, "norm_topk_prob", True)),
+                    fidelity)
         yield
     finally:
         undo.restore()

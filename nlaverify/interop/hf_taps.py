@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from nlaverify.config_moe import sparse_block
 from nlaverify.errors import UnknownNameError
 from nlaverify.interop.hf_taps_core import _channels, _layouts, _rows, _Tap
 from nlaverify.interop.hf_taps_families import (
@@ -33,8 +34,8 @@ from nlaverify.interop.hf_taps_families import (
 
 #: the HF ``model_type``\ s whose module layout :func:`~nlaverify.interop.hf_verify.verify_hf`
 #: maps
-LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite",
-              "olmo2", "ministral", "olmo", "gemma3_text")
+LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
+              "gemma", "gemma2", "granite", "olmo2", "ministral", "olmo", "gemma3_text")
 
 
 def _taps(model_type: str, config: Any) -> list[_Tap]:
@@ -153,7 +154,7 @@ def _llama_taps(c: Any, model_type: str) -> list[_Tap]:
             taps += [_Tap(f"{p}.resid1", f"{h}.post_attention_layernorm", "in", _rows),
                      _Tap(f"{p}.norm2", f"{h}.post_attention_layernorm", "out", _rows)]
         m = f"{h}.mlp"
-        if c.n_experts:
+        if sparse_block(c, layer):  # Mixtral's or Qwen's router: (logits, weights, indices)
             taps += [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),
                      _Tap(f"{p}.mlp.route", f"{m}.gate", "out", _onehot(c.n_experts)),
                      _Tap(f"{p}.mlp.out", m, "out", _rows)]

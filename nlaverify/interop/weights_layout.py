@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from nlaverify.config import ConfigError, TransformerConfig
+from nlaverify.config_moe import sparse_block
 from nlaverify.errors import ArgumentError
 from nlaverify.interop.hf_config import SUPPORTED, hf_config_dict
 from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
@@ -32,6 +33,7 @@ from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
 )
 from nlaverify.interop.weights_layout_falcon import falcon_entries
 from nlaverify.interop.weights_layout_mamba2 import mamba2_entries
+from nlaverify.interop.weights_layout_moe import moe_entries
 from nlaverify.interop.weights_layout_opt import opt_entries
 from nlaverify.interop.weights_layout_rwkv import rwkv_entries
 
@@ -211,26 +213,9 @@ def _llama_entries(c: TransformerConfig, mt: str) -> list[_Entry]:
 
 
 def _llama_mlp(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
+    if sparse_block(c, int(p.split(".")[1])):  # p = blocks.{l}.
+        return moe_entries(c, h, p)
     d, m = c.d_model, c.d_mlp
-    if c.n_experts:
-        n_e = c.n_experts
-
-        def gate_up_to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-            g = a[0].transpose(0, 2, 1)  # (E, d, 2m)
-            return [np.ascontiguousarray(g[..., :m]), np.ascontiguousarray(g[..., m:])]
-
-        def gate_up_to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-            return [np.ascontiguousarray(np.concatenate(a, axis=-1).transpose(0, 2, 1))]
-
-        def swap(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-            return [np.ascontiguousarray(a[0].transpose(0, 2, 1))]
-
-        return [_Entry((f"{h}mlp.gate.weight",), ((n_e, d),), (f"{p}mlp.W_router",),
-                       _transpose, _transpose),
-                _Entry((f"{h}mlp.experts.gate_up_proj",), ((n_e, 2 * m, d),),
-                       (f"{p}mlp.W1", f"{p}mlp.W3"), gate_up_to_ours, gate_up_to_hf),
-                _Entry((f"{h}mlp.experts.down_proj",), ((n_e, d, m),), (f"{p}mlp.W2",), swap,
-                       swap)]
     out = []
     for hn, pn, shape in (("gate_proj", "gate.{}_gate", (m, d)), ("up_proj", "up.{}_up", (m, d)),
                           ("down_proj", "out.{}_down", (d, m))):

@@ -27,7 +27,8 @@ EXACT_FORWARD = frozenset({"split_heads", "merge_heads", "repeat_kv", "embed", "
 #: ops that multiply matrices (their products round to TF32 under ``"tf32"``); the
 #: embedding's VJP is the one-hot product :math:`U^\top G`
 MATMUL_OPS = frozenset({"affine", "linear", "unembed_tied", "attention", "causal_attention",
-                        "multihead_attention", "moe", "moe_swiglu", "embed"})
+                        "multihead_attention", "moe", "moe_swiglu", "embed", "qwen2_moe",
+                        "qwen2_moe_norm", "deepseek_v3_moe"})
 #: ops computing a sum of their arguments: their errors add in variance
 SUM_OPS = frozenset({"residual_add", "add_learned_positions"})
 #: ops whose VJP branches on the sign of an input (argument position): not continuous

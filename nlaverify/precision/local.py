@@ -100,7 +100,8 @@ __all__ = ["MAX_ENTRIES", "ROUTING_OPS", "LocalTerms", "decide", "local_terms", 
 #: ops that route on a computed intermediate (the router's top-:math:`k` inside a
 #: mixture of experts): a flip inside the error band is a jump the running bound does not
 #: see, so their rows keep the stage model
-ROUTING_OPS = frozenset({"moe", "moe_swiglu", "moe_topk"})
+ROUTING_OPS = frozenset({"moe", "moe_swiglu", "moe_topk", "qwen2_moe", "qwen2_moe_norm",
+                         "deepseek_v3_moe"})
 
 
 #: what an op the running namespace cannot evaluate raises (a namespace function it lacks,
