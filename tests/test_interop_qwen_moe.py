@@ -184,3 +184,14 @@ def test_published_totals_are_hf_meta_counts_and_activated_as_hf_routes(name: st
     with contextlib.redirect_stdout(out):
         _cmd_params(argparse.Namespace(preset=None, config=path, lora=None, json=True))
     assert json.loads(out.getvalue())["activated_per_token"] == active
+
+
+def test_auxiliary_loss_is_left_out() -> None:
+    """``output_router_logits: true`` (ignored: a training setting) made HF add
+    ``router_aux_loss_coef`` times its load-balancing loss to the loss even in eval mode, and
+    stock ``verify --hf`` reported the loss beyond float32 (review of issue 23: 0.51 with a
+    coefficient 0.5); HF's model is now built without it, as for ``false``."""
+    cfg = dict(CONFIGS["qwen2_moe"], output_router_logits=True, router_aux_loss_coef=0.5)
+    r, plain = verify_hf(cfg, seq_len=N), verify_hf(CONFIGS["qwen2_moe"], seq_len=N)
+    assert r.first_beyond_float32 is None, format_hf_report(r)
+    assert r.row("loss").error == plain.row("loss").error
