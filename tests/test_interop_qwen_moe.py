@@ -83,6 +83,8 @@ def test_config_round_trip(mt: str) -> None:
     ("qwen3_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok"),
     ("qwen3_moe", {"mlp_only_layers": [2]}, "mlp_only_layers"),
     ("qwen3_moe", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+    # review of issue 23: accepted before (HF refuses it, as nlaverify's qwen2/qwen3 do)
+    ("qwen2_moe", {"layer_types": ["full_attention"] * 3}, "'layer_types': expected 2"),
 ])
 def test_config_refusals_name_the_key(mt: str, change: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
