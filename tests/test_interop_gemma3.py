@@ -90,7 +90,10 @@ def test_new_option_is_checked() -> None:
     for change, match in (({"rope_local_base": 5}, r"rope_local_base: .*sliding_window"),
                           ({"rope_local_base": 1, "sliding_window": 2}, r">= 2"),
                           ({"rope_local_base": 5, "sliding_window": 2, "positions": "learned"},
-                           r"positions='rope'")):
+                           r"positions='rope'"),
+                          # review of issue 23: no windowed block, so no effect: was accepted
+                          ({"rope_local_base": 5, "sliding_window": 2, "window_layers": ()},
+                           r"rope_local_base: .*window_layers=\(\)")):
         with pytest.raises(ConfigError, match=match):
             TransformerConfig(**{**base, **change})
     c = TransformerConfig(**base, sliding_window=2, window_layers=(1,), rope_local_base=5)
