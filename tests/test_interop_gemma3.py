@@ -242,3 +242,21 @@ def test_rope_check_judges_each_layer_type() -> None:
     assert _rope_check(model, c).ok
     assert not _rope_check(model, c.replace(rope_local_base=20)).ok
     assert not _rope_check(model, c.replace(rope_base=2000)).ok
+
+
+def test_released_text_config_as_published_loads() -> None:
+    """google/gemma-3-4b-it's ``text_config`` as released gives six keys and leaves the
+    vocabulary and the heads to ``Gemma3TextConfig``'s defaults (review of issue 23: it was
+    refused, "missing required field 'vocab_size'"): it reads as the written-out file and as
+    transformers reads it."""
+    full = json.loads((DATA / "gemma-3-4b.json").read_text())
+    released = {**{k: v for k, v in full.items() if not k.startswith("_")}, "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024}}
+    c = load_hf_config(released).config
+    assert c == load_hf_config(DATA / "gemma-3-4b.json").config.replace(name=c.name)
+    transformers = pytest.importorskip("transformers")
+    text = transformers.Gemma3TextConfig(**{k: v for k, v in released["text_config"].items()
+                                            if k != "model_type"}).to_dict()
+    assert load_hf_config(text).config.replace(name=c.name) == c
