@@ -151,12 +151,16 @@ def test_qwen_shared_gate_is_counted() -> None:
     ({"n_experts": 4, "top_k": 2, "mlp": "swiglu", "shared_expert_gate": True},
      "shared_expert_gate"),
     ({"n_experts": 4, "top_k": 2, "moe_dense_layers": (1,)}, "moe_dense_layers"),
+    # review of issue 23: accepted before, and (1, 0) != (0, 1) though the same model (an HF
+    # round trip, mlp_only_layers read back in order, gave a config unequal to its source)
+    ({"n_experts": 4, "top_k": 2, "n_blocks": 2, "moe_dense_layers": (1, 0)},
+     "moe_dense_layers"),
     ({"n_experts": 4, "top_k": 2, "moe_router": "top1"}, "moe_router"),
 ])
 def test_options_are_refused_where_they_do_not_apply(changes: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=f"TransformerConfig.{field}"):
-        TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=1, d_mlp=8,
-                          **changes)
+        TransformerConfig(**{**dict(vocab_size=11, d_model=8, n_heads=2, n_blocks=1, d_mlp=8),
+                             **changes})
 
 
 @pytest.mark.parametrize(("name", "renormalize"), [("deepseek-v3-like", False),
