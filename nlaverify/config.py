@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.config_checks import check_architecture_options, check_attention, check_types
+from nlaverify.config_mla import check_mla
 from nlaverify.config_moe import check_moe
 from nlaverify.config_options import (
     ATTENTIONS,
@@ -135,6 +136,12 @@ class TransformerConfig:
     and final norms without learned gain and bias (``norm_affine=False``: OLMo) or without the
     bias (``norm_bias=False``, LayerNorm only: Cohere), checked by :func:`check_softcaps`.
 
+    Multi-head latent attention (DeepSeek-V2 §2.1; :mod:`nlaverify.config_mla`, checked by
+    :func:`~nlaverify.config_mla.check_mla`): ``kv_lora_rank`` :math:`r > 0` (0: none) keys
+    and values from a normalised latent of width :math:`r` and a rotated key shared by the
+    heads; ``q_lora_rank`` (``None``: full-rank queries), ``qk_nope_head_dim``,
+    ``qk_rope_head_dim``, ``v_head_dim`` as Hugging Face's ``DeepseekV3Config``.
+
     ``parallel_residual`` (pre-LN only): attention and MLP read the same stream, :math:`x
     \leftarrow x + \operatorname{Attn}(N_1(x)) + \operatorname{MLP}(N(x))` with :math:`N =
     N_1`, one shared norm (``parallel_norms=1``: GPT-J, Wang & Komatsuzaki 2021; Falcon-7B;
@@ -216,6 +223,11 @@ class TransformerConfig:
     residual_multiplier: float | None = None
     pre_norms: bool = True
     qk_norm_joint: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
     norm_affine: bool = True
     norm_bias: bool = True
     name: str = field(default="custom", compare=False)
@@ -246,7 +258,7 @@ class TransformerConfig:
         if not isinstance(self.d_head, int) or self.d_head < 1:
             raise ConfigError(f"TransformerConfig.d_head: expected a positive integer, got "
                               f"{self.d_head!r}")
-        if self.positions == "rope" and self.d_head % 2:
+        if self.positions == "rope" and self.d_head % 2 and not self.kv_lora_rank:
             raise ConfigError(f"TransformerConfig.d_head: RoPE needs an even head dimension, "
                               f"got {self.d_head}")
         if self.n_experts < 0:
@@ -271,6 +283,7 @@ class TransformerConfig:
         check_mixer(self)
         check_no_mlp(self)
         check_rotary(self)
+        check_mla(self)
         check_rope_local(self)
 
     def windowed(self, layer: int) -> bool:

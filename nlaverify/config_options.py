@@ -35,7 +35,7 @@ NO_MLP = "none"
 #: projection (Hu et al. 2022; Baggag & Saad §4.2)
 LORA_TARGETS = ("q", "k", "v", "o", "mlp")
 #: RoPE frequency scalings (:class:`RopeScaling`)
-ROPE_SCALINGS = ("linear", "llama3")
+ROPE_SCALINGS = ("linear", "llama3", "yarn")
 #: RoPE's pairings of a head's coordinates (:mod:`nlaverify.ops.rotary`): ``interleaved``
 #: rotates :math:`(x_{2i}, x_{2i+1})` (RoFormer, GPT-J), ``half`` :math:`(x_i, x_{i+r/2})`
 #: (GPT-NeoX, Hugging Face Llama's ``rotate_half``)
@@ -71,6 +71,14 @@ class RopeScaling:
     divided by :math:`s` = ``factor`` when :math:`\lambda_i > \lambda_{lo}`, and in between
     :math:`(1-\mu)\theta_i/s + \mu\theta_i` with :math:`\mu = (L/\lambda_i -
     \text{low})/(\text{high} - \text{low})`.
+    ``kind="yarn"`` (Peng et al. 2023, YaRN; DeepSeek-V2/V3's ``rope_scaling``): the ramp
+    between ``beta_fast`` and ``beta_slow`` rotations over ``original_context``
+    (:func:`nlaverify.ops.rotary.yarn_ramp`). Its cos/sin amplitude
+    :math:`m(s, \mu)/m(s, \mu_{all})`, :math:`m(s, \mu) = 0.1\mu\ln s + 1` (``mscale``
+    :math:`\mu`, ``mscale_all_dim`` :math:`\mu_{all}`), must be 1 (both equal, or
+    :math:`s \le 1`): a scaled rotation is not modelled; multi-head latent attention's scores
+    are multiplied by :math:`m(s, \mu_{all})^2` (:func:`~nlaverify.config_mla.mla_score_scale`,
+    Hugging Face ``yarn_apply_mscale``).
     """
 
     kind: str
@@ -78,6 +86,10 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_context: int = 8192
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
 
     def __post_init__(self) -> None:
         import math
@@ -97,6 +109,39 @@ class RopeScaling:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"RopeScaling.original_context: expected a positive integer, got "
                               f"{v!r}")
+        check_yarn(self)
+
+
+def check_yarn(sc: Any) -> None:
+    """YaRN's fields of a :class:`RopeScaling`: ``beta_fast > beta_slow > 0``, ``mscale`` and
+    ``mscale_all_dim`` finite or ``None`` and, for ``kind="yarn"``, a cos/sin amplitude of 1
+    (:class:`RopeScaling`'s docstring); for the other kinds all at their defaults."""
+    import math
+
+    yarn = sc.kind == "yarn"
+    for f, default in (("beta_fast", 32.0), ("beta_slow", 1.0), ("mscale", None),
+                       ("mscale_all_dim", None)):
+        v = getattr(sc, f)
+        if not yarn and v != default:
+            raise ConfigError(f"RopeScaling.{f}: applies to kind='yarn'; expected {default!r} "
+                              f"with kind={sc.kind!r}, got {v!r}")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not (
+                math.isfinite(v) and v >= 0)):
+            raise ConfigError(f"RopeScaling.{f}: expected a finite number >= 0, got {v!r}")
+    if yarn and not sc.beta_fast > sc.beta_slow > 0:
+        raise ConfigError(f"RopeScaling.beta_slow: expected 0 < beta_slow < beta_fast="
+                          f"{sc.beta_fast}, got {sc.beta_slow}")
+
+    def m(mu: float) -> float:
+        return 1.0 if sc.factor <= 1 else 0.1 * mu * math.log(sc.factor) + 1.0
+
+    amplitude = m(sc.mscale) / m(sc.mscale_all_dim) if sc.mscale and sc.mscale_all_dim else \
+        m(1.0)
+    if yarn and amplitude != 1.0:
+        raise ConfigError(f"RopeScaling.mscale: the cos/sin amplitude {amplitude!r} of "
+                          f"kind='yarn' (Hugging Face rope_type 'yarn') with mscale="
+                          f"{sc.mscale!r}, mscale_all_dim={sc.mscale_all_dim!r} is not "
+                          f"modelled; expected mscale == mscale_all_dim (an amplitude of 1)")
 
 
 def check_lora(cfg: Any) -> None:

@@ -80,6 +80,12 @@ _SOFTMAX = {
     "residual_multiplier": Figure(None, "x + F(N(x)), the sublayer output unscaled"),
     "pre_norms": Figure(True, "each sublayer reads the normalised stream"),
     "qk_norm_joint": Figure(False, _UNUSED),
+    "kv_lora_rank": Figure(0, "keys and values projected per head (DeepSeek's MLA compresses "
+                              "them to a latent)"),
+    "q_lora_rank": Figure(None, _UNUSED),
+    "qk_nope_head_dim": Figure(None, _UNUSED),
+    "qk_rope_head_dim": Figure(None, _UNUSED),
+    "v_head_dim": Figure(None, _UNUSED),
     "norm_affine": Figure(True, "each norm has learned gains (OLMo's have none)"),
     "norm_bias": Figure(True, "a LayerNorm, where used, has its bias (Cohere's has none)"),
     "rope_pairing": Figure("interleaved", "the graph's RoPE pairing (Hugging Face's half "

@@ -151,4 +151,10 @@ ZOO: tuple[TransformerConfig, ...] = (
     # an ungated shared expert under the softmax router, Mixtral's renormalised gates
     _member("moe-shared-ungated", mlp="swiglu", n_experts=3, top_k=2, d_shared_expert=4,
             d_mlp=6),
+    # DeepSeek-V2/V3 (DeepSeek-AI 2024, §2.1): multi-head latent attention, a key-value
+    # latent of 4 and a query latent of 6, heads of d_c = 2 + d_r = 4 rotated (interleaved,
+    # one key shared by the heads) for scores, values of d_v = 3 != 6; RMSNorm, SwiGLU
+    _member("mla", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            kv_lora_rank=4, q_lora_rank=6, qk_nope_head_dim=2, qk_rope_head_dim=4,
+            v_head_dim=3),
 )

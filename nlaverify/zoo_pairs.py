@@ -85,6 +85,11 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "residual_multiplier": (("granite-like", None), ("granite-like", 1.5)),
     "pre_norms": (("olmo2-like", True),),
     "qk_norm_joint": (("olmo2-like", False),),
+    "kv_lora_rank": (("mla", 2),),
+    "q_lora_rank": (("mla", None),),  # full-rank queries (DeepSeek-V2-Lite's q_proj)
+    "qk_nope_head_dim": (("mla", 1),),
+    "qk_rope_head_dim": (("mla", 2),),
+    "v_head_dim": (("mla", 6),),
     "norm_affine": (("olmo-like", True),),
     "norm_bias": (("cohere-like", True),),
 }

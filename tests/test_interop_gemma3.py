@@ -72,8 +72,11 @@ def test_config_fields_and_hf_serialisation() -> None:
     ({"hidden_activation": "gelu"}, r"'hidden_activation'.*'gelu'"),
     ({"layer_types": ["sliding_attention"]}, r"'layer_types': expected 2 entries"),
     ({"sliding_window": None}, r"'sliding_window': null"),
-    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2.0}}},
+    ({"rope_parameters": {"full_attention": {"rope_type": "dynamic", "factor": 2.0}}},
      r"'rope_parameters\.full_attention\.rope_type'"),
+    # YaRN is modelled, but only with the amplitude HF gives it when mscale is unset
+    ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2.0}}},
+     r"'rope_parameters\.full_attention': RopeScaling\.mscale"),
     ({"rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}},
      r"'rope_parameters\.sliding_attention\.rope_type': the local layers' RoPE is unscaled"),
     ({"rope_parameters": {"rope_type": "default"}}, r"'rope_parameters': expected an object "

@@ -168,8 +168,12 @@ def _batched(bug=None):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_check_op_passes_a_correct_ssd_kernel(dtype) -> None:
-    report = check_op(_batched(), "mamba2_scan", dtype=dtype, seed=0)
+    """On the drawn (moderate) cases. The hostile, trained-like cases fail this dual form
+    (its segment sums are differences of a cumulative sum of Delta A, which loses the A_log
+    cotangent: ``tests/test_check_op_mamba2_hostile.py``), so they are left out here."""
+    report = check_op(_batched(), "mamba2_scan", dtype=dtype, seed=0, hostile=False)
     assert report.ok, report
+    assert not check_op(_batched(), "mamba2_scan", dtype=dtype, seed=0, examples=0).ok
 
 
 @pytest.mark.parametrize("bug", ["repeat", "mask_off_by_one", "no_skip"])

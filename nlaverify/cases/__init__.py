@@ -9,6 +9,9 @@ hypothesis strategies of :mod:`nlaverify.strategies` run a kernel on.
   :math:`\pm 10^4`, masked rows, huge, tiny and constant norm rows, activations in the
   tails) with condition estimates derived for them (:func:`make_hostile_case`,
   :func:`hostile_op_cases`, :func:`realistic_norm_rows`);
+* :mod:`~nlaverify.cases.hostile_ssm`: Mamba-2's scan at trained-like decays
+  (:math:`e^{\Delta A}` from :math:`10^{-8}` to :math:`\approx 1`, a long constant run), its
+  condition the scan's running error bound (:func:`make_hostile_scan_case`);
 * :mod:`~nlaverify.cases.inputs`: the form ``check_op`` runs, an :class:`OpCaseInput` with a
   cotangent and tangents, from a drawn, a hostile or an explicit case
   (:func:`drawn_input`, :func:`hostile_inputs`, :func:`explicit_inputs`).
@@ -34,6 +37,7 @@ from nlaverify.cases.hostile import (
     realistic_norm_rows,
 )
 from nlaverify.cases.hostile_kinds import HOSTILE_KINDS, hostile_array
+from nlaverify.cases.hostile_ssm import HOSTILE_SCAN_OPS, make_hostile_scan_case
 from nlaverify.cases.inputs import (
     OpCaseInput,
     drawn_input,
@@ -49,6 +53,7 @@ __all__ = [
     "DTYPES",
     "HOSTILE_KINDS",
     "HOSTILE_OPS",
+    "HOSTILE_SCAN_OPS",
     "HUGE_LOGIT",
     "LOGIT_ROWS",
     "NORM_ROWS",
@@ -66,6 +71,7 @@ __all__ = [
     "hostile_op_cases",
     "make_case",
     "make_hostile_case",
+    "make_hostile_scan_case",
     "op_cases",
     "real_indices",
     "realistic_norm_rows",

@@ -25,6 +25,7 @@ from nlaverify.cases.hostile import (
     realistic_norm_rows,
 )
 from nlaverify.cases.hostile_kinds import hostile_array
+from nlaverify.cases.hostile_ssm import HOSTILE_SCAN_OPS, make_hostile_scan_case
 from nlaverify.cases.rounding import exact_in
 from nlaverify.errors import CheckError
 from nlaverify.ops.registry import OPS, OpSpec, op_signature
@@ -93,6 +94,8 @@ def hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, An
 
     if dict(getattr(spec, "hostile_kinds", ())):
         return _user_hostile_inputs(spec, dtype, count, static, extreme)
+    if spec.name in HOSTILE_SCAN_OPS and _scan_registered(spec):
+        return _scan_hostile_inputs(spec, dtype, count)
     if spec.name not in HOSTILE_OPS or not registered(spec):
         return []
     base = "float32" if dtype != "float64" else "float64"
@@ -126,6 +129,30 @@ def hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, An
 #: the hostile kinds whose magnitudes bound a user op's condition from below
 #: (:func:`_user_hostile_inputs`)
 MAGNITUDE_KINDS = ("scores", "activations")
+
+
+def _scan_registered(spec: OpSpec) -> bool:
+    """``spec`` is a scan of :data:`~nlaverify.ops.ssm_specs.SCAN_OPS` (its forward and
+    arguments)."""
+    from nlaverify.ops.ssm_specs import SCAN_OPS
+
+    known = SCAN_OPS.get(spec.name)
+    return known is not None and known.forward is spec.forward and known.args == spec.args
+
+
+def _scan_hostile_inputs(spec: OpSpec, dtype: str, count: int) -> list[OpCaseInput]:
+    """The hostile cases of a scan (:mod:`nlaverify.cases.hostile_ssm`: trained-like
+    decays, a long constant run), values exact in ``dtype``, standard normal tangents; the
+    rows take the running error bound (``check_op``)."""
+    cases = []
+    for seed in range(count):
+        hc = make_hostile_scan_case(spec.name, dtype, seed)
+        rng = np.random.default_rng(10_000 + seed)
+        T = [_strict(rng.standard_normal(np.shape(hc.args[k])), dtype)
+             for k in hc.real_indices()]
+        cases.append(OpCaseInput(spec, list(hc.args), hc.cotangent, T, {},
+                                 f"hostile seed {seed}", hc.spec.condition, dict(hc.sizes)))
+    return cases
 
 
 def _user_hostile_inputs(spec: OpSpec, dtype: str, count: int, static: Mapping[str, Any],

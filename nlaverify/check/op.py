@@ -11,7 +11,8 @@ Cases: hypothesis draws sizes (the op's ranges or ``shapes=``), leading batch an
 on the per-token arguments (those with a sequence axis ``n``: the batching family proves the
 reference op on a batch is the op on each sequence) and a seed for the values; the hostile
 cases of :data:`nlaverify.strategies.HOSTILE_OPS` (logits of :math:`\pm 10^4`, masked rows,
-tiny, huge and constant norm rows, activations far in the tails) follow. A failing drawn case
+tiny, huge and constant norm rows, activations far in the tails) and of Mamba-2's scan
+(trained-like decays, :mod:`nlaverify.cases.hostile_ssm`) follow. A failing drawn case
 is shrunk by hypothesis to a minimal one, which the report prints as a runnable reproducer.
 
 Bound of every row: :func:`nlaverify.tolerance.tolerance` for the user's dtype, with
@@ -41,7 +42,8 @@ of a scan and above 1 in bfloat16 (inconclusive on 17 of 20 seeds of a correct k
 :math:`n = 4`). Their rows take the op's first-order running error bound
 (:mod:`nlaverify.precision.running`): the proved forward, VJP or JVP evaluated on the
 kernel's (rounded) inputs with every result's rounding error propagated entry by entry
-(Higham 2002 §3.1, §3.3), no constant and no separate :math:`\kappa`.
+(Higham 2002 §3.1, §3.3), no constant and no separate :math:`\kappa`; so do the hostile
+cases of Mamba-2's scan (:data:`~nlaverify.cases.hostile_ssm.HOSTILE_RUNNING_OPS`).
 
 A kernel that writes to its inputs (``x.mul_()``) or returns integers fails its forward
 row, naming the argument or the dtype.
@@ -320,7 +322,8 @@ def check_op(
         examples: hypothesis-drawn cases (a failing one is shrunk to a minimal one).
         hostile: the hostile cases of ``HOSTILE_OPS`` (``True``: 4 seeds; an int: that many):
             logits of :math:`\pm 10^4` with masked rows, attention scores of
-            :math:`\pm 10^4`, activations in the tails; for the norms the rows a model
+            :math:`\pm 10^4`, activations in the tails, Mamba-2's trained-like decays
+            (judged by the scan's running error bound); for the norms the rows a model
             meets (:func:`~nlaverify.check.op_cases.realistic_norm_rows`). ``"extreme"``:
             the full hostile strategies (norm rows up to the dtype's overflow, where
             :math:`x^2` overflows in a naive kernel: a robustness test beyond what models

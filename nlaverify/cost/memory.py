@@ -27,6 +27,7 @@ from typing import Any
 import networkx as nx
 
 from nlaverify.config import TransformerConfig
+from nlaverify.config_mla import mla_cache_width
 from nlaverify.cost.nodes import NodeCost
 from nlaverify.errors import ArgumentError
 
@@ -107,7 +108,9 @@ def kv_cache_bytes(config: TransformerConfig, context: int, batch: int = 1,
     :math:`s`; :math:`w` the sliding window, :math:`\infty` without), :math:`n_\text{layer}`
     the attention blocks (Mamba's keep a state of fixed size, as the linear attentions do:
     0 for a pure Mamba), each with its own :math:`w` under ``window_layers``. Softmax
-    attention only."""
+    attention only. Multi-head latent attention (``kv_lora_rank`` :math:`r > 0`; DeepSeek-V2
+    §2.1.2) caches the latent and the shared rotated key, :math:`(r + d_r)` values per token
+    and block in place of :math:`2 n_{kv} d_h` (:func:`~nlaverify.config_mla.mla_cache_width`)."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ArgumentError(f"kv_cache_bytes: context: expected a positive integer, got "
                             f"{context!r}")
@@ -120,7 +123,7 @@ def kv_cache_bytes(config: TransformerConfig, context: int, batch: int = 1,
         config.window_layers is not None and b not in config.window_layers)
         else min(context, config.sliding_window) for b in range(config.n_blocks)
         if config.block_mixer(b) == "attention")
-    return 2 * config.n_kv_heads * config.d_head * rows * batch * itemsize
+    return mla_cache_width(config) * rows * batch * itemsize
 
 
 def roofline(costs: list[NodeCost], peak_flops: float, bandwidth: float) -> dict[str, Any]:

@@ -106,7 +106,8 @@ MATMUL_FORMS: dict[str, Callable[[Shapes, dict[str, Any]], tuple[int, int]]] = {
 NO_MATMUL = frozenset({
     "add_learned_positions", "add_positions", "scale", "layernorm", "rmsnorm", "split_heads",
     "merge_heads", "repeat_kv", "rope", "residual_add", "gelu_tanh", "gelu_erf", "relu",
-    "swiglu", "geglu", "cross_entropy", "topk_mask", "split_channels", "merge_channels"})
+    "swiglu", "geglu", "cross_entropy", "topk_mask", "split_channels", "merge_channels",
+    "concat_last"})
 
 
 def matmul_form(op: str, arg_shapes: Shapes, static: dict[str, Any]) -> tuple[int, int] | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nlaverify.config import TransformerConfig
+from nlaverify.config_mla import uses_mla
 from nlaverify.cost.nodes import NodeCost
 from nlaverify.graph.build import parameter_counts
 
@@ -105,6 +106,10 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
     n_total = counts.total
     N = n_total - sum(counts.by_component.get(k, 0) for k in EMBEDDING_COMPONENTS)
     L, d_attn = config.n_blocks, config.n_heads * config.d_head
+    dk = dv = config.d_head
+    if uses_mla(config):  # DeepSeek-V2: scores over d_c + d_r, values of d_v
+        dk, dv = config.qk_nope_head_dim + config.qk_rope_head_dim, config.v_head_dim
+        d_attn = config.n_heads * (dk + dv) / 2  # QK^T and PV as Kaplan's two d_attn terms
     per = 1.0 / tokens
     mm = {k: 0 for k in ("block_products", "attention", "unembedding", "embedding", "other")}
     elementwise: dict[str, float] = {}
@@ -125,7 +130,6 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
     for _, attrs in graph.nodes(data=True):
         if attrs["kind"] == "param" and attrs["block"] is not None and len(attrs["shape"]) == 2:
             weights += math.prod(attrs["shape"])
-    dk = config.d_head
     # the attention terms count attention blocks only (Mamba's, Mamba-2's and RWKV's mixers
     # have no QK^T, PV),
     # each with its window (Gemma 2's window_layers: the others see the whole prefix)
@@ -134,7 +138,7 @@ def rule_comparison(config: TransformerConfig, graph: Any, costs: list[NodeCost]
     pairs = sum(attention_pairs(seq_len, config.causal, None if config.window_layers is not None
                                 and b not in config.window_layers else config.sliding_window)
                 for b in attn)
-    attn_fwd_ideal = 2 * pairs * 2 * dk * config.n_heads * batch if \
+    attn_fwd_ideal = 2 * pairs * (dk + dv) * config.n_heads * batch if \
         config.attention == "softmax" else mm["attention"] / 3
     code = sum(c.forward.flops + c.backward.flops for c in costs) * per
     non_matmul = sum(elementwise.values()) * per

@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 from nlaverify.config import TransformerConfig
+from nlaverify.config_mla import uses_mla
+from nlaverify.graph.build_mla import mla_sublayer
 from nlaverify.graph.core import add_input
 
 __all__ = ["ATTENTION_OPS", "attention_sublayer"]
@@ -22,6 +24,8 @@ ATTENTION_OPS = {"softmax": "attention", "favor": "favor_attention",
 
 
 def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: int) -> str:
+    if uses_mla(cfg):  # DeepSeek-V2's multi-head latent attention (graph.build_mla)
+        return mla_sublayer(b, p, x, cfg, block, _rope_static(cfg, block))
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
     assert Hkv is not None and dh is not None
     comp = "attention"
@@ -43,12 +47,7 @@ def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: in
                         (heads, "n", dh), eps=cfg.norm_eps)
             qh, kh = (node, kh) if name == "q" else (qh, node)
     if cfg.positions == "rope":
-        base, scaling = cfg.block_rope(block)  # Gemma 3: the local blocks' own base
-        rope: dict[str, Any] = {"base": base}
-        if scaling is not None:
-            rope["scaling"] = scaling
-        if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
-            rope["layout"] = cfg.rope_pairing
+        rope = _rope_static(cfg, block)
         if cfg.rotary_dim is not None and cfg.rotary_dim < dh:  # partial rotary
             rope["rotary_dim"] = cfg.rotary_dim
         qh = b.op(f"{p}.q_rope", "rope", [qh], (H, "n", dh), **rope)
@@ -62,6 +61,19 @@ def attention_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: in
     o = _attention_heads(b, p, qh, kh, vh, cfg, block)
     om = b.op(f"{p}.merged", "merge_heads", [o], ("n", H * dh))
     return b.project(f"{p}.out", om, H * dh, d, cfg.out_bias, comp, block, "W_O", "b_O", "o")
+
+
+def _rope_static(cfg: TransformerConfig, block: int) -> dict[str, Any]:
+    """The statics of block ``block``'s ``rope`` nodes: the base and the frequency scaling
+    (Gemma 3: the local blocks' own base, unscaled; :meth:`TransformerConfig.block_rope`),
+    the pairing."""
+    base, scaling = cfg.block_rope(block)
+    rope: dict[str, Any] = {"base": base}
+    if scaling is not None:
+        rope["scaling"] = scaling
+    if cfg.rope_pairing != "interleaved":  # GPT-NeoX's (x_i, x_{i+r/2})
+        rope["layout"] = cfg.rope_pairing
+    return rope
 
 
 def _attention_heads(b: Any, p: str, qh: str, kh: str, vh: str, cfg: TransformerConfig,

@@ -82,6 +82,8 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.sharding_shampoo",
     "nlaverify.identities.diffusion",
     "nlaverify.identities.architectures",
+    "nlaverify.identities.mla_graph",
+    "nlaverify.identities.rope_yarn",
     "nlaverify.identities.moe_routing",
 )
 

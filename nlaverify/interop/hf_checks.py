@@ -34,7 +34,9 @@ def _fidelity_node(path: str) -> str:
     m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)", path)
     sub = {"input_layernorm": "norm1", "post_attention_layernorm": "norm2",
            "self_attn.q_norm": "attn.q_norm", "self_attn.k_norm": "attn.k_norm",
-           "mlp.gate": "mlp.out", "self_attn.apply_rotary": "attn.q_rope"}
+           "mlp.gate": "mlp.out", "self_attn.apply_rotary": "attn.q_rope",
+           "self_attn.q_a_layernorm": "attn.q_a_norm",  # DeepSeek's latent norms
+           "self_attn.kv_a_layernorm": "attn.kv_a_norm"}
     if m and m.group(2) in sub:
         return f"blocks.{m.group(1)}.{sub[m.group(2)]}"
     m = re.fullmatch(r"rwkv\.blocks\.(\d+)\.attention", path)  # RWKV's time mixing
@@ -52,8 +54,9 @@ def _fidelity_node(path: str) -> str:
 def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
     r"""A patched call: HF's stock output against the exact replacement's, at float32's
     bound (stock HF computes these steps in float32): :func:`~nlaverify.tolerance.tolerance`
-    of float32 with the step's longest accumulation :math:`k` (RMSNorm :math:`d` or :math:`d_h`,
-    attention :math:`\max(n, d_h)`, router :math:`\max(d, E)`, loss :math:`V`, RoPE
+    of float32 with the step's longest accumulation :math:`k` (RMSNorm :math:`d`, :math:`d_h`
+    or DeepSeek's latent :math:`r`, attention :math:`\max(n, d_h)`, router :math:`\max(d, E)`,
+    loss :math:`V`, RoPE
     :math:`d_h/2`, Mamba's scan :math:`nN`: a state of :math:`N` summed over up to :math:`n`
     steps, its logits :math:`d`; RWKV's time mixing :math:`na`: the WKV's sums over up to
     :math:`n` tokens, then :math:`W_o` over :math:`a`), a few dependent stages (:math:`D = 4`:
@@ -62,12 +65,17 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
     :math:`u\ln b`) times :math:`t \le n - 1`, so :math:`\kappa = (n-1)\max(1, \ln b)`
     there; the loss's :math:`\kappa` is the logits' scale, :math:`\max(1, \ln V)`."""
     dh = config.d_head or config.d_model // config.n_heads
-    size = {"rmsnorm": dh if f.path.endswith(("q_norm", "k_norm")) else config.d_model,
+    latent = {"q_a_layernorm": getattr(config, "q_lora_rank", None),  # DeepSeek's MLA
+              "kv_a_layernorm": getattr(config, "kv_lora_rank", None)}.get(
+        f.path.rsplit(".", 1)[-1])
+    size = {"rmsnorm": dh if f.path.endswith(("q_norm", "k_norm")) else latent or
+            config.d_model,
             "attention_softmax": max(n, dh), "router_softmax": max(config.d_model,
                                                                   config.n_experts or 1),
             "loss": config.vocab_size, "rotary": max(1, dh // 2),
             "mamba_scan": n * config.ssm_state, "mamba_logits": config.d_model,
             "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
+            "deepseek_rotary": max(1, dh // 2),
             "rwkv_wkv": n * config.rwkv_dim, "mamba2_scan": n * config.ssm_state,
             "mamba2_gated_norm": config.d_inner // config.ssm_groups}[f.kind]
     cond = magnitude_condition(f.exact, power=1)

@@ -48,6 +48,8 @@ Model types (:data:`SUPPORTED`) and what each fixes:
   (a ``gemma3_text``); the vision tower and multimodal projector are **not modelled**: the
   config's name ends in ``-language-model`` and :attr:`HFConfig.note` says so
   (:mod:`nlaverify.interop.hf_config_gemma3`).
+* ``deepseek_v3``, ``deepseek_v2``: DeepSeek-V3 / V2 with every layer dense, multi-head
+  latent attention (:mod:`nlaverify.interop.hf_config_deepseek`).
 * Sliding windows: ``mistral``/``mixtral`` ``sliding_window`` (``None`` = full attention);
   ``qwen2``/``qwen3`` ``sliding_window`` applies only when ``use_sliding_window``, and then to
   layers ``>= max_window_layers`` (or as ``layer_types`` says): a window on some layers only
@@ -60,8 +62,11 @@ names one integer). The scaling is ``rope_scaling`` (old) or the rest of
 ``rope_parameters``; its ``rope_type`` (or legacy ``type``) is ``default``, ``linear``
 (``factor``) or ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``,
 ``original_max_position_embeddings``, default ``max_position_embeddings`` as in
-``RotaryEmbeddingConfigMixin.standardize_rope_params``); any other (``yarn``, ``dynamic``,
-``longrope``, ...) or an unknown key in it is an error.
+``RotaryEmbeddingConfigMixin.standardize_rope_params``) or ``yarn`` (``factor``; optional
+``original_max_position_embeddings``, ``beta_fast`` (32), ``beta_slow`` (1), ``mscale``,
+``mscale_all_dim``, with a cos/sin amplitude of 1: :class:`~nlaverify.config.RopeScaling`);
+any other (``dynamic``, ``longrope``, ...) or an unknown key in it (YaRN's ``truncate``,
+``attention_factor``) is an error.
 
 Strictness. ``model_type`` and the sizes (``vocab_size``, the width, the depth, the number of
 heads and, for the gated models, ``intermediate_size``) are required; every other field takes
@@ -88,6 +93,7 @@ from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_fields
+from nlaverify.interop.hf_config_deepseek import deepseek_v2_fields, deepseek_v3_fields
 from nlaverify.interop.hf_config_export import hf_config_dict
 from nlaverify.interop.hf_config_falcon import falcon_fields
 from nlaverify.interop.hf_config_gemma2 import gemma2_fields
@@ -149,7 +155,7 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
 
     Raises:
         ConfigError: naming the key: a missing required field, an unsupported
-            ``model_type``, key or value (e.g. ``rope_type='yarn'``), a non-integral
+            ``model_type``, key or value (e.g. ``rope_type='dynamic'``), a non-integral
             ``rope_theta``.
     """
     d, name = read_source(source)
@@ -174,7 +180,8 @@ def load_hf_config(source: Mapping[str, Any] | str | os.PathLike) -> HFConfig:
              "olmo2": olmo2_fields, "phi3": phi3_fields, "olmo": olmo_fields,
              "cohere": cohere_fields, "falcon": falcon_fields,
              "ministral": ministral_fields,
-             "gemma3_text": gemma3_fields}  # each given the RoPE reader
+             "gemma3_text": gemma3_fields, "deepseek_v3": deepseek_v3_fields,
+             "deepseek_v2": deepseek_v2_fields}  # each given the RoPE reader
     plain = {"gpt2": _gpt2, "mamba": mamba_fields, "gptj": gptj_fields, "opt": opt_fields,
              "rwkv": rwkv_fields, "mamba2": mamba2_fields}  # each given the reader only
     kw = (plain[mt](r) if mt in plain else roped[mt](r, _rope) if mt in roped else
@@ -363,7 +370,12 @@ def _sliding_window(r: Reader) -> int | None:
 
 _ROPE_KEYS = {"default": set(), "linear": {"factor"},
               "llama3": {"factor", "low_freq_factor", "high_freq_factor",
-                         "original_max_position_embeddings"}}
+                         "original_max_position_embeddings"},
+              "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                       "mscale", "mscale_all_dim"}}
+#: keys of rope_parameters that may be absent (HF's defaults: the context; YaRN's 32, 1, none)
+_ROPE_OPTIONAL = {"original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+                  "mscale_all_dim"}
 
 
 def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
@@ -411,7 +423,7 @@ def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
                           f"supported with rope_type {kind!r}")
     if kind == "default":
         return int(theta), None
-    for k in sorted(_ROPE_KEYS[kind] - {"original_max_position_embeddings"}):
+    for k in sorted(_ROPE_KEYS[kind] - _ROPE_OPTIONAL):
         if k not in rp:
             raise ConfigError(f"load_hf_config: {mt} config: missing required field "
                               f"'{where}.{k}' for rope_type {kind!r}")
@@ -421,6 +433,13 @@ def _rope(r: Reader, context: int) -> tuple[int, RopeScaling | None]:
     orig = typed(mt, f"{where}.original_max_position_embeddings",
                   rp.get("original_max_position_embeddings", context), "int")
     try:
+        if kind == "yarn":  # _compute_yarn_parameters: beta_fast or 32, beta_slow or 1
+            opt = {k: typed(mt, f"{where}.{k}", rp.get(k), "float?") for k in (
+                "beta_fast", "beta_slow", "mscale", "mscale_all_dim")}
+            return int(theta), RopeScaling(
+                "yarn", float(rp["factor"]), original_context=orig,
+                beta_fast=float(opt["beta_fast"] or 32), beta_slow=float(opt["beta_slow"] or 1),
+                mscale=opt["mscale"], mscale_all_dim=opt["mscale_all_dim"])
         return int(theta), RopeScaling("llama3", float(rp["factor"]),
                                        float(rp["low_freq_factor"]),
                                        float(rp["high_freq_factor"]), orig)

@@ -12,6 +12,12 @@ from typing import Any
 
 from nlaverify.config import ConfigError, TransformerConfig
 from nlaverify.interop.hf_config_cohere import cohere_hf_dict, cohere_mismatch
+from nlaverify.interop.hf_config_deepseek import (
+    deepseek_v2_hf_dict,
+    deepseek_v2_mismatch,
+    deepseek_v3_hf_dict,
+    deepseek_v3_mismatch,
+)
 from nlaverify.interop.hf_config_falcon import falcon_hf_dict, falcon_mismatch
 from nlaverify.interop.hf_config_gemma2 import gemma2_hf_dict, gemma2_mismatch
 from nlaverify.interop.hf_config_gemma3 import gemma3_hf_dict, gemma3_mismatch
@@ -38,6 +44,9 @@ from nlaverify.interop.hf_config_tables import _GPT2_ACTS, ARCHITECTURES, SUPPOR
 
 #: model type -> (its ``*_mismatch``, its ``*_hf_dict``, whether the dict takes the
 #: ``rope_parameters``): the types mapped by a module ``hf_config_<type>`` of their own
+#: the model types with multi-head latent attention (``kv_lora_rank > 0``)
+MLA_TYPES: tuple[str, ...] = ("deepseek_v3", "deepseek_v2")
+
 _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "mamba": (mamba_mismatch, mamba_hf_dict, False),
     "mamba2": (mamba2_mismatch, mamba2_hf_dict, False),
@@ -57,6 +66,8 @@ _OWN_MODULE: dict[str, tuple[Any, Any, bool]] = {
     "olmo": (olmo_mismatch, olmo_hf_dict, True),
     "phi3": (phi3_mismatch, phi3_hf_dict, False),
     "ministral": (ministral_mismatch, ministral_hf_dict, True),
+    "deepseek_v3": (deepseek_v3_mismatch, deepseek_v3_hf_dict, True),
+    "deepseek_v2": (deepseek_v2_mismatch, deepseek_v2_hf_dict, True),
 }
 
 
@@ -80,6 +91,10 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         raise ConfigError(f"hf_config_dict: TransformerConfig.lora_rank={c.lora_rank}: Hugging "
                           f"Face {model_type} has no LoRA adapters and they would be dropped; "
                           "merge them first (nlaverify.finetune.merge_lora: W = W0 + s A B)")
+    if getattr(c, "kv_lora_rank", 0) and model_type not in MLA_TYPES:
+        raise ConfigError(f"hf_config_dict: {model_type} cannot express TransformerConfig."
+                          f"kv_lora_rank={c.kv_lora_rank!r} (expected 0: it has no multi-head "
+                          f"latent attention)")
     if model_type in _OWN_MODULE:  # the types whose mapping lives in a module of its own
         mismatch, to_dict, with_rope = _OWN_MODULE[model_type]
         bad = mismatch(c)
@@ -176,6 +191,11 @@ def _rope_parameters(c: TransformerConfig) -> dict[str, Any]:
     s = c.rope_scaling
     if s is not None:
         rope.update(rope_type=s.kind, factor=float(s.factor))
+        if s.kind == "yarn":  # DeepSeek's keys (mscale, mscale_all_dim only when given)
+            rope.update(original_max_position_embeddings=s.original_context,
+                        beta_fast=float(s.beta_fast), beta_slow=float(s.beta_slow),
+                        **{k: float(v) for k, v in (("mscale", s.mscale), (
+                            "mscale_all_dim", s.mscale_all_dim)) if v is not None})
         if s.kind == "llama3":
             rope.update(low_freq_factor=float(s.low_freq_factor),
                         high_freq_factor=float(s.high_freq_factor),

@@ -17,7 +17,8 @@ from typing import Any
 SUPPORTED = ("gpt2", "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "mamba",
              "gpt_neox", "gptj", "phi", "starcoder2", "stablelm",
              "gemma2", "granite", "olmo2", "phi3", "ministral", "olmo", "cohere",
-             "falcon", "opt", "rwkv", "mamba2", "gemma3_text", "qwen2_moe", "qwen3_moe")
+             "falcon", "opt", "rwkv", "mamba2", "gemma3_text", "qwen2_moe", "qwen3_moe",
+             "deepseek_v3", "deepseek_v2")
 
 #: the ``*ForCausalLM`` class of each model type (the ``architectures`` entry)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
@@ -33,7 +34,8 @@ ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM",
                  "falcon": "FalconForCausalLM", "opt": "OPTForCausalLM",
                  "rwkv": "RwkvForCausalLM", "mamba2": "Mamba2ForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                 "qwen3_moe": "Qwen3MoeForCausalLM"}
+                 "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+                 "deepseek_v2": "DeepseekV2ForCausalLM"}
 
 _META = "metadata (no effect on the function computed)"
 _GEN = "tokenizer / generation setting (no effect on the function computed)"
@@ -241,6 +243,18 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
                   "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
                   "tie_word_embeddings": False, "sliding_window": 4096, "layer_types": None,
                   "rope_theta": 10000.0},
+    "deepseek_v3": {"num_key_value_heads": 128, "hidden_act": "silu",
+                    "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+                    "tie_word_embeddings": False, "attention_bias": False,
+                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "qk_nope_head_dim": 128, "first_k_dense_replace": 3,
+                    "rope_interleave": True, "rope_theta": 10000.0},
+    "deepseek_v2": {"num_key_value_heads": None, "hidden_act": "silu",
+                    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+                    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "qk_nope_head_dim": 128, "first_k_dense_replace": 0,
+                    "rope_theta": 10000.0},
 }
 
 #: the gated activations of the Llama family: HF ``hidden_act`` -> ``TransformerConfig.mlp``

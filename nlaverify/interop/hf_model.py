@@ -32,6 +32,7 @@ from nlaverify.interop.hf_capture import (
     _register_attention,
     _require_hf,
 )
+from nlaverify.interop.hf_config_gemma3 import VISION_NOTE
 from nlaverify.interop.weights import foreign_weight_files, params_to_hf
 
 
@@ -100,12 +101,32 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
         if checkpoint is None:
             model = auto.from_config(hf_config, dtype=dtype,
                                      attn_implementation=CAPTURE_ATTENTION, **extra)
+        elif hf.note == VISION_NOTE:  # a Gemma3ForConditionalGeneration folder
+            model = _gemma3_language_model(transformers, checkpoint, hf_config, dtype)
         else:
             model = auto.from_pretrained(checkpoint, config=hf_config, dtype=dtype,
                                          attn_implementation=CAPTURE_ATTENTION,
                                          local_files_only=True, **extra)
     model.eval()
     _clear_padding_idx(model)
+    return model
+
+
+def _gemma3_language_model(transformers: Any, checkpoint: str, text_config: Any,
+                           dtype: Any) -> Any:
+    """The language model of a ``Gemma3ForConditionalGeneration`` checkpoint as a
+    ``Gemma3ForCausalLM``: HF's own ``from_pretrained`` of the whole model (its
+    ``conversion_mapping`` reads the saved keys), then its ``model.language_model`` and
+    ``lm_head`` copied into a ``Gemma3ForCausalLM`` of ``text_config`` (``load_state_dict``,
+    strict). Its text-only forward is the multimodal model's (``Gemma3Model.forward``
+    without ``pixel_values``: ``language_model(inputs_embeds=embed_tokens(ids))``); the
+    vision tower and projector are not modelled (``VISION_NOTE``)."""
+    full = transformers.Gemma3ForConditionalGeneration.from_pretrained(
+        checkpoint, dtype=dtype, local_files_only=True)
+    model = transformers.AutoModelForCausalLM.from_config(
+        text_config, dtype=dtype, attn_implementation=CAPTURE_ATTENTION)
+    model.model.load_state_dict(full.model.language_model.state_dict(), strict=True)
+    model.lm_head.load_state_dict(full.lm_head.state_dict(), strict=True)
     return model
 
 

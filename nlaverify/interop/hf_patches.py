@@ -85,6 +85,7 @@ from typing import Any
 import numpy as np
 
 from nlaverify.errors import ArgumentError, UnknownNameError
+from nlaverify.interop import hf_patches_deepseek as _deepseek
 from nlaverify.interop import hf_patches_mamba2 as _mamba2
 from nlaverify.interop import hf_patches_norms as _norms
 from nlaverify.interop import hf_patches_rwkv as _rwkv
@@ -120,7 +121,8 @@ MAMBA_EXACT_PATCHES: dict[str, str] = {
 #: every exact-arithmetic patch by name (``verify_hf(exact=...)`` takes any subset)
 ALL_EXACT_PATCHES: dict[str, str] = {**EXACT_PATCHES, **MAMBA_EXACT_PATCHES,
                                      **_norms.NORM_EXACT_PATCHES, **_rwkv.RWKV_EXACT_PATCHES,
-                                     **_mamba2.MAMBA2_EXACT_PATCHES}
+                                     **_mamba2.MAMBA2_EXACT_PATCHES,
+                                     **_deepseek.DEEPSEEK_EXACT_PATCHES}
 
 #: the planted mistakes (test instruments) and what each does to the HF model
 PLANTS: dict[str, str] = {
@@ -204,6 +206,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
         parts = parts - {"rmsnorm"} | {"layernorm"} | {"cohere_rotary"} & {f"{model_type}_rotary"}
     if model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         parts.add("router_softmax")
+    if model_type == "deepseek_v2":  # the complex rotation (hf_patches_deepseek)
+        parts.add("deepseek_rotary")
     return frozenset(parts)
 
 
@@ -322,7 +326,10 @@ def exact_inv_freq(config: Any) -> np.ndarray:
     from nlaverify.ops.rotary import rope_frequencies
 
     xp = get_namespace("numpy")
-    r = getattr(config, "rotary_dim", None) or config.d_head
+    # multi-head latent attention rotates qk_rope_head_dim coordinates (DeepseekV3Config's
+    # head_dim)
+    r = getattr(config, "rotary_dim", None) or getattr(config, "qk_rope_head_dim", None) or \
+        config.d_head
     return np.asarray(rope_frequencies(xp, r, config.rope_base,
                                        config.rope_scaling), dtype=np.float64)
 
@@ -356,7 +363,9 @@ def exact_arithmetic(model: Any, config: Any,
             if _norms.patch_module(undo, name, module, parts, config, fidelity,  # OLMo, Cohere
                                    exact_inv_freq, record_fidelity) or _rwkv.patch_module(
                     undo, name, module, parts, fidelity, record_fidelity) or _mamba2.patch_module(
-                    undo, name, module, parts, fidelity, record_fidelity):
+                    undo, name, module, parts, fidelity, record_fidelity) or \
+                    _deepseek.patch_module(undo, name, module, parts, config, fidelity,
+                                           exact_inv_freq, record_fidelity):  # V2's complex RoPE
                 continue
             if cls == "MambaBlock" and "mamba_residual" in parts:
                 # HF's own branch for residual_in_fp32=False: nothing of HF's is replaced
@@ -372,7 +381,7 @@ def exact_arithmetic(model: Any, config: Any,
                 undo.set_exact(module, name, "rmsnorm", _rmsnorm_exact, fidelity)
             elif cls.endswith("RotaryEmbedding") and "rotary" in parts:
                 if getattr(module, "rope_type", "default") not in ("default", "linear",
-                                                                    "llama3"):
+                                                                    "llama3", "yarn"):
                     raise UnknownNameError(f"exact_arithmetic: module {name!r}: RoPE type "
                                            f"{module.rope_type!r} is not one nlaverify models")
                 module._nlaverify_inv_freq = torch.from_numpy(exact_inv_freq(config))

@@ -61,9 +61,13 @@ def _taps(model_type: str, config: Any) -> list[_Tap]:
         return _phi3_taps(config)
     if model_type in ("falcon", "opt"):
         return _falcon_taps(config) if model_type == "falcon" else _opt_taps(config)
+    if model_type in ("deepseek_v3", "deepseek_v2"):  # multi-head latent attention
+        from nlaverify.interop.hf_taps_mla import deepseek_v3_taps
+
+        return deepseek_v3_taps(config, model_type)
     raise UnknownNameError(f"verify_hf: model_type {model_type!r}: expected one of gpt2, "
                            f"{', '.join(LLAMA_LIKE)}, mamba, mamba2, rwkv, gpt_neox, gptj, phi, "
-                           "starcoder2, stablelm, phi3, falcon, opt")
+                           "starcoder2, stablelm, phi3, falcon, opt, deepseek_v3, deepseek_v2")
 
 
 def _gpt2_taps(c: Any) -> list[_Tap]:

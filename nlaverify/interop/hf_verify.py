@@ -187,7 +187,7 @@ def verify_hf(source: Any, *, tokens: Any = None, seq_len: int = 6, seed: int = 
         # float64 before any offset: Gemma's 1 + w of a float32/bfloat16 checkpoint is
         # exact in float64, as HF's from_pretrained(dtype=float64) computes it
         _, params = load_checkpoint(checkpoint, dtype=np.float64)
-        weights = described
+        weights = described + (f" ({hf.note})" if hf.note else "")  # gemma3: the vision side
     else:
         params = init_params(graph, seed)
         weights = f"nlaverify init_params(seed={seed})"

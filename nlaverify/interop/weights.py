@@ -71,6 +71,11 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   ``(1, 1, d)`` flattened to ``(d,)``, every ``nn.Linear`` transposed, ``time_decay`` and
   ``time_first`` copied (the graph's op takes :math:`w = -e^{\text{time\_decay}}` itself); the
   head is ``head.weight``, never tied; keys carry ``rwkv.``.
+* **Gemma 3 multimodal** (:mod:`~nlaverify.interop.weights_gemma3`). A
+  ``Gemma3ForConditionalGeneration``'s language model (``language_model.model.*`` as saved,
+  ``model.language_model.*`` in memory) read as ``Gemma3ForCausalLM``'s; the vision tower and
+  projector (``vision_tower.*``, ``multi_modal_projector.*``) accepted and ignored (images
+  only, not modelled); any other key refused by name.
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict
@@ -109,6 +114,7 @@ from nlaverify.interop.weights_files import (
     load_safetensors,
     save_safetensors,
 )
+from nlaverify.interop.weights_gemma3 import gemma3_language_model
 from nlaverify.interop.weights_keys import (
     _canonical_keys,
     _fuse_mixtral_experts,
@@ -162,7 +168,12 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
     cast = None if dtype is None else np.dtype(dtype)
     if cast is not None and cast.kind != "f":
         raise DTypeError(f"{fn}: argument 'dtype': expected a floating dtype, got {cast}")
+    multimodal = None
+    if mt == "gemma3_text":  # a Gemma3ForConditionalGeneration's: its language model
+        state, given, multimodal = gemma3_language_model(state, fn)
     st, user = _canonical_keys(state, mt, fn)
+    if multimodal is not None:
+        user = {k: given.get(u, u) for k, u in user.items()}
     if mt == "gpt2":
         _gpt2_mask(st, config, fn, user)  # boolean/uint8 buffers: before the dtype check
     st = {k: _to_numpy(v, user[k], fn) for k, v in st.items()}
@@ -185,7 +196,8 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
     for e in entries:
         for k, want in zip(e.hf, e.hf_shapes, strict=True):
             if k not in st:
-                raise UnknownNameError(f"{fn}: missing key {_spelled(k, user, mt)!r} "
+                spelled = multimodal.spell(k) if multimodal else _spelled(k, user, mt)
+                raise UnknownNameError(f"{fn}: missing key {spelled!r} "
                                        f"(expected shape {want})")
             if _shape(st[k]) != want:
                 raise ShapeError(f"{fn}: key {user.get(k, k)!r}: expected shape {want}, got "

@@ -33,6 +33,7 @@ from nlaverify.interop.weights_layout_base import (  # noqa: F401 (re-exported)
 )
 from nlaverify.interop.weights_layout_falcon import falcon_entries
 from nlaverify.interop.weights_layout_mamba2 import mamba2_entries
+from nlaverify.interop.weights_layout_mla import deepseek_v3_entries
 from nlaverify.interop.weights_layout_moe import moe_entries
 from nlaverify.interop.weights_layout_opt import opt_entries
 from nlaverify.interop.weights_layout_rwkv import rwkv_entries
@@ -112,6 +113,8 @@ def _entries(config: TransformerConfig, model_type: str) -> list[_Entry]:
         return falcon_entries(config)
     if model_type == "opt":
         return opt_entries(config)
+    if model_type in ("deepseek_v3", "deepseek_v2"):
+        return deepseek_v3_entries(config)
     return _gpt2_entries(config) if model_type == "gpt2" else _llama_entries(config, model_type)
 
 

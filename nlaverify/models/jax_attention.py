@@ -6,6 +6,7 @@ and projected attention variants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,14 @@ def _frequencies(dh: int, cfg: TransformerConfig, local: bool = False) -> Any:
         return theta
     if sc.kind == "linear":
         return theta / sc.factor
+    if sc.kind == "yarn":  # DeepSeek's yarn_find_correction_range and linear_ramp_mask
+        # the ramp's ends: where theta_i turns beta times over the original context (static)
+        bound = [dh * math.log(sc.original_context / (beta * 2 * math.pi)) / (2 * math.log(
+            cfg.rope_base)) for beta in (sc.beta_fast, sc.beta_slow)]
+        lo, hi = max(math.floor(bound[0]), 0), min(math.ceil(bound[1]), dh - 1)
+        hi = hi + 0.001 if hi == lo else hi
+        mask = jnp.clip((jnp.arange(dh // 2) - lo) / (hi - lo), 0.0, 1.0)
+        return theta / sc.factor * mask + theta * (1.0 - mask)
     wavelength = 2 * jnp.pi / theta
     smooth = (sc.original_context / wavelength - sc.low_freq_factor) / (
         sc.high_freq_factor - sc.low_freq_factor)

@@ -35,6 +35,7 @@ from nlaverify.models.decode_loop import recurrent_step, unembed
 from nlaverify.models.jax_attention import _attention, _proj, _softcap
 from nlaverify.models.jax_mamba import mamba_mixer, mamba_state, mamba_step
 from nlaverify.models.jax_mamba2 import graph_mamba2_mixer
+from nlaverify.models.jax_mla import mla
 from nlaverify.models.jax_moe import moe_mlp
 from nlaverify.models.jax_rwkv import graph_channel_mix, graph_time_mix
 
@@ -90,6 +91,8 @@ def _mix(p: Params, b: str, x: Any, cfg: TransformerConfig, rec: Record, layer: 
     if m != "attention":
         return {"mamba": mamba_mixer, "mamba2": graph_mamba2_mixer, "rwkv": lambda *a: (
             graph_time_mix(*a[:3], a[4]))}[m](p, f"{b}.{m}", x, cfg, rec)
+    if cfg.kv_lora_rank:  # DeepSeek-V2's multi-head latent attention
+        return mla(p, f"{b}.attn", x, cfg, rec)
     return _attention(p, f"{b}.attn", x, cfg, rec, layer, draw)
 
 

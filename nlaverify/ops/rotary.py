@@ -60,6 +60,27 @@ def _scaling_terms(xp: Namespace, d: int, base: int, scaling: RopeScaling
     return a, b
 
 
+def yarn_ramp(d: int, base: int, scaling: RopeScaling) -> list[Fraction]:
+    r"""YaRN's ramp :math:`\gamma_i \in [0, 1]` over the ``d/2`` frequencies (Peng et al.
+    2023, YaRN §3.2, "NTK-by-parts", as DeepSeek's released code and Hugging Face
+    ``_compute_yarn_parameters`` take it): the dimension :math:`i^*(\beta) = d\,\ln(L /
+    2\pi\beta) / (2\ln b)` where frequency :math:`\theta_i` turns :math:`\beta` times over
+    the original context :math:`L`, bounds :math:`\ell = \max(0, \lfloor i^*(\beta_{fast})
+    \rfloor)`, :math:`h = \min(d - 1, \lceil i^*(\beta_{slow})\rceil)` (:math:`h + 10^{-3}`
+    when equal), :math:`\gamma_i = \operatorname{clip}((i - \ell)/(h - \ell), 0, 1)`, exact
+    rationals (the bounds are decided on float64 logarithms, as the reference does)."""
+    L = scaling.original_context
+
+    def dim(rotations: float) -> float:
+        return d * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo = max(math.floor(dim(scaling.beta_fast)), 0)
+    hi = Fraction(min(math.ceil(dim(scaling.beta_slow)), d - 1))
+    if hi == lo:
+        hi += Fraction(1, 1000)  # the reference's guard against a zero-width ramp
+    return [min(max((i - lo) / (hi - lo), Fraction(0)), Fraction(1)) for i in range(d // 2)]
+
+
 def rope_frequencies(xp: Namespace, d: int, base: int = 10000,
                      scaling: RopeScaling | None = None) -> Any:
     r"""The ``d/2`` rotation frequencies :math:`\theta_i = b^{-2i/d}`, rescaled by
@@ -68,11 +89,17 @@ def rope_frequencies(xp: Namespace, d: int, base: int = 10000,
     :math:`2\pi/\theta_i < L/h`, :math:`\theta_i/s` where it exceeds :math:`L/\ell`, else
     :math:`(1-\mu_i)\theta_i/s + \mu_i\theta_i` with :math:`\mu_i = (L\theta_i/2\pi -
     \ell)/(h - \ell)` (:math:`L` the original context, :math:`\ell, h` the low and high
-    frequency factors; Dubey et al. 2024, the released Llama-3.1 code). Exact on SymPy."""
+    frequency factors; Dubey et al. 2024, the released Llama-3.1 code); ``"yarn"``
+    :math:`\theta_i(1 - \gamma_i + \gamma_i/s)` with :func:`yarn_ramp`'s :math:`\gamma_i`
+    (Peng et al. 2023; DeepSeek-V2/V3). Exact on SymPy."""
     exponents = xp.asarray([xp.rational(2 * i, d) for i in range(d // 2)])
     theta = xp.exp(-exponents * xp.log(xp.asarray([xp.rational(base)])))
     if scaling is None:
         return theta
+    if scaling.kind == "yarn":  # theta_i ((1 - gamma_i) + gamma_i / s)
+        s = _exact(xp, scaling.factor)
+        return theta * xp.asarray([1 - xp.rational(g.numerator, g.denominator) * (1 - 1 / s)
+                                   for g in yarn_ramp(d, base, scaling)])
     a, b = _scaling_terms(xp, d, base, scaling)
     lo, hi = _exact(xp, scaling.low_freq_factor), _exact(xp, scaling.high_freq_factor)
     mu = (xp.rational(scaling.original_context) * theta / (2 * xp.pi) - lo) / (hi - lo)

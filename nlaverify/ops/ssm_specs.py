@@ -18,6 +18,7 @@ against JAX autodiff node by node wherever a Mamba block runs
 from __future__ import annotations
 
 from nlaverify.ops import conv, ssm, ssm2
+from nlaverify.ops.concat import CONCAT_OPS
 from nlaverify.ops.opspec import Arg, OpSpec
 from nlaverify.ops.views import VIEW_OPS
 
@@ -85,3 +86,4 @@ CONV_OPS: dict[str, OpSpec] = {s.name: s for s in (
            {"n": 4, "d": 2, "k": 3}, {"n": (1, 6), "d": (1, 4), "k": (1, 4)}),
 )}
 CONV_OPS.update(VIEW_OPS)
+CONV_OPS.update(CONCAT_OPS)  # multi-head latent attention's [nope | rope] (issue 23)

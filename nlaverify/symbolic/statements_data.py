@@ -75,6 +75,10 @@ OP_TEXT: dict[str, T] = {
     "merge_channels": T("Y", r"Y_{t,\,k d:(k+1) d} = X_{t,k,:}",
                         r"\dot Y = \operatorname{merge}(\dot X)",
                         (("X_{t,k,:}", "head $k$ of position $t$"),)),
+    "concat_last": T("Y", r"Y = [A \mid B]\quad (Y_{\ldots,:a} = A,\ Y_{\ldots,a:} = B)",
+                     r"\dot Y = [\dot A \mid \dot B]",
+                     (("a", "the last dimension of $A$"),
+                      ("A, B", "the per-head part without positions and the rotated part"))),
     "layernorm": T("y", r"\mu = \overline{x},\quad \sigma = \sqrt{\overline{(x-\mu)^2} + "
                         r"\epsilon},\quad \hat x = \frac{x-\mu}{\sigma},\quad y = \gamma\odot"
                         r"\hat x + \beta",
