@@ -221,6 +221,7 @@ def check_attention_free(cfg: Any) -> None:
         ("attn_bias", cfg.attn_bias, "False"),
         ("attn_out_bias", cfg.attn_out_bias not in (None, False), "None or False"),
         ("query_pre_attn_scalar", cfg.query_pre_attn_scalar is not None, "None"),
+        ("kv_lora_rank", cfg.kv_lora_rank != 0, "0 (no multi-head latent attention)"),
     )
     for f, bad, want in rules:
         if bad:
