@@ -68,9 +68,9 @@ def _check_types(cfg: Any) -> None:
         layers = cfg.moe_dense_layers
     if not isinstance(layers, tuple) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < cfg.n_blocks
-            for i in layers) or len(set(layers)) != len(layers):
+            for i in layers) or list(layers) != sorted(set(layers)):
         raise _err("moe_dense_layers", f"a tuple of distinct block indices in [0, "
-                                       f"n_blocks={cfg.n_blocks})", layers)
+                                       f"n_blocks={cfg.n_blocks}) in increasing order", layers)
 
 
 def check_moe(cfg: Any) -> None:

@@ -221,6 +221,7 @@ def check_attention_free(cfg: Any) -> None:
         ("attn_bias", cfg.attn_bias, "False"),
         ("attn_out_bias", cfg.attn_out_bias not in (None, False), "None or False"),
         ("query_pre_attn_scalar", cfg.query_pre_attn_scalar is not None, "None"),
+        ("kv_lora_rank", cfg.kv_lora_rank != 0, "0 (no multi-head latent attention)"),
     )
     for f, bad, want in rules:
         if bad:
@@ -422,7 +423,8 @@ def check_rope_local(cfg: Any) -> None:
     if isinstance(b, bool) or not isinstance(b, int) or b < 2:
         raise ConfigError(f"TransformerConfig.rope_local_base: expected None or an integer >= 2 "
                           f"(the RoPE base of the windowed blocks), got {b!r}")
-    if cfg.positions != "rope" or cfg.sliding_window is None:
+    if cfg.positions != "rope" or cfg.sliding_window is None or cfg.window_layers == ():
         raise ConfigError("TransformerConfig.rope_local_base: the RoPE base of the windowed "
-                          "blocks; expected positions='rope' and a sliding_window, got "
-                          f"positions={cfg.positions!r}, sliding_window={cfg.sliding_window!r}")
+                          "blocks; expected positions='rope' and a sliding_window on some "
+                          f"block, got positions={cfg.positions!r}, sliding_window="
+                          f"{cfg.sliding_window!r}, window_layers={cfg.window_layers!r}")

@@ -84,3 +84,25 @@ def test_plain_topk_exact_ties() -> None:
     # statistical condition (and so the normwise bound) useless for the row
     r = check_op(bottom, "topk_mask", dtype="float32", static={"top_k": 1}, inputs=[[scores]])
     assert r.failures and "token(s) [1]" in r.failures[0].reason
+
+
+def test_radii_are_the_rounding_no_wider() -> None:
+    """The near-tie radii are the dtype's rounding and no wider (review of issue 23): a gap
+    of a few :math:`u` is judged, so a real selection bug there still fails (a radius grown by
+    a factor of 2 or 1000 made such a bug inconclusive and passed every other test). Experts
+    at :math:`v \\approx 1` can swap within :math:`u(|v_a| + |v_b|) \\approx 2u`; groups of
+    two at :math:`v \\approx 1/2` within :math:`2(\\gamma_2 + u/2) \\approx 5u`."""
+    from nlaverify.tolerance import unit_roundoff
+
+    u = unit_roundoff("float32")
+
+    def near(s: np.ndarray, static: dict) -> list[bool]:
+        case = OpCaseInput(get_op("deepseek_v3_select"), [s, np.zeros(s.shape[-1])],
+                           np.zeros_like(s), [], static, "x")
+        return deepseek_v3_near_ties(case, "float32").tolist()
+
+    one_group = {"top_k": 1, "n_group": 1, "topk_group": 1}
+    experts = np.array([[1.0, 1 - u, 0.25, 0.5], [1.0, 1 - 3 * u, 0.25, 0.5]])
+    assert near(experts, one_group) == [True, False]
+    groups = np.array([[0.5, 0.5, 0.5, 0.5 - 4 * u], [0.5, 0.5, 0.5, 0.5 - 8 * u]])
+    assert near(groups, STATIC) == [True, False]

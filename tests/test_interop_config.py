@@ -42,8 +42,9 @@ MINIMAL = {
                  "num_attention_heads": 32},
     # 4 heads on Gemma2Config's default 4 key/value heads of 256; 3 layers: 0 and 2 local
     "gemma2": {**_LLAMA, "model_type": "gemma2", "num_hidden_layers": 3},
-    # Gemma3TextConfig's defaults: 4 key/value heads of 256; 7 layers: every 6th global
-    "gemma3_text": {**_LLAMA, "model_type": "gemma3_text", "num_hidden_layers": 7},
+    # none: every size takes Gemma3TextConfig's default, as google/gemma-3-4b-it's text
+    # config relies on (26 layers, every 6th global; 8 heads on 4 key/value heads of 256)
+    "gemma3_text": {"model_type": "gemma3_text"},
     # FalconConfig: no intermediate_size (ffn_hidden_size defaults to 4 hidden_size)
     "falcon": {k: v for k, v in {**_LLAMA, "model_type": "falcon"}.items()
                if k != "intermediate_size"},

@@ -228,3 +228,17 @@ def test_v2_exact_stock_and_its_complex_rope_patch() -> None:
     p = verify_hf(V2, seq_len=N, exact=parts)
     assert p.first_divergence == "blocks.0.attn.k_rope", format_hf_report(p)
     assert p.first_beyond_float32 is None
+
+
+def test_null_rope_interleave_is_rotate_half() -> None:
+    """``rope_interleave: null`` is false in Hugging Face (``DeepseekV3Attention``: ``if
+    self.config.rope_interleave``), so ``rotate_half``'s pairs (review of issue 23: it was
+    read as interleaved, and ``verify --hf --hf-exact`` parted at ``blocks.0.attn.k_rope``)."""
+    pytest.importorskip("torch")
+    from nlaverify.interop.hf_verify import format_hf_report, verify_hf
+
+    raw = {**TINY, "rope_interleave": None}
+    assert load_hf_config(raw).config.rope_pairing == "half"
+    assert load_hf_config(TINY).config.rope_pairing == "interleaved"  # absent: true
+    r = verify_hf(raw, seq_len=N, exact=True)
+    assert r.ok and r.first_divergence is None, format_hf_report(r)

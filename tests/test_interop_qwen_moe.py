@@ -83,6 +83,8 @@ def test_config_round_trip(mt: str) -> None:
     ("qwen3_moe", {"num_experts_per_tok": 5}, "num_experts_per_tok"),
     ("qwen3_moe", {"mlp_only_layers": [2]}, "mlp_only_layers"),
     ("qwen3_moe", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+    # review of issue 23: accepted before (HF refuses it, as nlaverify's qwen2/qwen3 do)
+    ("qwen2_moe", {"layer_types": ["full_attention"] * 3}, "'layer_types': expected 2"),
 ])
 def test_config_refusals_name_the_key(mt: str, change: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
@@ -184,3 +186,14 @@ def test_published_totals_are_hf_meta_counts_and_activated_as_hf_routes(name: st
     with contextlib.redirect_stdout(out):
         _cmd_params(argparse.Namespace(preset=None, config=path, lora=None, json=True))
     assert json.loads(out.getvalue())["activated_per_token"] == active
+
+
+def test_auxiliary_loss_is_left_out() -> None:
+    """``output_router_logits: true`` (ignored: a training setting) made HF add
+    ``router_aux_loss_coef`` times its load-balancing loss to the loss even in eval mode, and
+    stock ``verify --hf`` reported the loss beyond float32 (review of issue 23: 0.51 with a
+    coefficient 0.5); HF's model is now built without it, as for ``false``."""
+    cfg = dict(CONFIGS["qwen2_moe"], output_router_logits=True, router_aux_loss_coef=0.5)
+    r, plain = verify_hf(cfg, seq_len=N), verify_hf(CONFIGS["qwen2_moe"], seq_len=N)
+    assert r.first_beyond_float32 is None, format_hf_report(r)
+    assert r.row("loss").error == plain.row("loss").error

@@ -151,12 +151,39 @@ def test_qwen_shared_gate_is_counted() -> None:
     ({"n_experts": 4, "top_k": 2, "mlp": "swiglu", "shared_expert_gate": True},
      "shared_expert_gate"),
     ({"n_experts": 4, "top_k": 2, "moe_dense_layers": (1,)}, "moe_dense_layers"),
+    # review of issue 23: accepted before, and (1, 0) != (0, 1) though the same model (an HF
+    # round trip, mlp_only_layers read back in order, gave a config unequal to its source)
+    ({"n_experts": 4, "top_k": 2, "n_blocks": 2, "moe_dense_layers": (1, 0)},
+     "moe_dense_layers"),
     ({"n_experts": 4, "top_k": 2, "moe_router": "top1"}, "moe_router"),
 ])
 def test_options_are_refused_where_they_do_not_apply(changes: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=f"TransformerConfig.{field}"):
-        TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_blocks=1, d_mlp=8,
-                          **changes)
+        TransformerConfig(**{**dict(vocab_size=11, d_model=8, n_heads=2, n_blocks=1, d_mlp=8),
+                             **changes})
+
+
+@pytest.mark.parametrize(("name", "renormalize"), [("deepseek-v3-like", False),
+                                                   ("qwen2-moe-like", True)])
+def test_renormalisation_under_the_released_routers(name: str, renormalize: bool) -> None:
+    """``moe_renormalize`` flipped from the member's (DeepSeek-V3's ``norm_topk_prob=False``:
+    gates :math:`\\rho s_e`; Qwen2-MoE's ``True``: ``qwen2_moe_norm``): graph and model agree
+    node by node, and the flag changes the block's output. Review of issue 23: the graph
+    passing ``renormalize=True`` to ``deepseek_v3_moe`` whatever the flag, or the model
+    always renormalising the sigmoid gates, passed every other test (no member has the sigmoid
+    router unrenormalised)."""
+    cfg = zoo.zoo_config(name)
+    flipped = cfg.replace(moe_renormalize=renormalize)
+    node, seen = _first_divergence(flipped)
+    assert node is None, node
+    assert f"blocks.{cfg.n_blocks - 1}.mlp.out" in seen
+    outs = []
+    for c in (cfg, flipped):
+        g = build_transformer(c)
+        data = sample_data(c.vocab_size, min(6, c.context), 3)
+        ev = run_graph(g, "numpy", init_params(g, 3), {**graph_constants(g), **data})
+        outs.append(np.asarray(ev.values[f"blocks.{c.n_blocks - 1}.mlp.out"]))
+    assert not np.allclose(*outs)
 
 
 def test_low_precision_run_is_within_the_tolerance_model() -> None:

@@ -68,3 +68,13 @@ def test_hugging_face_configs_of_ssm_models_load() -> None:
                              "num_hidden_layers": 2, "num_heads": 4, "head_dim": 4,
                              "expand": 2, "n_groups": 2}).config
     assert (rwkv.mixer, mamba2.mixer) == ("rwkv", "mamba2")
+
+
+@pytest.mark.parametrize("member", ALL_SSM)
+def test_latent_attention_is_refused_without_attention(member) -> None:
+    """Multi-head latent attention's fields on a model with no attention block (review of
+    issue 23: accepted, and they changed nothing)."""
+    with pytest.raises(ConfigError, match=r"TransformerConfig\.kv_lora_rank: an option of the "
+                                          r"attention.*has no attention block"):
+        zoo_config(member).replace(kv_lora_rank=4, qk_nope_head_dim=2, qk_rope_head_dim=2,
+                                   v_head_dim=2)

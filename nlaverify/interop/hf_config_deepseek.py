@@ -5,8 +5,9 @@ Checked against ``transformers`` 5.25 (``models/deepseek_v3/configuration_deepse
 §2.1) is Llama's pre-RMSNorm decoder with a SwiGLU MLP and multi-head latent attention
 (``DeepseekV3Attention``; :mod:`nlaverify.config_mla`): ``kv_lora_rank``, ``q_lora_rank``
 (``null``: a full-rank ``q_proj``), ``qk_nope_head_dim``, ``qk_rope_head_dim``,
-``v_head_dim`` map to the fields of the same names; ``rope_interleave`` (default true) rotates
-the pairs :math:`(x_{2i}, x_{2i+1})` (``apply_rotary_pos_emb_interleave``, whose output
+``v_head_dim`` map to the fields of the same names; ``rope_interleave`` (default true;
+``null`` is false, as ``DeepseekV3Attention``'s ``if config.rope_interleave`` reads it)
+rotates the pairs :math:`(x_{2i}, x_{2i+1})` (``apply_rotary_pos_emb_interleave``, whose output
 lists the rotated pairs' first coordinates, then their second: a permutation of the
 interleaved rotation shared by queries and keys, so the scores are the same) and is
 ``rope_pairing="interleaved"``; false is ``rotate_half``'s ``"half"``. ``d_head`` is set to
@@ -117,7 +118,7 @@ def _deepseek_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]], mt: st
                    r.get("hidden_size", "int", required=True), h, blocks,
                    r.get("intermediate_size", "int", required=True), _GATED_ACTS[act], ctx,
                    r.get("rms_norm_eps", "float"), r.get("tie_word_embeddings", "bool"),
-                   base, scaling, "half" if interleave is False else "interleaved", dims,
+                   base, scaling, "interleaved" if interleave else "half", dims,
                    r.get("mlp_bias", "bool") if v2 else False, moe)
 
 

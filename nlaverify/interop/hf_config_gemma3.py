@@ -19,7 +19,9 @@ embedding scale, ``1 + w`` RMSNorm gains, GeGLU, tied embeddings) with
 * no soft caps by default (both keys read; ``null``: none).
 
 ``use_bidirectional_attention`` must be false or null (HF then also halves the window).
-``hidden_act`` is ignored (``Gemma3MLP`` reads ``hidden_activation``).
+``hidden_act`` is ignored (``Gemma3MLP`` reads ``hidden_activation``). Every size has
+``Gemma3TextConfig``'s default, as in Hugging Face (the released ``gemma-3-4b-it`` text config
+gives only the hidden and MLP sizes, the layers, the window and the scaling).
 
 ``model_type: gemma3`` (``Gemma3ForConditionalGeneration``) is read as its language model,
 ``text_config``: the SigLIP vision tower (``vision_config``) and the multimodal projector are
@@ -151,7 +153,7 @@ def gemma3_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]]) -> dict[s
     if r.get("use_bidirectional_attention", "bool?"):
         raise ConfigError(f"load_hf_config: {mt} config: field 'use_bidirectional_attention': "
                           "only false/null is supported, got true")
-    n = r.get("num_hidden_layers", "int", required=True)
+    n = r.get("num_hidden_layers", "int")
     w = r.get("sliding_window", "int?")
     pattern = r.get("sliding_window_pattern", "int")
     if pattern < 1:
@@ -170,11 +172,10 @@ def gemma3_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]]) -> dict[s
     ctx = r.get("max_position_embeddings", "int")
     base, scaling, local = _ropes(r, rope, ctx)
     caps = [r.get(k, "float?") for k in ("attn_logit_softcapping", "final_logit_softcapping")]
-    return _fields(r.get("vocab_size", "int", required=True),
-                   r.get("hidden_size", "int", required=True),
-                   r.get("num_attention_heads", "int", required=True),
+    return _fields(r.get("vocab_size", "int"), r.get("hidden_size", "int"),
+                   r.get("num_attention_heads", "int"),
                    r.get("num_key_value_heads", "int"), r.get("head_dim", "int"), n,
-                   r.get("intermediate_size", "int", required=True), _GATED_ACTS[act], ctx,
+                   r.get("intermediate_size", "int"), _GATED_ACTS[act], ctx,
                    r.get("rms_norm_eps", "float"), r.get("tie_word_embeddings", "bool"),
                    r.get("attention_bias", "bool"), r.get("query_pre_attn_scalar", "float"),
                    w, types, caps, (base, scaling, local))

@@ -80,9 +80,11 @@ def qwen_moe_fields(r: Reader, n_blocks: int) -> dict[str, Any]:
     r.raw("sliding_window")
     r.raw("max_window_layers")
     types = r.raw("layer_types")
-    if types is not None and (not isinstance(types, list) or set(types) - {"full_attention"}):
-        raise ConfigError(f"load_hf_config: {mt} config: field 'layer_types': only "
-                          f"'full_attention' layers are supported, got {types!r}")
+    if types is not None and (not isinstance(types, list) or set(types) - {"full_attention"}
+                              or len(types) != n_blocks):
+        raise ConfigError(f"load_hf_config: {mt} config: field 'layer_types': expected "
+                          f"{n_blocks} entries (num_hidden_layers), only 'full_attention' "
+                          f"layers supported, got {types!r}")
     return kw
 
 

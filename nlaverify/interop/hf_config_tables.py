@@ -183,7 +183,10 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
                "query_pre_attn_scalar": 256, "sliding_window": 4096, "layer_types": None,
                "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
                "use_bidirectional_attention": None, "rope_theta": 10000.0},
-    "gemma3_text": {"num_key_value_heads": 4, "head_dim": 256,
+    # the sizes too: google/gemma-3-4b-it's text_config leaves vocab_size, the heads to them
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                    "num_hidden_layers": 26, "num_attention_heads": 8,
+                    "num_key_value_heads": 4, "head_dim": 256,
                     "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
                     "tie_word_embeddings": True, "attention_bias": False,

@@ -81,6 +81,10 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
     raw = {k: _decoded(v) for k, v in dict(hf.raw).items() if k != "model_type"}
     if hf.model_type == "rwkv":  # the training-mode function (hf_config_rwkv: rescale_every)
         raw["rescale_every"] = 0
+    if raw.get("output_router_logits"):  # MoE: HF adds router_aux_loss_coef times its
+        # load-balancing loss to the loss whenever labels are given, in eval mode too; a
+        # training term (hf_config_tables.IGNORED) that nlaverify's loss leaves out
+        raw["output_router_logits"] = False
     try:
         hf_config = transformers.AutoConfig.for_model(hf.model_type, **raw)
     except (StrictDataclassError, ValueError, TypeError) as e:
