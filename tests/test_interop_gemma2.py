@@ -78,6 +78,23 @@ def test_gemma_2_2b_counts_as_hf_meta() -> None:
     assert total == sum(p.numel() for p in model.parameters()) == 2_614_341_888
 
 
+def test_gemma_2_9b_counts_as_hf_meta() -> None:
+    """Issue 23's release check: Gemma-2-9B (google/gemma-2-9b's config.json)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    h = load_hf_config(DATA / "gemma-2-9b.json")
+    c = h.config
+    assert (c.d_model, c.n_blocks, c.n_heads, c.n_kv_heads, c.d_head, c.d_mlp) == (
+        3584, 42, 16, 8, 256, 14336)
+    assert c.window_layers == tuple(range(0, 42, 2)) and c.sliding_window == 4096
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**{k: v for k, v in h.raw.items()
+                                                 if not k.startswith("_")}))
+    total = parameter_counts(build_transformer(c)).total
+    assert total == sum(p.numel() for p in model.parameters()) == 9_241_705_984
+
+
 def test_weights_round_trip() -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -80,6 +80,21 @@ def test_pythia_160m_counts_as_hf_meta() -> None:
     assert total == sum(p.numel() for p in model.parameters()) == 162_322_944
 
 
+def test_pythia_1_4b_counts_as_hf_meta() -> None:
+    """Issue 23's release check: Pythia-1.4B (EleutherAI/pythia-1.4b's config.json)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    h = load_hf_config(DATA / "pythia-1.4b.json")
+    c = h.config
+    assert (c.d_model, c.n_blocks, c.n_heads, c.d_mlp, c.rotary_dim) == (2048, 24, 16, 8192, 32)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**{k: v for k, v in h.raw.items()
+                                                 if not k.startswith("_")}))
+    total = parameter_counts(build_transformer(c)).total
+    assert total == sum(p.numel() for p in model.parameters()) == 1_414_647_808
+
+
 def _hf_neox(seed: int = 0, **change):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -178,3 +178,41 @@ def test_export_to_a_type_without_mla_is_refused() -> None:
     for model_type in ("llama", "olmo2", "gpt2"):
         with pytest.raises(ConfigError, match="kv_lora_rank=4"):
             hf_config_dict(zoo_config(MLA), model_type)
+
+
+def test_stream_transforms_and_patterns_of_an_mla_model() -> None:
+    # the latent norms read c_kv / q_a, not the stream: fold_norms folds the stream's, and
+    # rotate leaves the latents unrotated (a latent norm taken for a stream norm rotates
+    # its (r, h d) readers by the (d, d) Q: a shape error)
+    from nlaverify.config import RopeScaling
+    from nlaverify.graph.run import init_params, run_graph, sample_data
+    from nlaverify.tolerance import magnitude_condition, tolerance
+    from nlaverify.transform import lens
+    from nlaverify.transform import weights as W
+    from nlaverify.transform.verify import check_transform
+
+    cfg = zoo_config(MLA)
+    params = init_params(build_transformer(cfg), 0)
+    folded = W.fold_norms(cfg, params)
+    assert check_transform(cfg, params, folded).ok
+    rotated = W.rotate(cfg, folded.params, W.random_orthogonal(cfg.d_model, 0))
+    assert check_transform(cfg, folded.params, rotated).ok
+    # the patterns carry YaRN's m^2 on the scores: A V is the attention's output
+    cfg = cfg.replace(rope_scaling=RopeScaling("yarn", 4.0, original_context=2, mscale=1.0,
+                                               mscale_all_dim=1.0))
+    g = build_transformer(cfg)
+    params, data = init_params(g, 1), sample_data(cfg.vocab_size, 6, 1)
+    A = lens.attention_patterns(cfg, params, data=data)["blocks.0.attn.heads"]
+    ev = run_graph(g, "numpy", params, data)
+    heads = ev.values["blocks.0.attn.heads"]
+    tol = tolerance("float64", size=6, depth=6, condition=magnitude_condition(heads))
+    assert tol.compare(A @ ev.values["blocks.0.attn.v_heads"], heads).ok
+
+
+def test_mla_in_float32_is_within_the_precision_bounds() -> None:
+    # every node within its rounding bound; concat_last exact (no arithmetic)
+    from nlaverify.precision import EXACT_FORWARD, format_precision_report, verify_precision
+
+    assert "concat_last" in EXACT_FORWARD
+    r = verify_precision(zoo_config(MLA), "float32")
+    assert r.ok, format_precision_report(r)

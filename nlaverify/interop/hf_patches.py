@@ -52,6 +52,8 @@ besides ``"rmsnorm"`` (``MambaRMSNorm.forward``, node ``blocks.{l}.norm1``) and 
 Mamba-2 (:mod:`~nlaverify.interop.hf_patches_mamba2`): ``"mamba2_scan"``, ``"mamba2_gated_norm"``.
 RWKV-4 (:mod:`~nlaverify.interop.hf_patches_rwkv`): ``"rwkv_wkv"`` (``rwkv.time_mix``), the
 float32 state and keys of ``rwkv_linear_attention_cpu``, and ``"loss"``; plant ``rwkv_mix_swap``.
+DeepSeek-V2 (:mod:`~nlaverify.interop.hf_patches_deepseek`): its complex RoPE, ``"rotary"`` in
+complex128 and ``"deepseek_rotary"`` (``attn.q_rope``: ``apply_rotary_emb`` in complex64).
 
 The exact RoPE frequencies are nlaverify's, :func:`nlaverify.ops.rotary.rope_frequencies`
 (with the model's base and scaling, in float64); :mod:`~nlaverify.interop.hf_verify`

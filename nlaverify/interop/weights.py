@@ -76,6 +76,12 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   ``model.language_model.*`` in memory) read as ``Gemma3ForCausalLM``'s; the vision tower and
   projector (``vision_tower.*``, ``multi_modal_projector.*``) accepted and ignored (images
   only, not modelled); any other key refused by name.
+* **DeepSeek-V3, DeepSeek-V2** (:mod:`~nlaverify.interop.weights_layout_mla`). Multi-head
+  latent attention's joint projections split by output into the graph's: ``q_b_proj`` (or
+  ``q_proj``) and ``kv_b_proj`` head by head (:math:`[W^{UQ}_i | W^{QR}_i]`,
+  :math:`[W^{UK}_i | W^{UV}_i]` rows), ``kv_a_proj_with_mqa`` :math:`[W^{DKV} | W^{KR}]` by
+  rows; the latent norms copied; the rotated coordinates not permuted (V3's
+  ``rope_interleave`` is the config's pairing; V2's complex rotation is interleaved).
 * **Biases.** Only where the config has them (Qwen2: ``q/k/v_proj.bias``, no ``o_proj.bias``).
 * **Prefixes.** The keys of ``*ForCausalLM.state_dict()`` carry ``model.`` (``transformer.``
   for GPT-2, ``backbone.`` for Mamba) except ``lm_head.weight``; the base model's state dict

@@ -23,7 +23,8 @@ DTYPES = ("float32", "bfloat16")
 MATMUL_PRECISIONS = ("highest", "tf32")
 
 #: ops whose forward does no arithmetic (a gather, a reshape, a permutation)
-EXACT_FORWARD = frozenset({"split_heads", "merge_heads", "repeat_kv", "embed", "topk_mask"})
+EXACT_FORWARD = frozenset({"split_heads", "merge_heads", "repeat_kv", "embed", "topk_mask",
+                           "concat_last"})
 #: ops that multiply matrices (their products round to TF32 under ``"tf32"``); the
 #: embedding's VJP is the one-hot product :math:`U^\top G`
 MATMUL_OPS = frozenset({"affine", "linear", "unembed_tied", "attention", "causal_attention",
@@ -59,7 +60,7 @@ def accumulations(graph: nx.DiGraph, node: str, n: int,
     def dims(v: str) -> list[int]:
         return [int(s) if s != "n" else n for s in graph.nodes[v].get("shape") or ()]
 
-    if op in ("split_heads", "merge_heads", "topk_mask"):
+    if op in ("split_heads", "merge_heads", "topk_mask", "concat_last"):  # no arithmetic
         return 0, 0
     if op == "embed":
         return 0, rows

@@ -157,9 +157,11 @@ def _checked(cfg: TransformerConfig, params: dict[str, Any], op: str) -> tuple[
 
 
 def _stream_norms(g: nx.DiGraph) -> list[str]:
-    """The norms of the residual stream (block norms and the final norm, not QK-norms)."""
+    """The norms of the residual stream (block norms and the final norm, not QK-norms nor
+    multi-head latent attention's latent norms)."""
     return [n for n in nx.topological_sort(g) if g.nodes[n].get("op") in (
-        "layernorm", "rmsnorm") and g.nodes[f"{n}.gamma"]["component"] != "norms.qk"]
+        "layernorm", "rmsnorm") and g.nodes[f"{n}.gamma"]["component"] not in ("norms.qk",
+                                                                             "norms.mla")]
 
 
 def _projection(g: nx.DiGraph, node: str) -> dict[str, str | None]:
