@@ -3,7 +3,8 @@ Hugging Face ``DeepseekV2TopkRouter``, ``DeepseekV2Moe``, transformers 5.25): th
 router, its greedy or group-limited selection, the scaled gates and the ungated shared experts.
 
 The affinities are the softmax over *all* :math:`E` experts,
-:math:`s = \operatorname{softmax}(xW_r)` (:func:`deepseek_v2_affinity`). The selection (:func:`deepseek_v2_select`) is, for
+:math:`s = \operatorname{softmax}(xW_r)` (:func:`deepseek_v2_affinity`).
+The selection (:func:`deepseek_v2_select`) is, for
 ``topk_method="greedy"``, the plain top-:math:`k` of :math:`s` (``n_group = topk_group = 1``
 here); for ``"group_limited_greedy"`` the :math:`E` experts in ``n_group`` consecutive
 groups, a group scored by its **largest** affinity (DeepSeek-V3 sums the two largest of
