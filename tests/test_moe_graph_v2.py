@@ -75,7 +75,7 @@ def test_options_refused_by_field(change: dict[str, Any], field: str) -> None:
     import dataclasses
 
     cfg = zoo.zoo_config("deepseek-v2-like")
-    with pytest.raises(ConfigError, match=f"TransformerConfig.{field}"):
+    with pytest.raises(ConfigError, match=rf"TransformerConfig\.{field}"):
         dataclasses.replace(cfg, **change)
 
 
@@ -85,5 +85,5 @@ def test_groups_of_one_expert_allowed() -> None:
 
     cfg = dataclasses.replace(zoo.zoo_config("deepseek-v2-like"), n_group=6, topk_group=3)
     assert _first_divergence(cfg)[0] is None
-    with pytest.raises(ConfigError, match="TransformerConfig.n_group"):
+    with pytest.raises(ConfigError, match=r"TransformerConfig\.n_group"):
         dataclasses.replace(cfg, moe_router="sigmoid")

@@ -1,5 +1,6 @@
 r"""The independent model's mixtures of experts (Baggag & Saad §3.12): Mixtral's router, and
-the released routers of Qwen-MoE, DeepSeek-V2 and DeepSeek-V3 (:mod:`nlaverify.config_moe`), written from
+the released routers of Qwen-MoE, DeepSeek-V2 and DeepSeek-V3 (:mod:`nlaverify.config_moe`),
+written from
 the papers and Hugging Face's modules (``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``,
 ``DeepseekV2Moe``, ``DeepseekV3MoE``) with ``jax.numpy`` only: no :mod:`nlaverify.ops` or
 :mod:`nlaverify.graph`. Formulations differ from the ops where the mathematics allows: top-k
