@@ -1,0 +1,141 @@
+"""DeepSeek-V2's mixture-of-experts layers through the Hugging Face interop (issue 23): the
+config both ways (``topk_method`` greedy and group-limited, ``routed_scaling_factor``; the
+keys HF does not implement refused by name), the weights both ways (fused experts,
+``shared_experts``, no bias buffer), ``verify --hf --hf-exact`` node by node on a tiny random
+``DeepseekV2ForCausalLM`` (float64, nothing downloaded) with block 0 dense and block 1
+sparse, and planted bugs (the fused gate/up halves swapped; HF's router renormalising) each
+named at their node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nlaverify.config import ConfigError
+from nlaverify.graph.build import build_transformer
+from nlaverify.graph.run import init_params
+from nlaverify.interop import weights as W
+from nlaverify.interop import weights_layout_moe
+from nlaverify.interop.hf_config import hf_config_dict, load_hf_config
+from nlaverify.interop.hf_patches import needed_patches
+from nlaverify.interop.hf_verify import format_hf_report, verify_hf
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+#: block 0 dense, block 1 sparse: 8 experts in 4 groups of 2 scored by their max, the best 2
+#: groups, top 3, gates rho s with rho = 16 (DeepSeek-V2's), two shared experts
+CONFIG = dict(model_type="deepseek_v2", vocab_size=32, hidden_size=16, intermediate_size=24,
+              moe_intermediate_size=4, num_hidden_layers=2, num_attention_heads=2,
+              num_key_value_heads=2, n_shared_experts=2, n_routed_experts=8,
+              num_experts_per_tok=3, n_group=4, topk_group=2, first_k_dense_replace=1,
+              kv_lora_rank=8, q_lora_rank=None, qk_nope_head_dim=4, qk_rope_head_dim=4,
+              v_head_dim=4, routed_scaling_factor=16.0, norm_topk_prob=False,
+              max_position_embeddings=32, rope_theta=10000.0,
+              topk_method="group_limited_greedy")
+GREEDY = dict(CONFIG, topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=1.0)
+N = 5
+
+
+def _hf_model(cfg: dict):
+    import torch
+
+    raw = {k: v for k, v in cfg.items() if k != "model_type" and not k.startswith("_")}
+    return transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(cfg["model_type"], **raw), dtype=torch.float64)
+
+
+def test_config_fields_round_trip_and_hf_builds_the_same_layers() -> None:
+    c = load_hf_config(CONFIG).config
+    assert (c.moe_router, c.n_experts, c.top_k, c.n_group, c.topk_group) == (
+        "softmax_group", 8, 3, 4, 2)
+    assert (c.routed_scaling_factor, c.moe_renormalize, c.d_shared_expert,
+            c.moe_dense_layers) == (16.0, False, 8, (0,))
+    g = load_hf_config(GREEDY).config
+    assert (g.n_group, g.topk_group, g.routed_scaling_factor) == (1, 1, 1.0)
+    # greedy ignores n_group / topk_group, as HF's router does
+    assert load_hf_config(dict(GREEDY, n_group=4, topk_group=2)).config == g
+    for cfg, c_ in ((CONFIG, c), (GREEDY, g)):
+        d = hf_config_dict(c_, "deepseek_v2")
+        assert load_hf_config(d).config == c_ and d["topk_method"] == cfg["topk_method"]
+    model = _hf_model(hf_config_dict(c, "deepseek_v2"))
+    assert [type(layer.mlp).__name__ for layer in model.model.layers] == [
+        "DeepseekV2MLP", "DeepseekV2Moe"]
+    assert model.model.layers[1].mlp.shared_experts.gate_proj.out_features == c.d_shared_expert
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"topk_method": "noaux_tc"}, "topk_method"),
+    ({"norm_topk_prob": True}, "norm_topk_prob"),   # HF's V2 router never renormalises
+    ({"scoring_func": "sigmoid"}, "scoring_func"),
+    ({"moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"n_group": 3}, "n_group"),
+    ({"n_group": None}, "n_group"),
+    ({"topk_group": 5}, "topk_group"),
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok"),  # > topk_group * E / n_group = 4
+    ({"num_experts_per_tok": None}, "num_experts_per_tok"),
+    ({"n_shared_experts": 0}, "n_shared_experts"),
+])
+def test_config_refusals_name_the_key(change: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        load_hf_config(dict(CONFIG, **change))
+
+
+def test_export_refuses_v3_router_as_v2() -> None:
+    from tests.test_interop_deepseek_moe import CONFIG as V3
+
+    with pytest.raises(ConfigError, match="moe_router=.sigmoid."):
+        hf_config_dict(load_hf_config(V3).config, "deepseek_v2")
+
+
+def test_weights_both_ways() -> None:
+    c = load_hf_config(CONFIG).config
+    params = init_params(build_transformer(c), 1)
+    state = W.params_to_hf(c, "deepseek_v2", params)
+    sd = _hf_model(CONFIG).state_dict()
+    assert {k: state[k].shape for k in state} == {k: tuple(v.shape) for k, v in sd.items()}
+    back = W.params_from_hf((c, "deepseek_v2"), state)
+    assert set(back) == set(params) and all(np.array_equal(back[k], params[k]) for k in params)
+    assert np.array_equal(state["model.layers.1.mlp.shared_experts.up_proj.weight"],
+                          params["blocks.1.mlp.U3"].T)
+
+
+@pytest.mark.parametrize("cfg", [CONFIG, GREEDY], ids=["group_limited_greedy", "greedy"])
+def test_exact_mode_agrees_in_every_node_loss_and_gradient(cfg: dict) -> None:
+    r = verify_hf(cfg, seq_len=N, exact=True)
+    assert r.ok, format_hf_report(r)
+    assert r.first_divergence is None and r.first_gradient_divergence is None
+    for node in ("blocks.0.mlp.out", "blocks.1.mlp.scores", "blocks.1.mlp.route",
+                 "blocks.1.mlp.out", "logits", "loss"):
+        assert r.row(node).ok, node
+    assert r.unmapped == ["blocks.1.mlp.affinity"]  # softmax(x W_r): no HF module output
+    names = {k for k, _ in _hf_model(cfg).named_parameters()}
+    assert {g.name for g in r.gradients} == names
+    assert "router_v2" in r.patches == sorted(needed_patches("deepseek_v2", cfg))
+    assert any(c.name.startswith("patch fidelity blocks.1.mlp.out:") for c in r.checks)
+
+
+def test_planted_gate_up_swap_is_named_at_the_moe_output(monkeypatch) -> None:
+    monkeypatch.setattr(weights_layout_moe, "_fuse_gate_up",
+                        lambda W1, W3: np.concatenate([W3, W1], axis=-1).transpose(0, 2, 1))
+    r = verify_hf(CONFIG, seq_len=N, exact=True)
+    assert r.first_divergence == "blocks.1.mlp.out", format_hf_report(r)
+    assert r.row("blocks.1.mlp.route").ok  # the routing does not read the experts
+
+
+def test_planted_router_bug_in_hf_is_named(monkeypatch) -> None:
+    """HF's stock router renormalising its gates (the original code's norm_topk_prob): the
+    exact replacement agrees with the graph; the fidelity check names the block's output."""
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as mod
+
+    stock = mod.DeepseekV2TopkRouter.forward
+
+    def renormalised(self, h):
+        logits, w, idx = stock(self, h)
+        return logits, w / w.sum(dim=-1, keepdim=True), idx
+
+    monkeypatch.setattr(mod.DeepseekV2TopkRouter, "forward", renormalised)
+    r = verify_hf(CONFIG, seq_len=N, exact=True)
+    assert not r.ok and r.first_patch_divergence == "blocks.1.mlp.out", format_hf_report(r)
+    assert r.first_divergence is None
