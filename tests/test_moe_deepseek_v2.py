@@ -145,3 +145,31 @@ def test_selection_arguments_are_named() -> None:
         v2.deepseek_v2_select(NP, s, 2, 3, 4)
     with pytest.raises(ShapeError, match="'top_k'"):
         v2.deepseek_v2_select(NP, s, 3, 3, 1)
+
+
+def _numpy_select(sum_of_two: bool = False):
+    """DeepSeek-V2's selection written in NumPy (the kernel under test): groups of 2 scored
+    by their max, one kept, its 2 experts chosen; ``sum_of_two``: V3's group score (a bug)."""
+    def select(scores):
+        g = scores.reshape(*scores.shape[:-1], 2, 2)
+        g = g.sum(-1) if sum_of_two else g.max(-1)
+        return np.repeat(np.eye(2, dtype=scores.dtype)[np.argmax(g, axis=-1)], 2, axis=-1)
+    return select
+
+
+def test_check_op_passes_the_selection_and_fails_the_sum_of_two() -> None:
+    from nlaverify.cases.inputs import OpCaseInput
+    from nlaverify.check import check_op
+    from nlaverify.check.op_selection import deepseek_v2_near_ties
+    from nlaverify.ops.registry import get_op
+
+    static = {"top_k": 2, "n_group": 2, "topk_group": 1}
+    # token 0: group 0 wins by its max (0.5 > 0.4), group 1 by its sum (0.7 > 0.6)
+    s = np.array([[0.5, 0.1, 0.4, 0.3], [0.9, 0.8, 0.1, 0.2]])
+    assert check_op(_numpy_select(), "deepseek_v2_select", dtype="float32", static=static,
+                    inputs=[[s]]).ok
+    assert check_op(_numpy_select(True), "deepseek_v2_select", dtype="float32",
+                    static=static, inputs=[[s]]).failures
+    tie = OpCaseInput(get_op("deepseek_v2_select"), [np.array([[0.5, 0.1, 0.5, 0.3]])],
+                      np.zeros((1, 4)), [], static, "x")
+    assert deepseek_v2_near_ties(tie, "float64").tolist() == [True]
