@@ -139,3 +139,47 @@ def test_planted_router_bug_in_hf_is_named(monkeypatch) -> None:
     r = verify_hf(CONFIG, seq_len=N, exact=True)
     assert not r.ok and r.first_patch_divergence == "blocks.1.mlp.out", format_hf_report(r)
     assert r.first_divergence is None
+
+
+RELEASE = W.__file__.rsplit("/", 2)[0] + "/data/hf_configs/deepseek-v2-lite.json"
+#: DeepSeek-V2-Lite as nlaverify counts it: HF's DeepseekV2ForCausalLM has 15,706,484,224
+#: parameters (the published "15.7B"); a token activates 2,661,150,208 (6 of 64 routed
+#: experts in each of the 26 MoE layers). The published "2.4B activated" is that less one
+#: vocabulary table, 102400 * 2048 = 209,715,200 (2,451,435,008): the convention that does
+#: not count the embedding lookup, which nlaverify's count (as for DeepSeek-V3's "37B") does
+DEEPSEEK_V2_LITE = (15_706_484_224, 2_661_150_208)
+
+
+def test_release_total_is_hf_meta_count_and_activated_as_hf_routes() -> None:
+    import argparse
+    import contextlib
+    import io
+    import json
+
+    import torch
+
+    from nlaverify.commands_params import _cmd_params
+    from nlaverify.config_moe import activated_parameters
+    from nlaverify.graph.build import parameter_counts
+
+    h = load_hf_config(RELEASE)
+    c = h.config
+    assert (c.moe_router, c.n_experts, c.top_k, c.n_group, c.d_shared_expert) == (
+        "softmax_group", 64, 6, 1, 2816)
+    counts = parameter_counts(build_transformer(c))
+    raw = {k: v for k, v in h.raw.items() if not k.startswith("_")}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**raw))
+    hf_total = sum(p.numel() for p in model.parameters())
+    E, k = c.n_experts, c.top_k
+    skipped = sum(p.numel() * (E - k) // E for n, p in model.named_parameters()
+                  if ".mlp.experts." in n)
+    active = activated_parameters(c, counts.total, counts.by_component["moe.experts"])
+    assert (counts.total, active) == (hf_total, hf_total - skipped) == DEEPSEEK_V2_LITE
+    assert round(counts.total / 1e9, 1) == 15.7
+    assert int((active - c.vocab_size * c.d_model) / 1e8) / 10 == 2.4
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _cmd_params(argparse.Namespace(preset=None, config=RELEASE, lora=None, json=True))
+    assert json.loads(out.getvalue())["activated_per_token"] == active
