@@ -183,3 +183,14 @@ def test_release_total_is_hf_meta_count_and_activated_as_hf_routes() -> None:
     with contextlib.redirect_stdout(out):
         _cmd_params(argparse.Namespace(preset=None, config=RELEASE, lora=None, json=True))
     assert json.loads(out.getvalue())["activated_per_token"] == active
+
+
+def test_router_patch_is_needed_and_shows_at_the_moe_output() -> None:
+    """Without ``router_v2`` HF's stock float32 router is what runs: its logits (node
+    ``mlp.scores``, ``F.linear`` in float32) are the first node to part, within float32
+    rounding, not beyond."""
+    r = verify_hf(CONFIG, seq_len=N, exact=set(needed_patches("deepseek_v2", CONFIG))
+                  - {"router_v2"})
+    assert r.first_divergence == "blocks.1.mlp.scores", format_hf_report(r)
+    assert r.row("blocks.0.mlp.out").ok
+    assert r.first_beyond_float32 is None
