@@ -194,3 +194,21 @@ def test_router_patch_is_needed_and_shows_at_the_moe_output() -> None:
     assert r.first_divergence == "blocks.1.mlp.scores", format_hf_report(r)
     assert r.row("blocks.0.mlp.out").ok
     assert r.first_beyond_float32 is None
+
+
+def test_the_group_limit_changes_the_choice() -> None:
+    """Without this the exact agreement of ``mlp.route`` would not test the max-scored group
+    limit: on the verified tokens, keeping every group chooses differently."""
+    from nlaverify.backends import get_namespace
+    from nlaverify.graph.run import run_graph, sample_data
+    from nlaverify.ops.moe_deepseek_v2 import deepseek_v2_select
+
+    c = load_hf_config(CONFIG).config
+    graph = build_transformer(c)
+    values = run_graph(graph, "numpy", init_params(graph, 0),
+                       sample_data(c.vocab_size, N, 0)).values
+    s = np.asarray(values["blocks.1.mlp.affinity"])
+    route = np.asarray(values["blocks.1.mlp.route"])
+    np_ = get_namespace("numpy")
+    assert np.array_equal(route, deepseek_v2_select(np_, s, 3, 4, 2))
+    assert not np.array_equal(route, deepseek_v2_select(np_, s, 3, 4, 4))
