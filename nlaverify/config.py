@@ -67,7 +67,8 @@ class TransformerConfig:
     (Mixtral) unless ``moe_renormalize=False`` (the top-k entries of the softmax over all
     experts). ``temperature`` divides the logits before the output softmax and the loss.
     Released routers (:mod:`nlaverify.config_moe`): ``moe_router`` (``"softmax"``; ``"sigmoid"``:
-    DeepSeek-V3, with ``routed_scaling_factor``, ``n_group``, ``topk_group``), experts of width
+    DeepSeek-V3, with ``routed_scaling_factor``, ``n_group``, ``topk_group``;
+    ``"softmax_group"``: DeepSeek-V2, its groups scored by their max), experts of width
     ``moe_intermediate_size`` (``None``: ``d_mlp``), a shared SwiGLU expert of width
     ``d_shared_expert`` (Qwen's gated by ``shared_expert_gate``), dense ``moe_dense_layers``.
 

@@ -11,7 +11,11 @@ Qwen-MoE (Qwen1.5-MoE, Qwen2-MoE, Qwen3-MoE; Hugging Face ``Qwen2MoeSparseMoeBlo
 (``moe_router="sigmoid"``), the selection by :math:`\sigma(xW_r) + b` limited to ``topk_group``
 of ``n_group`` groups, gates scaled by :math:`\rho` = ``routed_scaling_factor``, ungated shared
 experts (width ``d_shared_expert`` = ``n_shared_experts * moe_intermediate_size``), the first
-``first_k_dense_replace`` blocks dense.
+``first_k_dense_replace`` blocks dense. DeepSeek-V2 (DeepSeek-AI 2024, technical report §2.2;
+``DeepseekV2Moe``): the softmax router over all experts (``moe_router="softmax_group"``), the
+selection greedy (``n_group = topk_group = 1``) or limited to ``topk_group`` of ``n_group``
+groups scored by their largest affinity, gates :math:`\rho\, s_e` never renormalised
+(``moe_renormalize=False``), ungated shared experts, no bias.
 
 The load-balancing bias :math:`b` (``e_score_correction_bias``) is a *buffer* in Hugging
 Face (updated outside the gradient, not in ``parameters()``): the graph holds it as a constant
@@ -33,8 +37,8 @@ __all__ = ["MOE_DEFAULTS", "MOE_ROUTERS", "activated_line", "activated_parameter
            "check_moe", "expert_width", "routing_bias", "sparse_block"]
 
 #: the routers of :attr:`TransformerConfig.moe_router`: Mixtral's and Qwen's softmax,
-#: DeepSeek-V3's sigmoid
-MOE_ROUTERS = ("softmax", "sigmoid")
+#: DeepSeek-V3's sigmoid, DeepSeek-V2's group-limited softmax
+MOE_ROUTERS = ("softmax", "sigmoid", "softmax_group")
 
 #: the released routers' options at their defaults (Mixtral's router, no shared expert)
 MOE_DEFAULTS = {"moe_router": "softmax", "moe_intermediate_size": None, "d_shared_expert": 0,
@@ -76,7 +80,9 @@ def _check_types(cfg: Any) -> None:
 def check_moe(cfg: Any) -> None:
     r"""The released routers' options (module docstring), each refusal a :class:`ConfigError`
     naming the field: every option at its default without experts; the softmax router has no
-    :math:`\rho` and no groups; the sigmoid router (:func:`nlaverify.ops.moe_shared.
+    :math:`\rho` and no groups; DeepSeek-V2's ``"softmax_group"`` (:func:`nlaverify.ops.
+    moe_deepseek_v2.deepseek_v2_moe`) as the sigmoid router but groups of one expert allowed
+    and no renormalising; the sigmoid router (:func:`nlaverify.ops.moe_shared.
     deepseek_v3_moe`) has SwiGLU experts, ungated shared experts, and groups of at least two
     experts (:func:`nlaverify.ops.moe_routing.group_limited_topk_mask`); a shared expert is a
     SwiGLU (Hugging Face ``Qwen2MoeMLP``, ``DeepseekV3MLP``) and its gate needs it."""
@@ -100,17 +106,23 @@ def check_moe(cfg: Any) -> None:
                                   f"(DeepSeek-V3); expected {MOE_DEFAULTS[f]!r} with the softmax "
                                   f"router, got {getattr(cfg, f)!r}")
         return
+    r = cfg.moe_router
     if cfg.mlp != "swiglu":
-        raise _err("mlp", "'swiglu' experts with moe_router='sigmoid'", cfg.mlp)
+        raise _err("mlp", f"'swiglu' experts with moe_router={r!r}", cfg.mlp)
     if not cfg.d_shared_expert:
-        raise _err("d_shared_expert", "> 0 with moe_router='sigmoid' (DeepSeek-V3's shared "
-                                      "experts, deepseek_v3_moe)", 0)
+        raise _err("d_shared_expert", f"> 0 with moe_router={r!r} (DeepSeek's shared "
+                                      "experts)", 0)
     if cfg.shared_expert_gate:
-        raise _err("shared_expert_gate", "False with moe_router='sigmoid' (DeepSeek-V3's "
+        raise _err("shared_expert_gate", f"False with moe_router={r!r} (DeepSeek's "
                                          "shared experts are ungated)", True)
     E, G = cfg.n_experts, cfg.n_group
-    if E % G or E // G < 2:
-        raise _err("n_group", f"a divisor of n_experts={E} leaving groups of at least 2", G)
+    least = 2 if r == "sigmoid" else 1   # V3 sums a group's top two; V2 takes its max
+    if r == "softmax_group" and cfg.moe_renormalize:
+        raise _err("moe_renormalize", "False with moe_router='softmax_group' (DeepSeek-V2's "
+                                      "gates rho * s are never renormalised)", True)
+    if E % G or E // G < least:
+        raise _err("n_group", f"a divisor of n_experts={E} leaving groups of at least "
+                              f"{least}", G)
     if cfg.topk_group > G:
         raise _err("topk_group", f"<= n_group={G}", cfg.topk_group)
     if cfg.top_k > cfg.topk_group * (E // G):

@@ -148,6 +148,13 @@ ZOO: tuple[TransformerConfig, ...] = (
             n_experts=6, top_k=2, moe_router="sigmoid", n_group=3, topk_group=2,
             routed_scaling_factor=2.5, moe_intermediate_size=3, d_shared_expert=5,
             moe_dense_layers=(0,)),
+    # DeepSeek-V2's router (DeepSeek-AI 2024 §2.2): softmax affinities, 6 experts in 3 groups
+    # of 2 scored by their max, the best 2 groups kept, top 3 chosen, gates 2 s (never
+    # renormalised), ungated shared experts of width 4; block 1 sparse
+    _member("deepseek-v2-like", n_blocks=2, norm="rmsnorm", positions="rope", mlp="swiglu",
+            n_experts=6, top_k=3, moe_router="softmax_group", n_group=3, topk_group=2,
+            moe_renormalize=False, routed_scaling_factor=2.0, moe_intermediate_size=3,
+            d_shared_expert=4, moe_dense_layers=(0,)),
     # an ungated shared expert under the softmax router, Mixtral's renormalised gates
     _member("moe-shared-ungated", mlp="swiglu", n_experts=3, top_k=2, d_shared_expert=4,
             d_mlp=6),

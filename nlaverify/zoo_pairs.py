@@ -28,12 +28,13 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
             ("rope-scaled-window-qknorm", "gelu"), ("gemma-like", "swiglu")),
     "n_experts": (("moe-relu-top2", 0),),
     "top_k": (("moe-relu-top2", 1),),
-    "moe_router": (("moe-shared-ungated", "sigmoid"),),
+    "moe_router": (("moe-shared-ungated", "sigmoid"), ("deepseek-v2-like", "sigmoid")),
     "moe_intermediate_size": (("qwen2-moe-like", None),),
     "d_shared_expert": (("moe-shared-ungated", 0),),
     "shared_expert_gate": (("moe-shared-ungated", True),),
     "routed_scaling_factor": (("deepseek-v3-like", 1.0),),
-    "n_group": (("deepseek-v3-like", 2),),  # 2 groups of 3, both kept: plain top-k
+    "n_group": (("deepseek-v3-like", 2),  # 2 groups of 3, both kept: plain top-k
+                ("deepseek-v2-like", 2)),  # V2's max-scored groups: both kept, plain top-k
     "topk_group": (("deepseek-v3-like", 3),),
     "moe_dense_layers": (("qwen2-moe-like", ()), ("deepseek-v3-like", (1,))),
     "attn_bias": (("moe-relu-top2", False),),

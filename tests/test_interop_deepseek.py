@@ -191,7 +191,7 @@ def test_v2_config_and_weights() -> None:
     assert (c.mlp_bias, c.rope_pairing, c.n_kv_heads, c.kv_lora_rank) == (
         True, "interleaved", 2, 6)
     for change, match in (({"rope_interleave": False}, "unsupported key 'rope_interleave'"),
-                          ({"first_k_dense_replace": 1}, "'first_k_dense_replace'=1"),
+                          ({"first_k_dense_replace": 1}, "'mlp_bias'"),  # MoE layers: biases
                           ({"num_key_value_heads": 1}, "'num_key_value_heads'=1")):
         with pytest.raises(ConfigError, match=match):
             load_hf_config({**V2, **change})

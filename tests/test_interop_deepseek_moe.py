@@ -90,10 +90,15 @@ def test_config_refusals_name_the_key(change: dict, key: str) -> None:
         load_hf_config(dict(CONFIG, **change))
 
 
-def test_deepseek_v2_moe_layers_still_refused() -> None:
+def test_deepseek_v3_router_keys_refused_as_deepseek_v2() -> None:
+    """V3's keys under ``deepseek_v2`` (its MoE layers: tests/test_interop_deepseek_v2_moe.py):
+    the renormalised gates and the bias-corrected method are refused by key."""
     v2 = {k: v for k, v in CONFIG.items() if k not in ("scoring_func", "topk_method")}
-    with pytest.raises(ConfigError, match="first_k_dense_replace"):
+    with pytest.raises(ConfigError, match="norm_topk_prob"):
         load_hf_config(dict(v2, model_type="deepseek_v2"))
+    with pytest.raises(ConfigError, match="topk_method"):
+        load_hf_config(dict(v2, model_type="deepseek_v2", norm_topk_prob=False,
+                            topk_method="noaux_tc"))
 
 
 def test_export_refuses_what_deepseek_v3_cannot_express() -> None:
@@ -102,7 +107,7 @@ def test_export_refuses_what_deepseek_v3_cannot_express() -> None:
                        (c.replace(d_shared_expert=12), "d_shared_expert")):
         with pytest.raises(ConfigError, match=field):
             hf_config_dict(bad, "deepseek_v3")
-    with pytest.raises(ConfigError, match="n_experts"):
+    with pytest.raises(ConfigError, match="moe_router='sigmoid'"):  # V2's router: softmax
         hf_config_dict(c, "deepseek_v2")
 
 

@@ -35,7 +35,8 @@ from nlaverify.cases.inputs import OpCaseInput
 from nlaverify.check.report import Row, inconclusive_row
 from nlaverify.tolerance import unit_roundoff
 
-__all__ = ["NEAR_TIES", "deepseek_v3_near_ties", "selection_margin", "topk_near_ties"]
+__all__ = ["NEAR_TIES", "deepseek_v2_near_ties", "deepseek_v3_near_ties", "selection_margin",
+           "topk_near_ties"]
 
 
 def _gamma(n: int, u: float) -> float:
@@ -85,6 +86,27 @@ def deepseek_v3_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
     return near.reshape(v.shape[:-1])
 
 
+def deepseek_v2_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
+    r"""For each token of a ``deepseek_v2_select`` case, whether the kept groups or the chosen
+    experts tie exactly at a boundary: a group's score is its largest affinity (a comparison,
+    no arithmetic: exact in ``dtype`` as the inputs are), so only exact ties are near."""
+    s = np.asarray(case.args[0], dtype=np.float64)
+    k, n_group, k_group = (int(case.static[x]) for x in ("top_k", "n_group", "topk_group"))
+    E = s.shape[-1]
+    size = E // n_group
+    flat = s.reshape(-1, E)
+    near = np.zeros(flat.shape[0], dtype=bool)
+    for i, row in enumerate(flat):
+        score = row.reshape(n_group, size).max(axis=-1)
+        if _top_boundary_near(score, k_group, np.zeros(n_group)):
+            near[i] = True
+            continue
+        kept = np.argsort(-score, kind="stable")[:k_group]
+        allowed = np.concatenate([row[g * size:(g + 1) * size] for g in sorted(kept)])
+        near[i] = _top_boundary_near(allowed, k, np.zeros_like(allowed))
+    return near.reshape(s.shape[:-1])
+
+
 def topk_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
     """For each token of a ``topk_mask`` case, whether its ``top_k``-th and next score tie
     exactly (no arithmetic before the comparison: the inputs are exact in ``dtype``)."""
@@ -97,6 +119,7 @@ def topk_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
 
 #: the selection ops and their near-tie rule: ``(case, dtype) -> bool per token``
 NEAR_TIES: dict[str, Callable[[OpCaseInput, str], np.ndarray]] = {
+    "deepseek_v2_select": deepseek_v2_near_ties,
     "deepseek_v3_select": deepseek_v3_near_ties,
     "topk_mask": topk_near_ties,
 }

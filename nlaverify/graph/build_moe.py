@@ -1,6 +1,7 @@
 r"""The mixture-of-experts sublayer of the graph: Mixtral's router, Qwen-MoE's (softmax,
 optionally a shared expert and its sigmoid gate) and DeepSeek-V3's (sigmoid affinities, the
-biased group-limited selection, scaled gates, ungated shared experts); Baggag & Saad §3.12,
+biased group-limited selection, scaled gates, ungated shared experts) and DeepSeek-V2's
+(softmax affinities, groups scored by their max, gates :math:`\rho s`); Baggag & Saad §3.12,
 :mod:`nlaverify.config_moe`.
 
 Nodes (prefix ``p`` = ``blocks.{l}.mlp``): ``p.scores`` :math:`= xW_r` (parameter
@@ -41,7 +42,10 @@ def moe_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: int) -> 
     SwiGLU :math:`S(x) = (\operatorname{SiLU}(xU_1)\odot xU_3)U_2` as nodes ``p.shared.gate``,
     ``up``, ``act``, ``out``. DeepSeek-V3 (``moe_router="sigmoid"``): ``deepseek_v3_moe``,
     :math:`y = \sum_{e\in S} \rho\,\frac{s_e}{\sum_S s + 10^{-20}} E_e(x) + S(x)`, the
-    selection :math:`S` by :math:`s + b` (technical report §2.1.2, eq. (12)-(16))."""
+    selection :math:`S` by :math:`s + b` (technical report §2.1.2, eq. (12)-(16)).
+    DeepSeek-V2 (``moe_router="softmax_group"``): ``deepseek_v2_moe``, :math:`y = \sum_{e\in
+    S}\rho\, s_e E_e(x) + S(x)`, :math:`s = \operatorname{softmax}(xW_r)` (node
+    ``p.affinity``), :math:`S` by ``deepseek_v2_select`` (groups scored by their max)."""
     d, E, m = cfg.d_model, cfg.n_experts, expert_width(cfg)
     router = b.param(f"{p}.W_router", (d, E), "moe.router", ("normal", d**-0.5), block)
     scores = b.op(f"{p}.scores", "linear", [x, router], ("n", E))
@@ -50,6 +54,13 @@ def moe_sublayer(b: Any, p: str, x: str, cfg: TransformerConfig, block: int) -> 
         ("W_in", (E, d, m)), ("W_out", (E, m, d)))
     ws = [b.param(f"{p}.{n}", s, "moe.experts", ("normal", s[1] ** -0.5), block)
           for n, s in names]
+    if cfg.moe_router == "softmax_group":   # DeepSeek-V2 (report §2.2)
+        aff = b.op(f"{p}.affinity", "deepseek_v2_affinity", [scores], ("n", E))
+        mask = b.op(f"{p}.route", "deepseek_v2_select", [aff], ("n", E), top_k=cfg.top_k,
+                    n_group=cfg.n_group, topk_group=cfg.topk_group)
+        return b.op(f"{p}.out", "deepseek_v2_moe", [x, mask, router, *ws,
+                                                    *_shared(b, p, cfg, block)], ("n", d),
+                    routed_scaling_factor=float(cfg.routed_scaling_factor))
     if cfg.moe_router == "sigmoid":
         aff = b.op(f"{p}.affinity", "deepseek_v3_affinity", [scores], ("n", E))
         bias = b.constant(f"{p}.e_bias", routing_bias(cfg, block))

@@ -85,6 +85,7 @@ CATALOGUE_MODULES: tuple[str, ...] = (
     "nlaverify.identities.mla_graph",
     "nlaverify.identities.rope_yarn",
     "nlaverify.identities.moe_routing",
+    "nlaverify.identities.moe_deepseek_v2",
 )
 
 

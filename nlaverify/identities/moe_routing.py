@@ -55,10 +55,14 @@ __all__ = ["derive_bias_chooses_never_weighs", "derive_gates_sum",
 FAMILY = "architectures"
 SEED_DS = ("DeepSeek-AI 2024 (DeepSeek-V3 technical report §2.1.2); Hugging Face "
            "DeepseekV3TopkRouter")
+SEED_V2 = ("DeepSeek-AI 2024 (DeepSeek-V2 technical report §2.2); Hugging Face "
+           "DeepseekV2Moe, DeepseekV2TopkRouter")
 SEED_QWEN = "Qwen team 2024 (Qwen1.5-MoE, Qwen2-MoE); Hugging Face Qwen2MoeSparseMoeBlock"
 _TITLES = {"qwen2_moe": "Qwen2-MoE's block (softmax router, sigmoid-gated shared expert)",
            "qwen2_moe_norm": "Qwen2-MoE's block with norm_topk_prob (renormalised gates)",
            "deepseek_v3_moe": "DeepSeek-V3's MoE block (sigmoid router, scaled gates, shared "
+                              "experts)",
+           "deepseek_v2_moe": "DeepSeek-V2's MoE block (softmax router, scaled gates, shared "
                               "experts)",
            "deepseek_v3_gates": "DeepSeek-V3's gates (normalised sigmoid affinities, scaled)"}
 
@@ -74,7 +78,8 @@ def _prover(prove: Callable[..., Proof], name: str) -> Callable[[], Proof]:
 for _name, _spec in MOE_OPS.items():
     if not _spec.differentiable:  # the selection: no derivative to prove
         continue
-    _seed = SEED_QWEN if _name.startswith("qwen") else SEED_DS
+    _seed = (SEED_QWEN if _name.startswith("qwen") else SEED_V2 if "_v2_" in _name
+             else SEED_DS)
     _tags = ("moe", "routing-fixed")
     register(Identity(f"{_name}_vjp", FAMILY, f"VJP of {_TITLES[_name]}", _spec.vjp_statement,
                       _seed, _spec.qualified_names, guard(_prover(prove_vjp, _name)),

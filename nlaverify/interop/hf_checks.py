@@ -77,6 +77,7 @@ def _fidelity_check(f: Any, config: Any, n: int) -> HFCheck:
             "layernorm": config.d_model, "cohere_rotary": max(1, dh // 2),
             "deepseek_rotary": max(1, dh // 2),
             "router_sigmoid": max(config.d_model, config.n_experts or 1),
+            "router_v2": max(config.d_model, config.n_experts or 1),
             "rwkv_wkv": n * config.rwkv_dim, "mamba2_scan": n * config.ssm_state,
             "mamba2_gated_norm": config.d_inner // config.ssm_groups}[f.kind]
     cond = magnitude_condition(f.exact, power=1)

@@ -15,8 +15,9 @@ the query-key width :math:`d_c + d_r` (the graph's MLA does not read it).
 
 Mixture-of-experts layers (``first_k_dense_replace`` below ``num_hidden_layers``):
 DeepSeek-V3's sigmoid router with group-limited top-k and shared experts,
-:mod:`nlaverify.interop.hf_config_deepseek_moe` (``deepseek_v3`` only: DeepSeek-V2's softmax
-router is refused by that key). Refused by key: ``attention_bias`` true (biases on
+:mod:`nlaverify.interop.hf_config_deepseek_moe`; DeepSeek-V2's softmax router (greedy or
+group-limited by the groups' max), :mod:`nlaverify.interop.hf_config_deepseek_v2_moe`.
+Refused by key: ``attention_bias`` true (biases on
 ``q_a_proj``, ``kv_a_proj_with_mqa`` and ``o_proj``), ``num_key_value_heads`` other than
 ``num_attention_heads`` (``repeat_kv`` of keys already materialised per head), RoPE
 scalings other than linear, llama3 and yarn. With every layer dense the experts' keys
@@ -31,8 +32,9 @@ derives, must agree with the head dimensions.
 interleaved pairs (``apply_rotary_emb`` multiplies complex pairs :math:`x_{2i} + i x_{2i+1}`
 and writes them back in place: no permutation), ``mlp_bias`` (biases on the dense MLP's
 three projections), ``num_key_value_heads`` defaulting to the heads, ``first_k_dense_replace``
-required (its default 0 makes every layer MoE), ``topk_method`` read and ignored with the
-other experts' keys; no ``rope_interleave`` key.
+required (its default 0 makes every layer MoE; ``first_k_dense_replace`` below
+``num_hidden_layers``: MoE layers, as above), ``topk_method`` read and ignored with the
+other experts' keys when every layer is dense; no ``rope_interleave`` key.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ from nlaverify.interop.hf_config_deepseek_moe import (
     deepseek_v3_moe_export,
     deepseek_v3_moe_fields,
     deepseek_v3_moe_rebuilt,
+)
+from nlaverify.interop.hf_config_deepseek_v2_moe import (
+    deepseek_v2_moe_export,
+    deepseek_v2_moe_fields,
+    deepseek_v2_moe_rebuilt,
 )
 from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
@@ -79,6 +86,8 @@ def _deepseek_fields(r: Any, rope: Callable[[Any, int], tuple[int, Any]], mt: st
     moe: dict[str, Any] = {}
     if mt == "deepseek_v3" and dense is not None and dense < blocks:  # hf_config_deepseek_moe
         moe = deepseek_v3_moe_fields(r, blocks, dense)
+    elif mt == "deepseek_v2" and dense is not None and dense < blocks:
+        moe = deepseek_v2_moe_fields(r, blocks, dense, bool(r.get("mlp_bias", "bool")))
     elif dense is None or dense < blocks:
         raise ConfigError(
             f"load_hf_config: {mt} config: field 'first_k_dense_replace'={dense!r}: layers "
@@ -126,8 +135,8 @@ def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, c
             eps: float, tied: bool, base: int, scaling: RopeScaling | None, pairing: str,
             dims: dict[str, Any], mlp_bias: bool = False, moe: dict[str, Any] | None = None
             ) -> dict[str, Any]:
-    """The fields of a Hugging Face DeepSeek-V2/V3 of these values (``moe``: DeepSeek-V3's
-    MoE fields, :mod:`~nlaverify.interop.hf_config_deepseek_moe`; none: every layer dense)."""
+    """The fields of a Hugging Face DeepSeek-V2/V3 of these values (``moe``: the MoE
+    fields, :mod:`~nlaverify.interop.hf_config_deepseek_moe`; none: every layer dense)."""
     return dict(vocab_size=vocab, d_model=d, n_heads=heads, n_kv_heads=heads,
                 d_head=dims["qk_nope_head_dim"] + dims["qk_rope_head_dim"], n_blocks=blocks,
                 d_mlp=d_mlp, norm="rmsnorm", placement="pre", positions="rope", context=ctx,
@@ -160,7 +169,7 @@ def _mismatch(c: TransformerConfig, v2: bool) -> tuple[str, Any, Any] | None:
         c.vocab_size, c.d_model, c.n_heads, c.n_blocks, c.d_mlp, c.mlp, c.context, c.norm_eps,
         c.tied_embeddings, c.rope_base, c.rope_scaling, "interleaved" if v2 else
         c.rope_pairing, dims, c.mlp_bias if v2 else False,
-        {} if v2 else deepseek_v3_moe_rebuilt(c))))
+        deepseek_v2_moe_rebuilt(c) if v2 else deepseek_v3_moe_rebuilt(c))))
 
 
 def deepseek_v2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:
@@ -168,7 +177,7 @@ def deepseek_v2_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str,
     :func:`deepseek_v3_hf_dict`'s without ``rope_interleave``, with ``mlp_bias``."""
     d = {k: v for k, v in deepseek_v3_hf_dict(c, rope).items() if k != "rope_interleave"}
     return {**d, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
-            "mlp_bias": c.mlp_bias}
+            "mlp_bias": c.mlp_bias, **deepseek_v2_moe_export(c)}
 
 
 def deepseek_v3_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def _build_hf_model(hf: Any, dtype: Any, checkpoint: str | None) -> Any:
         # (_keep_in_fp32_modules_strict, an explicit dtype=torch.float32); held in the
         # model dtype so that the weights written are the graph's (stock forward still casts
         # to float32, the exact patch "router_sigmoid" does not)
-        if type(module).__name__ == "DeepseekV3TopkRouter":
+        if type(module).__name__ in ("DeepseekV3TopkRouter", "DeepseekV2TopkRouter"):
             module.to(dtype)
     return model
 

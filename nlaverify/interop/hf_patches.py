@@ -165,7 +165,7 @@ def _as_array(value: Any, kind: str) -> np.ndarray:
     def f64(t: Any) -> np.ndarray:
         return t.detach().to(torch.float64).cpu().numpy()
 
-    if kind in ("router_softmax", "router_sigmoid"):  # the latter: hf_patches_deepseek
+    if kind in ("router_softmax", "router_sigmoid", "router_v2"):  # hf_patches_deepseek
         logits, weights, idx = value
         gates = np.zeros(tuple(logits.shape))
         np.put_along_axis(gates, idx.detach().cpu().numpy(), f64(weights), axis=-1)
@@ -210,6 +210,8 @@ def needed_patches(model_type: str, raw: Mapping[str, Any]) -> frozenset[str]:
         parts.add("router_softmax")
     if model_type == "deepseek_v2":  # the complex rotation (hf_patches_deepseek)
         parts.add("deepseek_rotary")
+        if raw.get("first_k_dense_replace", 0) < raw.get("num_hidden_layers", 30):
+            parts.add("router_v2")  # its MoE layers' float32 router
     if model_type == "deepseek_v3" and raw.get("first_k_dense_replace", 3) < raw.get(
             "num_hidden_layers", 61):  # its MoE layers' float32 router (hf_patches_deepseek)
         parts.add("router_sigmoid")

@@ -20,18 +20,23 @@ DeepSeek-V3 (``models/deepseek_v3/modeling_deepseek_v3.py``):
   selection and the gates in float32); replaced by :func:`v3_router_exact`, the same steps in
   the model dtype. Its fidelity record is the dense gates ``(T, E)`` (zero off the chosen
   experts).
+- ``"router_v2"`` (node ``blocks.{l}.mlp.out``): ``DeepseekV2TopkRouter.forward`` (the same
+  float32 casts: softmax affinities, greedy or group-limited selection, scaled gates in
+  float32); replaced by :func:`v2_router_exact`. Fidelity record as ``"router_sigmoid"``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEEPSEEK_EXACT_PATCHES", "patch_module", "v3_router_exact"]
+__all__ = ["DEEPSEEK_EXACT_PATCHES", "patch_module", "v2_router_exact", "v3_router_exact"]
 
 #: the exact-arithmetic patches of this module, by name, and the stock code each replaces
 DEEPSEEK_EXACT_PATCHES: dict[str, str] = {
     "router_sigmoid": "models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward "
                       "(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
+    "router_v2": "models/deepseek_v2/modeling_deepseek_v2.py DeepseekV2TopkRouter.forward "
+                 "(hidden_states.type(torch.float32), self.weight.type(torch.float32))",
     "deepseek_rotary": "models/deepseek_v2/modeling_deepseek_v2.py apply_rotary_emb "
                        "(xq.float(), xk.float(): the complex rotation in complex64)",
 }
@@ -74,6 +79,30 @@ def v3_router_exact(self: Any, hidden_states: Any) -> tuple[Any, Any, Any]:
     return logits, gates * self.routed_scaling_factor, idx
 
 
+def v2_router_exact(self: Any, hidden_states: Any) -> tuple[Any, Any, Any]:
+    r"""``DeepseekV2TopkRouter.forward`` in the dtype of ``hidden_states`` (DeepSeek-V2
+    technical report §2.2): :math:`s = \operatorname{softmax}(xW_r)`; ``greedy``: the top
+    :math:`k` of :math:`s`; ``group_limited_greedy``: each of the ``n_group`` groups scored by
+    its largest :math:`s`, the ``topk_group`` best kept (the rest filled with 0, as HF), the top
+    :math:`k` among them; gates :math:`\rho\, s_e` (no renormalising). Returns ``(logits,
+    gates, indices)`` as HF's."""
+    import torch
+
+    h = hidden_states.view(-1, self.hidden_dim)
+    logits = torch.nn.functional.linear(h, self.weight.to(h.dtype))
+    scores = logits.softmax(dim=-1)
+    if self.topk_method == "group_limited_greedy":
+        per = self.num_experts // self.num_group
+        group_scores = scores.view(-1, self.num_group, per).max(dim=-1).values
+        group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+        mask = group_mask.unsqueeze(-1).expand(-1, self.num_group, per).reshape(
+            -1, self.num_experts)
+        scores = scores.masked_fill(~mask.bool(), 0.0)
+    gates, idx = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+    return logits, gates * self.routed_scaling_factor, idx
+
+
 def _v2_apply_rotary_exact(xq: Any, xk: Any, freqs_cis: Any) -> tuple[Any, Any]:
     r"""``apply_rotary_emb`` of ``modeling_deepseek_v2.py`` in the dtype of ``xq``, ``xk``:
     each pair :math:`(x_{2i}, x_{2i+1})` as :math:`x_{2i} + i x_{2i+1}` times
@@ -104,6 +133,10 @@ def patch_module(undo: Any, name: str, module: Any, parts: Any, config: Any, sin
     if cls == "DeepseekV3TopkRouter":
         if "router_sigmoid" in parts:
             undo.set_exact(module, name, "router_sigmoid", v3_router_exact, sink)
+        return True
+    if cls == "DeepseekV2TopkRouter":
+        if "router_v2" in parts:
+            undo.set_exact(module, name, "router_v2", v2_router_exact, sink)
         return True
     if cls == "DeepseekV2RotaryEmbedding":
         if "rotary" in parts:

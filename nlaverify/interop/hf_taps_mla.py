@@ -58,10 +58,11 @@ def _heads(heads: int, width: int, lo: int, hi: int) -> Callable[[Any], np.ndarr
 
 
 def _mlp_taps(c: Any, layer: int) -> list[_Tap]:
-    r"""The MLP's taps of block ``layer``: the dense SwiGLU's, or DeepSeek-V3's MoE
-    (``DeepseekV3TopkRouter`` returns ``(router_logits, topk_weights, topk_indices)``: the
-    logits are ``mlp.scores``, the indices' 0/1 mask ``mlp.route``; ``DeepseekV3MoE``'s output
-    ``mlp.out``). ``mlp.affinity`` :math:`\sigma(xW_r)` has no HF module output: unmapped."""
+    r"""The MLP's taps of block ``layer``: the dense SwiGLU's, or DeepSeek-V3's (V2's) MoE
+    (``DeepseekV3TopkRouter``, ``DeepseekV2TopkRouter`` return ``(router_logits,
+    topk_weights, topk_indices)``: the logits are ``mlp.scores``, the indices' 0/1 mask
+    ``mlp.route``; ``DeepseekV3MoE``'s output ``mlp.out``). ``mlp.affinity``
+    (:math:`\sigma(xW_r)`; V2: the softmax) has no HF module output: unmapped."""
     p, m = f"blocks.{layer}", f"model.layers.{layer}.mlp"
     if sparse_block(c, layer):
         return [_Tap(f"{p}.mlp.scores", f"{m}.gate", "out", lambda o: np.asarray(o[0])),

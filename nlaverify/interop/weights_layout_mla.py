@@ -40,7 +40,7 @@ from nlaverify.interop.weights_layout_base import (
     _transpose,
     _unembed,
 )
-from nlaverify.interop.weights_layout_moe import deepseek_v3_moe_entries
+from nlaverify.interop.weights_layout_moe import deepseek_v3_moe_entries, moe_entries
 
 __all__ = ["deepseek_v3_entries", "per_head_rows"]
 
@@ -94,8 +94,9 @@ def deepseek_v3_entries(c: TransformerConfig) -> list[_Entry]:
               _Entry((f"{a}o_proj.weight",), ((d, H * dv),), (f"{q}out.W_O",), _transpose,
                      _transpose)]
         sparse = sparse_block(c, layer)  # DeepSeek-V3's experts (weights_layout_moe)
-        if sparse:
-            E += deepseek_v3_moe_entries(c, layer)
+        if sparse:  # DeepSeek-V2's: no bias buffer, the same keys otherwise
+            E += (deepseek_v3_moe_entries(c, layer) if c.moe_router == "sigmoid"
+                  else moe_entries(c, h, p))
         for hn, pn, shape in () if sparse else (("gate_proj", "gate.{}_gate", (m, d)),
                                                 ("up_proj", "up.{}_up", (m, d)),
                                                 ("down_proj", "out.{}_down", (d, m))):

@@ -69,7 +69,8 @@ def moe_entries(c: TransformerConfig, h: str, p: str) -> list[_Entry]:
                   _swap)]
     f = c.d_shared_expert
     if f:
-        s = f"{h}mlp.shared_experts." if c.moe_router == "sigmoid" else f"{h}mlp.shared_expert."
+        s = (f"{h}mlp.shared_experts." if c.moe_router in ("sigmoid", "softmax_group")
+             else f"{h}mlp.shared_expert.")  # DeepSeek-V3 and V2; Qwen2-MoE
         out += [_Entry((f"{s}{hn}.weight",), (shape,), (f"{p}mlp.{pn}",), _transpose,
                        _transpose)
                 for hn, pn, shape in (("gate_proj", "U1", (f, d)), ("up_proj", "U3", (f, d)),

@@ -1,7 +1,8 @@
 r"""The independent model's mixtures of experts (Baggag & Saad §3.12): Mixtral's router, and
-the released routers of Qwen-MoE and DeepSeek-V3 (:mod:`nlaverify.config_moe`), written from
+the released routers of Qwen-MoE, DeepSeek-V2 and DeepSeek-V3 (:mod:`nlaverify.config_moe`),
+written from
 the papers and Hugging Face's modules (``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``,
-``DeepseekV3MoE``) with ``jax.numpy`` only: no :mod:`nlaverify.ops` or
+``DeepseekV2Moe``, ``DeepseekV3MoE``) with ``jax.numpy`` only: no :mod:`nlaverify.ops` or
 :mod:`nlaverify.graph`. Formulations differ from the ops where the mathematics allows: top-k
 by ``jax.lax.top_k`` and gathered gates (the ops: a dense 0/1 mask), DeepSeek-V3's group
 limit by reshaping the experts into groups and a :math:`-\infty` fill (Hugging Face's
@@ -54,6 +55,20 @@ def _sigmoid_gates(s: Any, bias: Any, cfg: TransformerConfig) -> tuple[Any, Any]
     return w * cfg.routed_scaling_factor, idx
 
 
+def _v2_gates(s: Any, cfg: TransformerConfig) -> tuple[Any, Any]:
+    r"""DeepSeek-V2's router on the softmax affinities :math:`s` (Hugging Face
+    ``DeepseekV2TopkRouter``, report §2.2): each group scored by its largest affinity
+    (``jnp.max``), the ``topk_group`` best kept, the others' affinities set to 0 (HF's
+    ``masked_fill(0.0)``: a softmax is positive, so they are never among the top-k), the top-k
+    chosen, the gates :math:`\rho\, s` there (never renormalised)."""
+    n, E, G = s.shape[0], cfg.n_experts, cfg.n_group
+    group_scores = jnp.max(s.reshape(n, G, E // G), axis=-1)                   # (n, G)
+    keep = jax.lax.top_k(group_scores, cfg.topk_group)[1]
+    group_mask = jnp.zeros((n, G)).at[jnp.arange(n)[:, None], keep].set(1.0)
+    w, idx = jax.lax.top_k(s * jnp.repeat(group_mask, E // G, axis=-1), cfg.top_k)
+    return w * cfg.routed_scaling_factor, idx
+
+
 def moe_mlp(p: Mapping[str, Any], name: str, x: Any, cfg: TransformerConfig,
             rec: dict[str, Any]) -> Any:
     r"""The mixture of experts at ``name`` (``blocks.{l}.mlp``) on tokens ``x`` ``(n, d)``:
@@ -62,7 +77,10 @@ def moe_mlp(p: Mapping[str, Any], name: str, x: Any, cfg: TransformerConfig,
     \sigma(x\cdot w_{sg})` with Qwen's shared gate, else 1. Records ``name.scores``
     (``name.affinity`` for the sigmoid router) and ``name.out``."""
     scores = rec[f"{name}.scores"] = x @ p[f"{name}.W_router"]
-    if cfg.moe_router == "sigmoid":
+    if cfg.moe_router == "softmax_group":
+        s = rec[f"{name}.affinity"] = jax.nn.softmax(scores, axis=-1)
+        w, idx = _v2_gates(s, cfg)
+    elif cfg.moe_router == "sigmoid":
         s = rec[f"{name}.affinity"] = jax.nn.sigmoid(scores)
         layer = int(name.split(".")[1])
         w, idx = _sigmoid_gates(s, jnp.asarray(routing_bias(cfg, layer)), cfg)

@@ -124,6 +124,10 @@ class _Gating:
         self.xp, self.logits, self.mask, self.kind, self.static = xp, logits, mask, kind, static
         if kind == "softmax":
             self.gates, self.p = _gates(xp, logits, mask, static["renormalize"])
+        elif kind == "softmax_scaled":   # DeepSeek-V2: rho M . softmax(l), no renormalising
+            g, self.p = _gates(xp, logits, mask, False)
+            self.rho = xp.const(static["routed_scaling_factor"])
+            self.gates = self.rho * g
         else:
             self.s, self.s_neg = _sigmoid_pair(xp, logits)
             self.gates = deepseek_v3_gates(xp, self.s, mask, **static)
@@ -132,6 +136,8 @@ class _Gating:
         xp = self.xp
         if self.kind == "softmax":
             return softmax_vjp_from_output(xp, _selected(xp, dg, self.mask), self.p)
+        if self.kind == "softmax_scaled":
+            return softmax_vjp_from_output(xp, _selected(xp, self.rho * dg, self.mask), self.p)
         (ds,) = deepseek_v3_gates_vjp(xp, dg, self.s, self.mask, **self.static)
         return ds * self.s * self.s_neg
 
@@ -140,6 +146,9 @@ class _Gating:
         if self.kind == "softmax":
             return lin(dl, lambda t: _selected(xp, softmax_jvp_from_output(xp, t, self.p),
                                                self.mask))
+        if self.kind == "softmax_scaled":
+            return lin(dl, lambda t: self.rho * _selected(
+                xp, softmax_jvp_from_output(xp, t, self.p), self.mask))
         return sigmoid_gates_tangent(xp, dl, self.logits, self.mask, **self.static)
 
 

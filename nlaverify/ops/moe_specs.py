@@ -21,7 +21,7 @@ the JAX-autodiff and Hugging Face cross-checks at :math:`d = 4` (``tests/test_mo
 
 from __future__ import annotations
 
-from nlaverify.ops import moe_routing, moe_shared
+from nlaverify.ops import moe_deepseek_v2, moe_routing, moe_shared
 from nlaverify.ops.opspec import Arg, OpSpec
 
 __all__ = ["MOE_OPS"]
@@ -35,6 +35,8 @@ _BLOCK = (Arg("X", ("n", "d")), Arg("mask", ("n", "E"), "mask"), Arg("W_r", ("d"
           Arg("U1", ("d", "f")), Arg("U3", ("d", "f")), Arg("U2", ("f", "d")))
 _SIZES = {"n": 1, "d": 1, "E": 3, "m": 1, "f": 1}
 _RANGES = {"n": (1, 4), "d": (1, 4), "E": (2, 5), "m": (1, 3), "f": (1, 3)}
+_SEED_V2 = ("DeepSeek-AI 2024 (DeepSeek-V2 technical report §2.2; Hugging Face "
+            "DeepseekV2Moe, DeepseekV2TopkRouter); Baggag & Saad §3.12.2")
 _DS_STATIC = {"routed_scaling_factor": 2.5, "renormalize": True,
               "eps": moe_routing.DEEPSEEK_V3_GATE_EPS}
 _DS_PROOF = {"routed_scaling_factor": "rho", "eps": "epsilon"}
@@ -76,6 +78,22 @@ MOE_OPS: dict[str, OpSpec] = {s.name: s for s in (  # names unique in get_op's t
            moe_routing.deepseek_v3_select_vjp,
            (Arg("scores", ("n", "E"), "fixed"), Arg("bias", ("E",), "fixed")), _SEED_DS,
            r"\text{piecewise constant: no cotangent (routing fixed)}",
+           {"n": 2, "E": 4}, {"n": (1, 4), "E": (4, 4)},
+           static={"top_k": 2, "n_group": 2, "topk_group": 1}),
+    # DeepSeek-V2: softmax affinities, gates rho * s (never renormalised), ungated shared
+    OpSpec("deepseek_v2_moe", moe_deepseek_v2.deepseek_v2_moe,
+           moe_deepseek_v2.deepseek_v2_moe_vjp, _BLOCK, _SEED_V2,
+           r"\bar l = \operatorname{softmax\_vjp}_s(\rho\, M\odot\bar g),\ \bar g_{te} = "
+           r"\langle G_t, E_e(x_t)\rangle,\ \bar W_r = X^\top\bar l",
+           _SIZES, _RANGES, static={"routed_scaling_factor": 16.0},
+           proof_static={"routed_scaling_factor": "rho"}),
+    OpSpec("deepseek_v2_affinity", moe_deepseek_v2.deepseek_v2_affinity,
+           moe_deepseek_v2.deepseek_v2_affinity_vjp, (Arg("logits", ("n", "E"), "fixed"),),
+           _SEED_V2, r"\text{feeds the selection only: no cotangent (routing fixed)}",
+           {"n": 2, "E": 4}, {"n": (1, 4), "E": (2, 6)}),
+    OpSpec("deepseek_v2_select", moe_deepseek_v2.deepseek_v2_select,
+           moe_deepseek_v2.deepseek_v2_select_vjp, (Arg("scores", ("n", "E"), "fixed"),),
+           _SEED_V2, r"\text{piecewise constant: no cotangent (routing fixed)}",
            {"n": 2, "E": 4}, {"n": (1, 4), "E": (4, 4)},
            static={"top_k": 2, "n_group": 2, "topk_group": 1}),
 )}
