@@ -127,7 +127,9 @@ class TransformerConfig:
     Gemma 3's (Gemma Team 2025, §2): ``rope_local_base`` :math:`b_\ell` (the RoPE base of the
     windowed blocks, unscaled: :math:`\theta_i = b_\ell^{-2i/d_h}` there, while the global
     blocks keep ``rope_base`` and ``rope_scaling``; ``None``: one RoPE for all), checked by
-    :func:`~nlaverify.config_options.check_rope_local`.
+    :func:`~nlaverify.config_options.check_rope_local`. ``position_offset`` :math:`o` (OPT,
+    Zhang et al. 2022): the learned table ``W_P`` has ``context + o`` rows and position
+    :math:`p` reads row :math:`p + o` (:func:`~nlaverify.config_checks.check_position_offset`).
     Granite's multipliers (IBM 2024): ``embed_multiplier`` :math:`m` (the embedding times
     :math:`m`, in place of ``embed_scale``), ``residual_multiplier`` :math:`r` (sequential
     pre-LN: :math:`x \leftarrow x + r\,F(N(x))` for each sublayer :math:`F`). OLMo 2's
@@ -220,6 +222,7 @@ class TransformerConfig:
     query_pre_attn_scalar: float | None = None
     window_layers: tuple[int, ...] | None = None
     rope_local_base: int | None = None
+    position_offset: int = 0
     embed_multiplier: float | None = None
     residual_multiplier: float | None = None
     pre_norms: bool = True

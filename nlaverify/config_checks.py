@@ -16,7 +16,8 @@ from nlaverify.config_options import (
     check_softcaps,
 )
 
-__all__ = ["check_architecture_options", "check_attention", "check_types"]
+__all__ = ["check_architecture_options", "check_attention", "check_position_offset",
+           "check_types"]
 
 
 def check_architecture_options(self: Any) -> None:
@@ -36,6 +37,7 @@ def check_architecture_options(self: Any) -> None:
             raise ConfigError(f"TransformerConfig.rope_scaling: applies to positions='rope',"
                               f" got positions={self.positions!r}")
     check_softcaps(self)
+    check_position_offset(self)
     w = self.sliding_window
     if w is not None:
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
@@ -45,6 +47,23 @@ def check_architecture_options(self: Any) -> None:
             raise ConfigError("TransformerConfig.sliding_window: applies to causal softmax "
                               f"attention, got causal={self.causal}, "
                               f"attention={self.attention!r}")
+
+
+def check_position_offset(self: Any) -> None:
+    r"""``position_offset`` :math:`o`: an integer >= 0, nonzero only with learned positions.
+    The table ``W_P`` then has ``context`` :math:`+\,o` rows and position :math:`p` reads
+    row :math:`p + o` (Zhang et al. 2022, OPT; Hugging Face ``OPTLearnedPositionalEmbedding``:
+    ``max_position_embeddings + 2`` rows, ``position_ids + self.offset``); the rows below
+    :math:`o` are parameters no position reads."""
+    o = self.position_offset
+    if isinstance(o, bool) or not isinstance(o, int) or o < 0:
+        raise ConfigError(f"TransformerConfig.position_offset: expected an integer >= 0, got "
+                          f"{o!r}")
+    if o and self.positions != "learned":
+        raise ConfigError(f"TransformerConfig.position_offset: the row offset of the learned "
+                          f"position table; expected positions='learned' (or offset 0), got "
+                          f"positions={self.positions!r}, position_offset={o}")
+
 
 def check_attention(self: Any) -> None:
     """The attention options: sizes >= 1, seeds >= 0, no causal form where none exists."""

@@ -76,6 +76,7 @@ _SOFTMAX = {
     "query_pre_attn_scalar": Figure(None, "scores q k^T / sqrt(d_head)"),
     "window_layers": Figure(None, _UNUSED),
     "rope_local_base": Figure(None, _UNUSED),
+    "position_offset": Figure(0, "position p reads row p of a learned table (OPT's reads p + 2)"),
     "embed_multiplier": Figure(None, "embeddings not multiplied (Granite multiplies them)"),
     "residual_multiplier": Figure(None, "x + F(N(x)), the sublayer output unscaled"),
     "pre_norms": Figure(True, "each sublayer reads the normalised stream"),

@@ -207,7 +207,8 @@ def transformer_configs(draw: st.DrawFn, max_d_model: int = 8) -> Any:
     """A small valid :class:`~nlaverify.config.TransformerConfig` exercising every option:
     norm, placement, positions (with RoPE scaling), MLP kind, experts (renormalised or not),
     grouped-query heads, biases (the output projection's apart), tying, final norm, masking
-    (with a sliding window), QK-norm, the embedding scale, LoRA adapters and temperature."""
+    (with a sliding window), QK-norm, OPT's position offset, the embedding scale, LoRA
+    adapters and temperature."""
     from nlaverify.config import (
         LORA_TARGETS,
         MLPS,
@@ -248,4 +249,5 @@ def transformer_configs(draw: st.DrawFn, max_d_model: int = 8) -> Any:
         qk_norm=draw(st.booleans()), attn_out_bias=draw(st.sampled_from([None, True, False])),
         moe_renormalize=draw(st.booleans()), embed_scale=draw(st.booleans()),
         lora_rank=lora_rank, lora_alpha=draw(st.sampled_from([None, 3.0])),
-        lora_targets=targets, name="drawn")
+        lora_targets=targets, name="drawn",
+        position_offset=draw(st.sampled_from([2, 0])) if positions == "learned" else 0)

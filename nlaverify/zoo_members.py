@@ -42,8 +42,9 @@ ZOO: tuple[TransformerConfig, ...] = (
             mlp="swiglu", norm="rmsnorm", positions="rope", norm_eps=0.1, d_mlp=6,
             moe_renormalize=False),
     # Post-LN LayerNorm, two blocks, epsilon 0.5, every bias, dense GELU, learned positions
+    # read with OPT's offset 2 (position p reads row p + 2 of a table of context + 2 rows)
     _member("post-layernorm", placement="post", norm_eps=0.5, n_blocks=2, attn_bias=True,
-            mlp_bias=True),
+            mlp_bias=True, position_offset=2),
     # Post-LN RMSNorm with epsilon 0.25, a wider model with 3 heads, no positions,
     # bidirectional attention, temperature 3, dense ReLU, every bias, context 5 < n
     _member("post-rmsnorm-bidirectional", placement="post", norm="rmsnorm", norm_eps=0.25,

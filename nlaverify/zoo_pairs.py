@@ -82,6 +82,9 @@ EFFECT_PAIRS: dict[str, tuple[tuple[str, Any], ...]] = {
     "window_layers": (("gemma2-like", (1,)), ("gemma2-like", None)),
     # Gemma 3: the local blocks on the global base, and the local base moved
     "rope_local_base": (("gemma3-like", None), ("gemma3-like", 7)),
+    # the graphs draw the table first after W_E, so offset 0's table is the first rows of
+    # offset 2's: the same table, other rows read
+    "position_offset": (("post-layernorm", 0),),
     "embed_multiplier": (("granite-like", None),),
     "residual_multiplier": (("granite-like", None), ("granite-like", 1.5)),
     "pre_norms": (("olmo2-like", True),),

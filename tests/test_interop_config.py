@@ -242,10 +242,12 @@ EXPRESSIBLE = {
                                 n_blocks=2, d_mlp=24, positions="rope", rope_pairing="half",
                                 mlp="gelu", attn_bias=True, mlp_bias=True,
                                 parallel_residual=True, norm_eps=1e-6, rope_base=500000),
-    # OPT-125M's block without biases or norm gains, the erf GELU, untied (learned positions)
+    # OPT-125M's block without biases or norm gains, the erf GELU, untied (learned positions
+    # read from row 2 of the table)
     "opt": TransformerConfig(vocab_size=13, d_model=16, n_heads=4, n_blocks=2, d_mlp=24,
                              positions="learned", context=32, mlp="gelu_erf", attn_bias=False,
-                             mlp_bias=False, norm_affine=False, tied_embeddings=False),
+                             mlp_bias=False, norm_affine=False, tied_embeddings=False,
+                             position_offset=2),
     # DeepSeek-V3's block, every layer dense: multi-head latent attention with full-rank
     # queries, RoPE by rotate_half, heads of d_c = 4 + d_r = 2 and values of 3, GeGLU
     "deepseek_v3": TransformerConfig(vocab_size=13, d_model=16, n_heads=2, d_head=6,
@@ -368,6 +370,7 @@ def test_other_unsupported_values():
     ("llama", {"norm": "layernorm"}, "norm"),
     ("gpt2", {"positions": "rope", "norm": "layernorm"}, "positions"),
     ("gpt2", {"attn_bias": False}, "attn_bias"),
+    ("gpt2", {"position_offset": 2}, "position_offset"),
     ("mistral", {"attn_bias": True}, "attn_bias"),
     ("qwen2", {"attn_out_bias": None}, "attn_out_bias"),
     ("llama", {"qk_norm": True}, "qk_norm"),
@@ -440,6 +443,7 @@ def test_other_unsupported_values():
     ("opt", {"placement": "post"}, "placement"),
     ("opt", {"mlp_bias": True}, "mlp_bias"),
     ("opt", {"norm_eps": 1e-6}, "norm_eps"),
+    ("opt", {"position_offset": 0}, "position_offset"),
     ("stablelm", {"norm_bias": False}, "norm_bias"),
 ])
 def test_hf_config_dict_refuses_what_hf_cannot_express(mt, change, field):

@@ -261,8 +261,11 @@ def build_transformer(config: TransformerConfig) -> nx.DiGraph:
     elif cfg.embed_multiplier is not None:  # Granite: times embedding_multiplier
         x = b.op("embed_scaled", "scale", [x], ("n", d), c=cfg.embed_multiplier)
     if cfg.positions == "learned":
-        W_P = b.param("pos.W_P", (cfg.context, d), "positions", ("normal", 0.5))
-        x = b.op("x0", "add_learned_positions", [x, W_P], ("n", d))
+        # OPT: context + o rows, position p reads row p + o (the rows below o never read)
+        o = cfg.position_offset
+        W_P = b.param("pos.W_P", (cfg.context + o, d), "positions", ("normal", 0.5))
+        x = b.op("x0", "add_learned_positions", [x, W_P], ("n", d),
+                 **({"offset": o} if o else {}))
     elif cfg.positions == "sinusoidal":
         x = b.op("x0", "add_positions", [x], ("n", d))
     else:

@@ -115,7 +115,7 @@ def hf_config_dict(config: TransformerConfig, model_type: str) -> dict[str, Any]
         "query_pre_attn_scalar": None, "window_layers": None, "attn_softcap": None,
         "final_softcap": None, "embed_multiplier": None, "residual_multiplier": None,
         "pre_norms": True, "qk_norm_joint": False, "norm_affine": True, "norm_bias": True,
-        "mixer": "attention", "rope_local_base": None,
+        "mixer": "attention", "rope_local_base": None, "position_offset": 0,
     }
     if model_type not in QWEN_MOE:  # Qwen MoE: norm_topk_prob either way
         fixed["moe_renormalize"] = True

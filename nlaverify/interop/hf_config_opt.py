@@ -12,11 +12,13 @@ after ``q_proj`` (``q * d_h^{-1/2}``, then attention with scaling 1): the same f
 
 **Position offset.** ``OPTLearnedPositionalEmbedding`` has ``max_position_embeddings + 2``
 rows and position :math:`p` reads row :math:`p + 2` (``position_ids + self.offset``); rows 0
-and 1 are never read by a causal language model (positions start at 0). nlaverify's table
-``pos.W_P`` is rows :math:`2 \ldots` (``context = max_position_embeddings``); so that a
-loaded table round-trips exactly, rows 0 and 1 must be zero (written back as zeros):
-a checkpoint with other values there is refused, naming the key
-(:mod:`nlaverify.interop.weights_layout_opt`). No ``TransformerConfig`` field is added.
+and 1 are never read by a causal language model (positions start at 0), and released
+checkpoints hold their random initialisation there. The config sets ``position_offset=2``
+(``context = max_position_embeddings``): the graph's table ``pos.W_P`` is Hugging Face's
+whole ``embed_positions.weight``, ``context + 2`` rows, position :math:`p` reading row
+:math:`p + 2` (:func:`~nlaverify.ops.embedding.add_learned_positions`), copied both ways
+(:mod:`nlaverify.interop.weights_layout_opt`); the two rows never read are parameters, as
+Hugging Face counts them, with zero gradient.
 
 Fields: ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``ffn_dim`` (required); ``activation_function`` (``relu``; ``gelu`` the erf GELU, ``gelu_new``
@@ -85,7 +87,7 @@ def _fields(vocab: int, d: int, heads: int, blocks: int, d_mlp: int, mlp: str, c
     return dict(vocab_size=vocab, d_model=d, n_heads=heads, n_blocks=blocks, d_mlp=d_mlp,
                 norm="layernorm", placement="pre", positions="learned", context=ctx,
                 mlp=mlp, attn_bias=bias, mlp_bias=bias, norm_affine=affine,
-                tied_embeddings=tied, norm_eps=OPT_EPS)
+                tied_embeddings=tied, norm_eps=OPT_EPS, position_offset=OPT_OFFSET)
 
 
 def opt_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:

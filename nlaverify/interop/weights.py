@@ -65,8 +65,8 @@ d_{out}}` (``nlaverify.graph.build``). Hence:
   query_key_value`` holds multi-query rows :math:`[Q \mid k \mid v]` (``split([heads, 1,
   1])``), else GPT-NeoX's per-head rows; keys carry ``transformer.``.
 * **OPT** (:mod:`~nlaverify.interop.weights_layout_opt`). ``embed_positions`` ``(context + 2,
-  d)``: position :math:`p` reads row :math:`p + 2`, so ``pos.W_P`` is rows 2 on; rows 0 and 1
-  (never read) must be zero, written back as zeros, else refused (an exact round trip).
+  d)`` is ``pos.W_P`` whole, copied: the config's ``position_offset=2`` reads position
+  :math:`p` at row :math:`p + 2`; rows 0 and 1 (never read) are kept as they are.
 * **RWKV** (:mod:`~nlaverify.interop.weights_layout_rwkv`). The mixes ``time_mix_*``
   ``(1, 1, d)`` flattened to ``(d,)``, every ``nn.Linear`` transposed, ``time_decay`` and
   ``time_first`` copied (the graph's op takes :math:`w = -e^{\text{time\_decay}}` itself); the

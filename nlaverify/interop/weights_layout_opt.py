@@ -1,8 +1,10 @@
 r"""The Hugging Face ``OPTForCausalLM`` tensors and the nlaverify parameters they hold
 (:mod:`nlaverify.interop.weights_layout`'s table, one model type).
 
-``model.decoder.embed_tokens``; ``embed_positions`` (:func:`opt_positions`: rows 2 on are
-``pos.W_P``); per layer ``self_attn_layer_norm`` (``norm1``), ``self_attn.{q,k,v,out}_proj``,
+``model.decoder.embed_tokens``; ``embed_positions`` ``(context + 2, d)`` is ``pos.W_P``
+whole, copied (the config's ``position_offset=2``: position :math:`p` reads row
+:math:`p + 2`; rows 0 and 1 held, never read); per layer ``self_attn_layer_norm``
+(``norm1``), ``self_attn.{q,k,v,out}_proj``,
 ``final_layer_norm`` (``norm2``), ``fc1`` / ``fc2`` (Linear, transposed; biased by
 ``enable_bias``; norms without weight and bias when ``layer_norm_elementwise_affine`` is
 false); the decoder's ``final_layer_norm``; ``lm_head`` unless tied.
@@ -10,13 +12,9 @@ false); the decoder's ``final_layer_norm``; ``lm_head`` unless tied.
 
 from __future__ import annotations
 
-import numpy as np
-
 from nlaverify.config import TransformerConfig
-from nlaverify.errors import ArgumentError
 from nlaverify.interop.hf_config_opt import OPT_OFFSET
 from nlaverify.interop.weights_layout_base import (
-    Transform,
     _copy,
     _Entry,
     _transpose,
@@ -24,27 +22,6 @@ from nlaverify.interop.weights_layout_base import (
 )
 
 _POS = "model.decoder.embed_positions.weight"
-
-
-def opt_positions() -> tuple[Transform, Transform]:
-    r"""``embed_positions`` ``(context + 2, d)`` <-> ``pos.W_P`` ``(context, d)``: position
-    :math:`p` reads HF's row :math:`p + 2` (``OPTLearnedPositionalEmbedding.offset``), so
-    ``pos.W_P`` is rows :math:`2 \ldots`; rows 0 and 1, never read, must be zero (written
-    back as zeros), else the round trip would not be exact: refused, naming the key."""
-    def to_ours(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        lead = a[0][:OPT_OFFSET]
-        if np.any(lead != 0):
-            raise ArgumentError(f"{_POS}: rows 0 and 1 (OPTLearnedPositionalEmbedding's offset "
-                                "2: never read) must be zero, so that nlaverify's table "
-                                "(rows 2 on: pos.W_P) round-trips exactly; got nonzero "
-                                f"values (max |x| = {float(np.max(np.abs(lead)))!r})")
-        return [np.ascontiguousarray(a[0][OPT_OFFSET:])]
-
-    def to_hf(a: list[np.ndarray], _: bool) -> list[np.ndarray]:
-        lead = np.zeros((OPT_OFFSET, *a[0].shape[1:]), dtype=a[0].dtype)
-        return [np.ascontiguousarray(np.concatenate([lead, a[0]]))]
-
-    return to_ours, to_hf
 
 
 def opt_entries(c: TransformerConfig) -> list[_Entry]:
@@ -59,7 +36,7 @@ def opt_entries(c: TransformerConfig) -> list[_Entry]:
                 _Entry((f"{hn}.bias",), ((d,),), (f"{pn}.beta",), _copy, _copy)]
 
     E = [_Entry((f"{dec}embed_tokens.weight",), ((V, d),), ("embed.W_E",), _copy, _copy),
-         _Entry((_POS,), ((c.context + OPT_OFFSET, d),), ("pos.W_P",), *opt_positions())]
+         _Entry((_POS,), ((c.context + OPT_OFFSET, d),), ("pos.W_P",), _copy, _copy)]
     for layer in range(c.n_blocks):
         h, p = f"{dec}layers.{layer}.", f"blocks.{layer}."
         E += norm(f"{h}self_attn_layer_norm", f"{p}norm1")

@@ -113,7 +113,8 @@ def _sequence(params: Params, tokens: Any, cfg: TransformerConfig, draw: int = 0
     elif cfg.embed_multiplier is not None:  # Granite
         x = rec["embed_scaled"] = cfg.embed_multiplier * x
     if cfg.positions == "learned":
-        x = x + params["pos.W_P"][:n]
+        o = cfg.position_offset  # OPT: position t reads row t + o of the table
+        x = x + params["pos.W_P"][o: o + n]
     elif cfg.positions == "sinusoidal":
         x = x + _sinusoidal(n, cfg.d_model)
     rec["x0"] = x
@@ -304,7 +305,7 @@ def make_mamba_decode_step(cfg: TransformerConfig, params: Params) -> Any:
         if cfg.embed_scale:
             x = x * jnp.sqrt(jnp.asarray(cfg.d_model, dtype=x.dtype))
         if cfg.positions == "learned":
-            x = x + p["pos.W_P"][pos]
+            x = x + p["pos.W_P"][pos + cfg.position_offset]
         for layer in range(cfg.n_blocks):
             x, states[layer] = block(layer, x, states[layer], rec)
         if cfg.final_norm:

@@ -101,52 +101,88 @@ def add_positions_jvp(xp: Namespace, T: tuple[Any], X: Any, base: int = 10000) -
     return T[0]
 
 
-def add_learned_positions(xp: Namespace, X: Any, W_P: Any) -> Any:
-    r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[0{:}n]`, ``X`` of shape
-    ``(*, n, d)``, ``W_P`` of shape ``(context, d)`` (Baggag & Saad §3.2)."""
+def add_learned_positions(xp: Namespace, X: Any, W_P: Any, offset: int = 0) -> Any:
+    r"""Learned absolute positions (GPT-2/3): :math:`X + W_P[o{:}o+n]`, ``X`` of shape
+    ``(*, n, d)``, ``W_P`` of shape ``(context, d)`` (Baggag & Saad §3.2); position :math:`p`
+    reads row :math:`p + o`, the static ``offset`` :math:`o \ge 0` (0: GPT-2; 2: OPT,
+    Hugging Face ``OPTLearnedPositionalEmbedding``'s ``position_ids + self.offset``)."""
     dims = _learned_dims("add_learned_positions", xp, {"X": (X, ("*", "n", "d")),
-                                                       "W_P": (W_P, ("context", "d"))})
-    return X + W_P[: dims["n"], ...]
+                                                       "W_P": (W_P, ("context", "d"))}, offset)
+    return X + W_P[offset: offset + dims["n"], ...]
 
 
-def _learned_dims(op: str, xp: Namespace, specs: dict) -> dict[str, int]:
-    """:func:`check_args`, and at most ``context`` positions."""
+def _learned_dims(op: str, xp: Namespace, specs: dict, offset: int) -> dict[str, int]:
+    """:func:`check_args`, a static ``offset`` that is an integer >= 0, and at most
+    ``context - offset`` positions."""
+    from nlaverify.errors import ArgumentError, ShapeError
+
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ArgumentError(f"{op}: static 'offset': expected an integer >= 0, got {offset!r}")
     dims = check_args(op, xp, specs)
-    if dims["n"] > dims["context"]:
-        from nlaverify.errors import ShapeError
-
-        raise ShapeError(f"{op}: argument 'X': expected at most context={dims['context']} "
-                         f"rows, got {dims['n']}")
+    if dims["n"] + offset > dims["context"]:
+        raise ShapeError(f"{op}: argument 'X': expected at most context - offset="
+                         f"{dims['context'] - offset} rows (context={dims['context']}, "
+                         f"offset={offset}), got {dims['n']}")
     return dims
 
 
-def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any) -> tuple[Any, Any]:
+def add_learned_positions_vjp(xp: Namespace, G: Any, X: Any, W_P: Any,
+                              offset: int = 0) -> tuple[Any, Any]:
     r"""VJP of :func:`add_learned_positions`: :math:`\bar X = G`; :math:`\bar W_P` is
-    :math:`\sum_b G_b` (the sum over the batch) in its first :math:`n` rows and 0 below."""
-    dims = check_args("add_learned_positions_vjp", xp, {
-        "X": (X, ("*", "n", "d")), "W_P": (W_P, ("context", "d")), "G": (G, ("*", "n", "d"))})
-    rest = dims["context"] - dims["n"]
+    :math:`\sum_b G_b` (the sum over the batch) in rows :math:`o \ldots o+n-1` and 0 in the
+    others (the ``offset`` :math:`o` rows above, never read, and those below)."""
+    dims = _learned_dims("add_learned_positions_vjp", xp, {
+        "X": (X, ("*", "n", "d")), "W_P": (W_P, ("context", "d")), "G": (G, ("*", "n", "d"))},
+        offset)
     G_seq = G if len(G.shape) == 2 else xp.sum(xp.reshape(G, (-1, dims["n"], dims["d"])),
                                                 axis=0)
-    if rest == 0:
+    above, below = offset, dims["context"] - dims["n"] - offset
+    if above == below == 0:
         return G, G_seq
-    pad = xp.zeros((rest, dims["d"]), dtype=G.dtype) if not xp.object_arrays else xp.zeros(
-        (rest, dims["d"]))
-    return G, xp.concat([G_seq, pad], axis=0)
+
+    def zeros(rows: int) -> list[Any]:
+        if not rows:
+            return []
+        return [xp.zeros((rows, dims["d"]), dtype=G.dtype) if not xp.object_arrays else
+                xp.zeros((rows, dims["d"]))]
+
+    return G, xp.concat([*zeros(above), G_seq, *zeros(below)], axis=0)
 
 
 @jvp_rule("dX", "dW_P")
-def add_learned_positions_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_P: Any) -> Any:
+def add_learned_positions_jvp(xp: Namespace, T: tuple[Any, Any], X: Any, W_P: Any,
+                              offset: int = 0) -> Any:
     r"""JVP of :func:`add_learned_positions` (Baggag & Saad §3.2):
-    :math:`\dot Y = \dot X + \dot W_P[0{:}n]` (the same rows for every sequence).
+    :math:`\dot Y = \dot X + \dot W_P[o{:}o+n]` (the same rows for every sequence).
 
     ``T = (dX, dW_P)``, an entry ``None`` meaning a zero tangent.
     """
     dX, dW_P = T
     dims = _learned_dims("add_learned_positions_jvp", xp, {
         "X": (X, ("*", "n", "d")), "W_P": (W_P, ("context", "d")),
-        "dX": (dX, ("*", "n", "d")), "dW_P": (dW_P, ("context", "d"))})
-    rows = lin(dW_P, lambda t: t[: dims["n"], ...])
+        "dX": (dX, ("*", "n", "d")), "dW_P": (dW_P, ("context", "d"))}, offset)
+    rows = lin(dW_P, lambda t: t[offset: offset + dims["n"], ...])
     if dX is None and len(X.shape) > 2:  # broadcast the rows over the batch
         rows = xp.zeros_like(X) + rows
     return tsum(dX, rows)
+
+
+def learned_position_specs() -> list[Any]:
+    r"""The :class:`~nlaverify.ops.opspec.OpSpec` of :func:`add_learned_positions` for
+    :data:`nlaverify.ops.registry.OPS`: offset 0 (GPT-2) and offset 2 (OPT, Zhang et al.
+    2022; Hugging Face ``OPTLearnedPositionalEmbedding``), :math:`\bar W_P` the cotangent
+    placed in rows :math:`o \ldots o+n-1` (Baggag & Saad §3.2)."""
+    from nlaverify.ops.opspec import Arg, OpSpec
+
+    args = (Arg("X", ("n", "d"), "real", None), Arg("W_P", ("context", "d"), "real", None))
+    fns = (add_learned_positions, add_learned_positions_vjp, args, "Baggag & Saad §3.2")
+    return [
+        OpSpec("add_learned_positions", *fns,
+               r"\bar X = G,\ \bar W_P = \begin{bmatrix} G \\ 0\end{bmatrix}",
+               {"n": 2, "context": 3, "d": 2}, {"n": (1, 4), "context": (4, 6), "d": (1, 4)}),
+        OpSpec("add_learned_positions_offset", *fns[:3],
+               "Baggag & Saad §3.2; Zhang et al. 2022 (OPT, offset 2)",
+               r"\bar X = G,\ \bar W_P = \begin{bmatrix} 0_{o\times d} \\ G \\ 0\end{bmatrix}",
+               {"n": 2, "context": 5, "d": 2}, {"n": (1, 4), "context": (6, 8), "d": (1, 4)},
+               static={"offset": 2}),
+    ]

@@ -159,6 +159,10 @@ OP_TEXT: dict[str, T] = {
     "add_learned_positions": T(
         "Y", r"Y = X + W_P[0{:}n]", r"\dot Y = \dot X + \dot W_P[0{:}n]",
         ((r"W_P[0{:}n]", "the first n rows of the position table $W_P$"),)),
+    "add_learned_positions_offset": T(
+        "Y", r"Y = X + W_P[o{:}o+n]", r"\dot Y = \dot X + \dot W_P[o{:}o+n]",
+        ((r"W_P[o{:}o+n]", "rows o to o+n-1 of the position table $W_P$: position p reads "
+                           "row p + o (static `offset` o, 2 in the check: OPT)"),)),
     "rope": T("Y", r"Y = X\odot C + R(X)\odot S",
               r"\dot Y = \dot X\odot C + R(\dot X)\odot S",
               (("C, S", r"the tables $\cos(t\theta_i)$, $\sin(t\theta_i)$ at position $t$ "
