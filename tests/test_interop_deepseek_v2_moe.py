@@ -69,6 +69,8 @@ def test_config_fields_round_trip_and_hf_builds_the_same_layers() -> None:
     ({"norm_topk_prob": True}, "norm_topk_prob"),   # HF's V2 router never renormalises
     ({"scoring_func": "sigmoid"}, "scoring_func"),
     ({"moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"moe_layer_freq": True}, "moe_layer_freq"),   # a bool is no number
+    ({"moe_layer_freq": 1.0}, "moe_layer_freq"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"n_group": 3}, "n_group"),
     ({"n_group": None}, "n_group"),
