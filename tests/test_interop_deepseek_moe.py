@@ -77,6 +77,7 @@ def test_config_round_trip_and_hf_builds_the_same_layers() -> None:
     ({"scoring_func": "softmax"}, "scoring_func"),
     ({"topk_method": "group_limited_greedy"}, "topk_method"),
     ({"moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"moe_layer_freq": True}, "moe_layer_freq"),   # a bool is no number
     ({"n_group": 3}, "n_group"),            # 8 experts in 3 groups
     ({"n_group": 8}, "n_group"),            # groups of one: the router sums each group's top 2
     ({"topk_group": 5}, "topk_group"),

@@ -69,6 +69,8 @@ def test_config_fields_round_trip_and_hf_builds_the_same_layers() -> None:
     ({"norm_topk_prob": True}, "norm_topk_prob"),   # HF's V2 router never renormalises
     ({"scoring_func": "sigmoid"}, "scoring_func"),
     ({"moe_layer_freq": 2}, "moe_layer_freq"),
+    ({"moe_layer_freq": True}, "moe_layer_freq"),   # a bool is no number
+    ({"moe_layer_freq": 1.0}, "moe_layer_freq"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"n_group": 3}, "n_group"),
     ({"n_group": None}, "n_group"),
@@ -212,3 +214,19 @@ def test_the_group_limit_changes_the_choice() -> None:
     np_ = get_namespace("numpy")
     assert np.array_equal(route, deepseek_v2_select(np_, s, 3, 4, 2))
     assert not np.array_equal(route, deepseek_v2_select(np_, s, 3, 4, 4))
+
+
+def test_checkpoint_saved_by_hf_loads_and_verifies(tmp_path) -> None:
+    """HF's ``save_pretrained`` writes DeepSeek-V2's experts per expert
+    (``experts.{e}.{gate,up,down}_proj.weight``, as the released checkpoints): they are fused
+    gate first (``gate_up_proj[e] = [W_1^e; W_3^e]^\\top``) and the folder verifies node by
+    node."""
+    model = _hf_model(CONFIG)
+    model.save_pretrained(tmp_path)
+    _, params = W.load_checkpoint(str(tmp_path), dtype=np.float64)
+    w = model.model.layers[1].mlp.experts.gate_up_proj.detach().numpy()
+    m = CONFIG["moe_intermediate_size"]
+    np.testing.assert_array_equal(params["blocks.1.mlp.W1"], w[:, :m].transpose(0, 2, 1))
+    np.testing.assert_array_equal(params["blocks.1.mlp.W3"], w[:, m:].transpose(0, 2, 1))
+    r = verify_hf(str(tmp_path), seq_len=N, exact=True)
+    assert r.ok, format_hf_report(r)

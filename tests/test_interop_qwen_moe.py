@@ -197,3 +197,16 @@ def test_auxiliary_loss_is_left_out() -> None:
     r, plain = verify_hf(cfg, seq_len=N), verify_hf(CONFIGS["qwen2_moe"], seq_len=N)
     assert r.first_beyond_float32 is None, format_hf_report(r)
     assert r.row("loss").error == plain.row("loss").error
+
+
+@pytest.mark.parametrize("mt", sorted(CONFIGS))
+def test_checkpoint_saved_by_hf_loads_and_verifies(mt: str, tmp_path) -> None:
+    """HF's ``save_pretrained`` writes the experts per expert (``experts.{e}.{gate,up,down}
+    _proj.weight``, as the released checkpoints): they are fused and the folder verifies."""
+    import torch
+
+    raw = {k: v for k, v in CONFIGS[mt].items() if k != "model_type"}
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(
+        mt, **raw), dtype=torch.float64).save_pretrained(tmp_path)
+    r = verify_hf(str(tmp_path), seq_len=N, exact=True)
+    assert r.ok, format_hf_report(r)

@@ -173,3 +173,34 @@ def test_check_op_passes_the_selection_and_fails_the_sum_of_two() -> None:
     tie = OpCaseInput(get_op("deepseek_v2_select"), [np.array([[0.5, 0.1, 0.5, 0.3]])],
                       np.zeros((1, 4)), [], static, "x")
     assert deepseek_v2_near_ties(tie, "float64").tolist() == [True]
+
+
+def _hf_v2_select(k: int, n_group: int, topk_group: int):
+    """A torch float32 copy of HF 5.25's ``DeepseekV2TopkRouter`` selection on the scores
+    (``group_limited_greedy``: groups' max, ``masked_fill(~score_mask, 0.0)``, top-k)."""
+    import torch
+
+    def select(scores):
+        s = scores.reshape(-1, scores.shape[-1])
+        E = s.shape[-1]
+        gs = s.view(-1, n_group, E // n_group).max(dim=-1).values
+        gm = torch.zeros_like(gs).scatter_(1, torch.topk(gs, k=topk_group, dim=-1)[1], 1)
+        keep = gm.unsqueeze(-1).expand(-1, n_group, E // n_group).reshape(-1, E).bool()
+        idx = torch.topk(s.masked_fill(~keep, 0.0), k=k, dim=-1, sorted=False)[1]
+        return torch.zeros_like(s).scatter_(1, idx, 1.0).reshape(scores.shape)
+    return select
+
+
+@pytest.mark.parametrize(("k", "n_group", "topk_group", "E"), [(3, 4, 2, 8), (4, 2, 1, 8)])
+def test_check_op_no_false_alarm_on_hf_router_copy(k, n_group, topk_group, E) -> None:
+    """The drawn cases are signed: HF's dropped groups' 0 outranks a kept negative score, and
+    the reference does the same (no failure on a faithful float32 copy of HF's router)."""
+    pytest.importorskip("torch")
+    from nlaverify.check import check_op
+
+    static = {"top_k": k, "n_group": n_group, "topk_group": topk_group}
+    for seed in (0, 1):
+        r = check_op(_hf_v2_select(k, n_group, topk_group), "deepseek_v2_select",
+                     dtype="float32", framework="torch", static=static, shapes={"E": E},
+                     seed=seed)
+        assert not r.failures, r.failures

@@ -89,7 +89,8 @@ def deepseek_v3_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
 def deepseek_v2_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
     r"""For each token of a ``deepseek_v2_select`` case, whether the kept groups or the chosen
     experts tie exactly at a boundary: a group's score is its largest affinity (a comparison,
-    no arithmetic: exact in ``dtype`` as the inputs are), so only exact ties are near."""
+    no arithmetic: exact in ``dtype`` as the inputs are), the dropped groups' scores 0 (HF's
+    ``masked_fill``, exact), so only exact ties are near."""
     s = np.asarray(case.args[0], dtype=np.float64)
     k, n_group, k_group = (int(case.static[x]) for x in ("top_k", "n_group", "topk_group"))
     E = s.shape[-1]
@@ -101,9 +102,10 @@ def deepseek_v2_near_ties(case: OpCaseInput, dtype: str) -> np.ndarray:
         if _top_boundary_near(score, k_group, np.zeros(n_group)):
             near[i] = True
             continue
-        kept = np.argsort(-score, kind="stable")[:k_group]
-        allowed = np.concatenate([row[g * size:(g + 1) * size] for g in sorted(kept)])
-        near[i] = _top_boundary_near(allowed, k, np.zeros_like(allowed))
+        kept = np.zeros(n_group)
+        kept[np.argsort(-score, kind="stable")[:k_group]] = 1.0
+        masked = row * np.repeat(kept, size)   # HF's masked_fill(~score_mask, 0.0)
+        near[i] = _top_boundary_near(masked, k, np.zeros_like(masked))
     return near.reshape(s.shape[:-1])
 
 

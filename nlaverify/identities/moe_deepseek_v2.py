@@ -22,7 +22,6 @@ from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, re
 from nlaverify.identities.moe_routing import _chosen, _weak_orders
 from nlaverify.ops import moe as _moe
 from nlaverify.ops import moe_deepseek_v2 as _v2
-from nlaverify.ops import moe_routing as _mr
 
 __all__ = ["derive_group_max_all_groups", "reference_choice_max"]
 
@@ -52,8 +51,9 @@ def derive_group_max_all_groups() -> Proof:
         orders = _weak_orders(E)
         counts[E] = len(orders)
         xp = get_namespace("sympy" if E == 4 else "numpy")
-        v = (np.array([[sympy.Integer(x) for x in z] for z in orders], dtype=object)
-             if E == 4 else np.array(orders, dtype=np.float64))
+        # shifted to 1..E: positive, as affinities (a softmax) are; HF's masked 0 is below
+        v = (np.array([[sympy.Integer(x + 1) for x in z] for z in orders], dtype=object)
+             if E == 4 else np.array(orders, dtype=np.float64) + 1)
         for n_group in [g for g in range(1, E + 1) if E % g == 0]:
             for k in range(1, E + 1):
                 got = _v2.deepseek_v2_select(xp, v, k, n_group, n_group)
@@ -69,8 +69,9 @@ def derive_group_max_all_groups() -> Proof:
                               "differs from the reference rule at", bad[:1])
     return chk.proof([
         Step(rf"Every weak order of $E = 4$ scores ({counts[4]} orders) and of $E = 6$ scores "
-             rf"({counts[6]}), as integers $0, \dots, E-1$ (exact namespace for $E = 4$, NumPy "
-             r"for $E = 6$, whose float64 compares these integers exactly), every divisor "
+             rf"({counts[6]}), as integers $1, \dots, E$ (positive, as affinities are; exact "
+             r"namespace for $E = 4$, NumPy for $E = 6$, whose float64 compares these integers "
+             r"exactly), every divisor "
              r"$n_{\text{group}}$ of $E$ (groups of one expert included), every $k$."),
         Step(r"`deepseek_v2_select` with $\text{topk\_group} = n_{\text{group}}$ chooses "
              r"exactly the experts of `topk_mask` (``group_limited_greedy`` keeping every "
@@ -89,5 +90,5 @@ register(Identity(
     r"\operatorname{top}_k^{\max\text{-group}}(v;\ n_{\text{group}},\ \text{topk\_group} = "
     r"n_{\text{group}}) = \operatorname{top}_k(v)",
     SEED_V2, (qualname(_v2.deepseek_v2_select), qualname(_v2.group_max_topk_mask),
-              qualname(_mr.masked_topk_mask), qualname(_moe.topk_mask)),
+              qualname(_moe.topk_mask)),
     guard(derive_group_max_all_groups), tags=("moe", "exhaustive")))

@@ -57,7 +57,7 @@ def deepseek_v3_moe_fields(r: Any, n_blocks: int, dense: int) -> dict[str, Any]:
     mt = r.mt
     for key, want in _FIXED.items():
         got = r.raw(key)
-        if got is not None and got != want:
+        if got is not None and (got != want or type(got) is not type(want)):  # not True
             raise ConfigError(f"load_hf_config: {mt} config: field {key!r}: only {want!r} is "
                               f"supported (what DeepseekV3TopkRouter / DeepseekV3DecoderLayer "
                               f"compute), got {got!r}")

@@ -70,7 +70,7 @@ def deepseek_v2_moe_fields(r: Any, n_blocks: int, dense: int, mlp_bias: bool
     mt = r.mt
     for key, want in _FIXED.items():
         got = r.raw(key)
-        if got is not None and got != want:
+        if got is not None and (got != want or type(got) is not type(want)):  # not True
             raise _err(mt, key, f"only {want!r} is supported (what DeepseekV2TopkRouter / "
                                 f"DeepseekV2DecoderLayer compute), got {got!r}")
     for key in ("aux_loss_alpha", "seq_aux", "ep_size"):

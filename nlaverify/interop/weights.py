@@ -185,7 +185,7 @@ def params_from_hf(hf: HFConfig | tuple[TransformerConfig, str],
     st = {k: _to_numpy(v, user[k], fn) for k, v in st.items()}
     if cast is not None:
         st = {k: v.astype(cast) for k, v in st.items()}
-    if mt in ("mixtral", "deepseek_v3"):  # per-expert keys fused
+    if mt in ("mixtral", "deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe"):  # fused
         _fuse_mixtral_experts(st, config, fn, user, mt)
     embed_key = {"gpt2": "transformer.wte.weight", "gptj": "transformer.wte.weight",
                  "mamba": "backbone.embeddings.weight", "mamba2": "backbone.embeddings.weight",

@@ -71,12 +71,12 @@ def _spelled(key: str, user: Mapping[str, str], mt: str) -> str:
 
 def _fuse_mixtral_experts(state: dict[str, Any], c: TransformerConfig, fn: str,
                           user: Mapping[str, str], model_type: str = "mixtral") -> None:
-    """Per-expert ``experts.{e}.w1/w2/w3.weight`` (DeepSeek-V3: ``experts.{e}.{gate,up,down}
-    _proj.weight``) -> the fused ``gate_up_proj`` / ``down_proj`` of transformers 5 (in
-    place; every key and shape checked)."""
+    """Per-expert ``experts.{e}.w1/w2/w3.weight`` (DeepSeek-V2, -V3, Qwen2/3-MoE:
+    ``experts.{e}.{gate,up,down}_proj.weight``) -> the fused ``gate_up_proj`` / ``down_proj``
+    of transformers 5 (in place; every key and shape checked)."""
     from nlaverify.config_moe import expert_width
 
-    deepseek = model_type == "deepseek_v3"
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe")
     groups: dict[int, dict[tuple[int, str], str]] = {}
     for k in state:
         mt = (_PER_EXPERT if deepseek else _MIXTRAL_LEGACY).match(k)

@@ -29,7 +29,6 @@ from nlaverify.backends.base import Namespace
 from nlaverify.errors import ShapeError
 from nlaverify.ops._validate import check_args, check_int, check_positive_finite
 from nlaverify.ops.moe import topk_mask
-from nlaverify.ops.moe_routing import masked_topk_mask
 from nlaverify.ops.moe_shared import _block, _block_jvp, _block_vjp
 from nlaverify.ops.softmaxes import softmax
 
@@ -42,8 +41,10 @@ def group_max_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int,
     r"""DeepSeek-V2's device-limited top-:math:`k` (``group_limited_greedy``, report §2.2.2):
     the :math:`E` experts of ``scores`` ``(*, E)`` in ``n_group`` consecutive groups of
     :math:`E/n_{\text{group}} \ge 1`; a group scores :math:`\max_{e\in g} s_e`; the
-    ``topk_group`` best groups are kept (ties: lower group first) and the ``top_k`` best
-    experts among theirs chosen (:func:`~nlaverify.ops.moe_routing.masked_topk_mask`). With
+    ``topk_group`` best groups are kept (ties: lower group first), the others' scores set to
+    0 (HF's ``masked_fill(~score_mask, 0.0)``) and the ``top_k`` best of all :math:`E` chosen
+    (:func:`~nlaverify.ops.moe.topk_mask`; on affinities, positive, the best of the kept
+    groups' experts). With
     ``topk_group == n_group`` it is the plain :func:`~nlaverify.ops.moe.topk_mask` (identity
     ``moe_group_max_all_groups_is_topk``). Piecewise constant: no derivative."""
     dims = check_args("group_max_topk_mask", xp, {"scores": (scores, ("*", "E"))})
@@ -67,7 +68,10 @@ def group_max_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int,
     keep = topk_mask(xp, xp.stack(group_scores, axis=-1), topk_group)   # (*, n_group)
     allowed = xp.concat([xp.stack([keep[..., g]] * size, axis=-1) for g in range(n_group)],
                         axis=-1)
-    return masked_topk_mask(xp, scores, allowed, top_k)
+    # HF's masked_fill(~score_mask, 0.0), then top-k over all E: on affinities (> 0) the
+    # top-k of the kept groups; on signed scores a dropped expert's 0 outranks a kept
+    # negative one, as in DeepseekV2TopkRouter
+    return topk_mask(xp, scores * allowed, top_k)
 
 
 def deepseek_v2_affinity(xp: Namespace, logits: Any) -> Any:
