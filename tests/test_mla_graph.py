@@ -31,7 +31,7 @@ def _verify(cfg: TransformerConfig) -> Any:
 def test_mla_graph_agrees_with_autodiff_and_the_independent_model(q_lora_rank) -> None:
     cfg = zoo_config(MLA).replace(q_lora_rank=q_lora_rank)
     r = _verify(cfg)
-    assert r.ok and r.model_divergence is None, r.errors
+    assert r.ok and r.model_divergence is None, (r.model_divergence, r.errors)
     assert ("q_a_norm" in str(list(build_transformer(cfg)))) == (q_lora_rank is not None)
 
 
