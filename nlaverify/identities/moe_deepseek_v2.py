@@ -13,13 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import sympy
-
-from nlaverify.backends import get_namespace
 from nlaverify.identities._expectations import _Checks
 from nlaverify.identities.core import Identity, Proof, Step, guard, qualname, register
-from nlaverify.identities.moe_routing import _chosen, _weak_orders
+from nlaverify.identities.moe_routing import check_group_selections
 from nlaverify.ops import moe as _moe
 from nlaverify.ops import moe_deepseek_v2 as _v2
 
@@ -46,27 +42,10 @@ def derive_group_max_all_groups() -> Proof:
     r"""``deepseek_v2_select`` with every group kept is ``topk_mask``; with fewer, the
     reference rule :func:`reference_choice_max`, for every weak order of 4 and 6 scores."""
     chk = _Checks()
-    counts = {}
-    for E in (4, 6):
-        orders = _weak_orders(E)
-        counts[E] = len(orders)
-        xp = get_namespace("sympy" if E == 4 else "numpy")
-        # shifted to 1..E: positive, as affinities (a softmax) are; HF's masked 0 is below
-        v = (np.array([[sympy.Integer(x + 1) for x in z] for z in orders], dtype=object)
-             if E == 4 else np.array(orders, dtype=np.float64) + 1)
-        for n_group in [g for g in range(1, E + 1) if E % g == 0]:
-            for k in range(1, E + 1):
-                got = _v2.deepseek_v2_select(xp, v, k, n_group, n_group)
-                chk.holds(bool(np.all(got == _moe.topk_mask(xp, v, k))),
-                          f"E={E}, n_group={n_group}, k={k}: group-limited (max) with every "
-                          "group kept differs from topk_mask", "")
-            for tg in range(1, n_group):
-                for k in range(1, tg * (E // n_group) + 1):
-                    got = _v2.deepseek_v2_select(xp, v, k, n_group, tg)
-                    bad = [z for z, row in zip(orders, got, strict=True)
-                           if _chosen(row) != reference_choice_max(z, k, n_group, tg)]
-                    chk.holds(not bad, f"E={E}, n_group={n_group}, topk_group={tg}, k={k}: "
-                              "differs from the reference rule at", bad[:1])
+    # shifted to 1..E: positive, as affinities (a softmax) are; HF's masked 0 is below
+    counts = check_group_selections(
+        chk, _v2.deepseek_v2_select, reference_choice_max,
+        lambda E: [g for g in range(1, E + 1) if E % g == 0], 1, "group-limited (max)")
     return chk.proof([
         Step(rf"Every weak order of $E = 4$ scores ({counts[4]} orders) and of $E = 6$ scores "
              rf"({counts[6]}), as integers $1, \dots, E$ (positive, as affinities are; exact "

@@ -48,7 +48,7 @@ from nlaverify.ops.moe_specs import MOE_OPS
 from nlaverify.symbolic.exact import symbol_array
 from nlaverify.symbolic.vjp_proof import prove_jvp, prove_vjp
 
-__all__ = ["derive_bias_chooses_never_weighs", "derive_gates_sum",
+__all__ = ["check_group_selections", "derive_bias_chooses_never_weighs", "derive_gates_sum",
            "derive_group_limited_all_groups", "derive_qwen2_shared_expert",
            "reference_choice"]
 
@@ -112,30 +112,43 @@ def _chosen(mask_row: Any) -> set[int]:
     return {e for e, m in enumerate(mask_row) if m != 0}
 
 
-def derive_group_limited_all_groups() -> Proof:
-    chk = _Checks()
+def check_group_selections(chk: _Checks, select: Callable[..., Any],
+                           reference: Callable[..., set[int]], n_groups: Callable[[int], Any],
+                           shift: int, label: str) -> dict[int, int]:
+    r"""Check a group-limited selection ``select(xp, v, k, n_group, topk_group)`` on every
+    weak order of :math:`E = 4` scores (exact namespace) and :math:`E = 6` (NumPy: float64
+    compares and adds these small integers exactly), as integers ``shift``, ..., ``E - 1 +
+    shift``: with every group kept it is ``topk_mask``; with fewer, the set of ``reference(z,
+    k, n_group, topk_group)`` for every :math:`k` the kept groups allow. ``n_groups(E)``: the
+    group counts tried. Returns the number of orders per :math:`E`."""
     counts = {}
-    for E, n_groups in ((4, (1, 2)), (6, (1, 2, 3))):
+    for E in (4, 6):
         orders = _weak_orders(E)
         counts[E] = len(orders)
-        # E = 4 on the exact namespace; E = 6 (4683 orders) on NumPy, whose float64 compares
-        # and adds small integers exactly (the sums of two are all the arithmetic there is)
         xp = get_namespace("sympy" if E == 4 else "numpy")
-        v = (np.array([[sympy.Integer(x) for x in z] for z in orders], dtype=object)
-             if E == 4 else np.array(orders, dtype=np.float64))
-        for n_group in n_groups:
+        v = (np.array([[sympy.Integer(x + shift) for x in z] for z in orders], dtype=object)
+             if E == 4 else np.array(orders, dtype=np.float64) + shift)
+        for n_group in n_groups(E):
             for k in range(1, E + 1):
-                got = _mr.group_limited_topk_mask(xp, v, k, n_group, n_group)
+                got = select(xp, v, k, n_group, n_group)
                 chk.holds(bool(np.all(got == _moe.topk_mask(xp, v, k))),
-                          f"E={E}, n_group={n_group}, k={k}: group-limited with every group "
+                          f"E={E}, n_group={n_group}, k={k}: {label} with every group "
                           "kept differs from topk_mask", "")
             for tg in range(1, n_group):
                 for k in range(1, tg * (E // n_group) + 1):
-                    got = _mr.group_limited_topk_mask(xp, v, k, n_group, tg)
+                    got = select(xp, v, k, n_group, tg)
                     bad = [z for z, row in zip(orders, got, strict=True)
-                           if _chosen(row) != reference_choice(z, k, n_group, tg)]
+                           if _chosen(row) != reference(z, k, n_group, tg)]
                     chk.holds(not bad, f"E={E}, n_group={n_group}, topk_group={tg}, k={k}: "
                               "differs from the reference rule at", bad[:1])
+    return counts
+
+
+def derive_group_limited_all_groups() -> Proof:
+    chk = _Checks()
+    # groups of at least two experts (DeepSeek-V3 scores a group by its best two)
+    counts = check_group_selections(chk, _mr.group_limited_topk_mask, reference_choice,
+                                    lambda E: {4: (1, 2), 6: (1, 2, 3)}[E], 0, "group-limited")
     return chk.proof([
         Step(rf"Every weak order of $E = 4$ scores ({counts[4]} orders) and of $E = 6$ scores "
              rf"({counts[6]}), as integers $0, \dots, E-1$ (on the exact namespace for $E = 4$, "
