@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nlaverify.config import ConfigError, RopeScaling, TransformerConfig
+from nlaverify.interop.hf_config_gemma2 import _fields as _gemma2_fields
+from nlaverify.interop.hf_config_gemma2 import _types, gemma2_hf_dict
 from nlaverify.interop.hf_config_tables import _GATED_ACTS, first_mismatch
 
 __all__ = ["VISION_NOTE", "config_note", "gemma3_fields", "gemma3_hf_dict", "gemma3_mismatch",
@@ -185,21 +187,13 @@ def _fields(vocab: int, d: int, heads: int, kv: int, dh: int, blocks: int, d_mlp
             mlp: str, ctx: int, eps: float, tied: bool, bias: bool, scalar: float,
             window: int | None, types: list[str], caps: list[float | None],
             ropes: tuple[int, RopeScaling | None, int | None]) -> dict[str, Any]:
-    """The fields of a Hugging Face Gemma 3 of these values, the fixed ones included."""
-    local = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    return dict(vocab_size=vocab, d_model=d, n_heads=heads, n_kv_heads=kv, d_head=dh,
-                n_blocks=blocks, d_mlp=d_mlp, norm="rmsnorm", placement="pre",
-                positions="rope", context=ctx, mlp=mlp, attn_bias=bias, tied_embeddings=tied,
-                norm_eps=eps, embed_scale=True, post_norms=True, query_pre_attn_scalar=scalar,
-                qk_norm=True, sliding_window=window if local else None,
-                window_layers=None if not local or len(local) == blocks else local,
-                rope_local_base=ropes[2] if local else None, attn_softcap=caps[0],
-                final_softcap=caps[1], rope_base=ropes[0], rope_scaling=ropes[1])
-
-
-def _types(c: TransformerConfig) -> list[str]:
-    """``layer_types`` of ``c``: every block windowed when ``window_layers`` is ``None``."""
-    return [_KINDS[0] if c.windowed(i) else _KINDS[1] for i in range(c.n_blocks)]
+    """The fields of a Hugging Face Gemma 3 of these values: Gemma 2's
+    (:func:`~nlaverify.interop.hf_config_gemma2._fields`) with QK-norm and the local blocks'
+    RoPE base."""
+    fields = _gemma2_fields(vocab, d, heads, kv, dh, blocks, d_mlp, mlp, ctx, eps, tied, bias,
+                            scalar, window, types, caps[0], caps[1], ropes[0], ropes[1])
+    local = "sliding_attention" in types
+    return {**fields, "qk_norm": True, "rope_local_base": ropes[2] if local else None}
 
 
 def gemma3_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
@@ -221,22 +215,11 @@ def gemma3_mismatch(c: TransformerConfig) -> tuple[str, Any, Any] | None:
 
 def gemma3_hf_dict(c: TransformerConfig, rope: dict[str, Any]) -> dict[str, Any]:
     """The ``Gemma3TextConfig`` fields of ``c`` (checked by :func:`gemma3_mismatch`), every
-    size written out; ``rope`` its (global) ``rope_parameters``, the local entry unscaled at
+    size written out: Gemma 2's (:func:`~nlaverify.interop.hf_config_gemma2.gemma2_hf_dict`)
+    with ``rope`` the global ``rope_parameters`` entry and the local one unscaled at
     ``rope_local_base`` (:math:`10^4`, HF's default, when no block is windowed)."""
-    s = c.query_pre_attn_scalar
-    assert s is not None
     local = c.rope_local_base if c.rope_local_base is not None else 10_000
-    return {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-            "vocab_size": c.vocab_size, "hidden_size": c.d_model,
-            "num_hidden_layers": c.n_blocks, "num_attention_heads": c.n_heads,
-            "num_key_value_heads": c.n_kv_heads, "head_dim": c.d_head,
-            "intermediate_size": c.d_mlp,
-            "hidden_activation": "silu" if c.mlp == "swiglu" else "gelu_pytorch_tanh",
-            "max_position_embeddings": c.context, "rms_norm_eps": c.norm_eps,
-            "tie_word_embeddings": c.tied_embeddings, "attention_bias": c.attn_bias,
-            "query_pre_attn_scalar": int(s) if s == int(s) else s,
-            "sliding_window": c.sliding_window, "layer_types": _types(c),
-            "attn_logit_softcapping": c.attn_softcap,
-            "final_logit_softcapping": c.final_softcap,
+    return {**gemma2_hf_dict(c, rope), "architectures": ["Gemma3ForCausalLM"],
+            "model_type": "gemma3_text",
             "rope_parameters": {"full_attention": rope, "sliding_attention": {
                 "rope_type": "default", "rope_theta": float(local)}}}
