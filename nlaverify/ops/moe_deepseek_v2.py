@@ -26,9 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from nlaverify.backends.base import Namespace
-from nlaverify.errors import ShapeError
-from nlaverify.ops._validate import check_args, check_int, check_positive_finite
+from nlaverify.ops._validate import check_args, check_positive_finite
 from nlaverify.ops.moe import topk_mask
+from nlaverify.ops.moe_routing import _group_allowed
 from nlaverify.ops.moe_shared import _block, _block_jvp, _block_vjp
 from nlaverify.ops.softmaxes import softmax
 
@@ -47,27 +47,8 @@ def group_max_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int,
     groups' experts). With
     ``topk_group == n_group`` it is the plain :func:`~nlaverify.ops.moe.topk_mask` (identity
     ``moe_group_max_all_groups_is_topk``). Piecewise constant: no derivative."""
-    dims = check_args("group_max_topk_mask", xp, {"scores": (scores, ("*", "E"))})
-    for name, v in (("top_k", top_k), ("n_group", n_group), ("topk_group", topk_group)):
-        check_int("group_max_topk_mask", name, v)
-    E = dims["E"]
-    if n_group < 1 or E % n_group:
-        raise ShapeError(f"group_max_topk_mask: argument 'n_group': expected a divisor of "
-                         f"E={E}, got {n_group}")
-    if not 1 <= topk_group <= n_group:
-        raise ShapeError(f"group_max_topk_mask: argument 'topk_group': expected 1 <= "
-                         f"topk_group <= n_group={n_group}, got {topk_group}")
-    size = E // n_group
-    if not 1 <= top_k <= topk_group * size:
-        raise ShapeError(f"group_max_topk_mask: argument 'top_k': expected 1 <= top_k <= "
-                         f"topk_group * E / n_group = {topk_group * size}, got {top_k}")
-    group_scores = []
-    for g in range(n_group):
-        part = scores[..., g * size:(g + 1) * size]
-        group_scores.append(xp.sum(topk_mask(xp, part, 1) * part, axis=-1))   # the max
-    keep = topk_mask(xp, xp.stack(group_scores, axis=-1), topk_group)   # (*, n_group)
-    allowed = xp.concat([xp.stack([keep[..., g]] * size, axis=-1) for g in range(n_group)],
-                        axis=-1)
+    allowed = _group_allowed(xp, "group_max_topk_mask", scores, top_k, n_group, topk_group,
+                             best=1)   # a group scores its maximum
     # HF's masked_fill(~score_mask, 0.0), then top-k over all E: on affinities (> 0) the
     # top-k of the kept groups; on signed scores a dropped expert's 0 outranks a kept
     # negative one, as in DeepseekV2TopkRouter

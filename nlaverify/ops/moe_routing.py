@@ -88,6 +88,35 @@ def masked_topk_mask(xp: Namespace, scores: Any, allowed: Any, top_k: int) -> An
     return xp.stack(cols, axis=-1)
 
 
+def _group_allowed(xp: Namespace, op: str, scores: Any, top_k: int, n_group: int,
+                   topk_group: int, *, best: int) -> Any:
+    r"""The 0/1 mask ``(*, E)`` of the experts in the ``topk_group`` best of ``n_group``
+    consecutive groups of ``scores``, a group scored by the sum of its ``best`` largest
+    entries (DeepSeek-V3: 2; DeepSeek-V2: 1, its maximum), ties to the lower group; the
+    arguments validated under ``op``'s name (groups of at least ``best`` experts, ``top_k`` at
+    most the kept groups' experts)."""
+    dims = check_args(op, xp, {"scores": (scores, ("*", "E"))})
+    for name, v in (("top_k", top_k), ("n_group", n_group), ("topk_group", topk_group)):
+        check_int(op, name, v)
+    E = dims["E"]
+    if n_group < 1 or E % n_group or E // n_group < best:
+        least = f" leaving groups of at least {best} experts" if best > 1 else ""
+        raise ShapeError(f"{op}: argument 'n_group': expected a divisor of E={E}{least}, got "
+                         f"{n_group}")
+    if not 1 <= topk_group <= n_group:
+        raise ShapeError(f"{op}: argument 'topk_group': expected 1 <= topk_group <= "
+                         f"n_group={n_group}, got {topk_group}")
+    size = E // n_group
+    if not 1 <= top_k <= topk_group * size:
+        raise ShapeError(f"{op}: argument 'top_k': expected 1 <= top_k <= topk_group * E / "
+                         f"n_group = {topk_group * size}, got {top_k}")
+    group_scores = [xp.sum(topk_mask(xp, part, best) * part, axis=-1)
+                    for part in (scores[..., g * size:(g + 1) * size] for g in range(n_group))]
+    keep = topk_mask(xp, xp.stack(group_scores, axis=-1), topk_group)   # (*, n_group)
+    return xp.concat([xp.stack([keep[..., g]] * size, axis=-1) for g in range(n_group)],
+                     axis=-1)
+
+
 def group_limited_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int,
                             topk_group: int) -> Any:
     r"""DeepSeek-V3's group-limited top-:math:`k` (node-limited routing, §2.1.2): the
@@ -97,27 +126,8 @@ def group_limited_topk_mask(xp: Namespace, scores: Any, top_k: int, n_group: int
     best experts among theirs chosen (:func:`masked_topk_mask`). With ``topk_group ==
     n_group`` it is the plain :func:`~nlaverify.ops.moe.topk_mask` (identity
     ``moe_group_limited_all_groups_is_topk``). Piecewise constant: no derivative."""
-    dims = check_args("group_limited_topk_mask", xp, {"scores": (scores, ("*", "E"))})
-    for name, v in (("top_k", top_k), ("n_group", n_group), ("topk_group", topk_group)):
-        check_int("group_limited_topk_mask", name, v)
-    E = dims["E"]
-    if n_group < 1 or E % n_group or E // n_group < 2:
-        raise ShapeError(f"group_limited_topk_mask: argument 'n_group': expected a divisor of "
-                         f"E={E} leaving groups of at least 2 experts, got {n_group}")
-    if not 1 <= topk_group <= n_group:
-        raise ShapeError(f"group_limited_topk_mask: argument 'topk_group': expected 1 <= "
-                         f"topk_group <= n_group={n_group}, got {topk_group}")
-    size = E // n_group
-    if not 1 <= top_k <= topk_group * size:
-        raise ShapeError(f"group_limited_topk_mask: argument 'top_k': expected 1 <= top_k <= "
-                         f"topk_group * E / n_group = {topk_group * size}, got {top_k}")
-    group_scores = []
-    for g in range(n_group):
-        part = scores[..., g * size:(g + 1) * size]
-        group_scores.append(xp.sum(topk_mask(xp, part, 2) * part, axis=-1))
-    keep = topk_mask(xp, xp.stack(group_scores, axis=-1), topk_group)   # (*, n_group)
-    allowed = xp.concat([xp.stack([keep[..., g]] * size, axis=-1) for g in range(n_group)],
-                        axis=-1)
+    allowed = _group_allowed(xp, "group_limited_topk_mask", scores, top_k, n_group,
+                             topk_group, best=2)
     return masked_topk_mask(xp, scores, allowed, top_k)
 
 
