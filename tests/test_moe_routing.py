@@ -22,12 +22,13 @@ transformers = pytest.importorskip("transformers")
 
 from nlaverify.backends import get_namespace  # noqa: E402
 from nlaverify.errors import ShapeError  # noqa: E402
+from nlaverify.interop.hf_patches import _router_forward  # noqa: E402
+from nlaverify.interop.hf_patches_deepseek import v3_router_exact  # noqa: E402
 from nlaverify.ops import moe_routing as mr  # noqa: E402
 from nlaverify.ops import moe_shared as ms  # noqa: E402
 from nlaverify.ops.activations import sigmoid  # noqa: E402
 from nlaverify.tolerance import magnitude_condition, tolerance  # noqa: E402
 
-F = torch.nn.functional
 NP = get_namespace("numpy")
 #: tiny sizes: d = 4 tokens' width, m = 3 per expert, shared width 5 (Qwen) or
 #: n_shared * m = 6 (DeepSeek), E = 4 (Qwen) or 8 in 4 groups (DeepSeek), 2 x 3 tokens
@@ -35,36 +36,14 @@ D, M, N_TOK = 4, 3, (2, 3)
 
 
 def _exact_qwen_router(self, hidden_states):
-    """``Qwen2MoeTopKRouter.forward`` (transformers 5.25) without ``dtype=torch.float``."""
-    hidden_states = hidden_states.reshape(-1, self.hidden_dim)
-    router_logits = F.linear(hidden_states, self.weight)
-    router_probs = torch.nn.functional.softmax(router_logits, dim=-1)
-    router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
-    if self.norm_topk_prob:
-        router_top_value = router_top_value / router_top_value.sum(dim=-1, keepdim=True)
-    return router_logits, router_top_value, router_indices
+    """``Qwen2MoeTopKRouter.forward`` without its float32 softmax: the patch ``verify --hf
+    --hf-exact`` runs (``hf_patches._router_forward``), so these tests check that code."""
+    return _router_forward(self, hidden_states, exact=True, renormalize=self.norm_topk_prob)
 
 
-def _exact_deepseek_router(self, hidden_states):
-    """``DeepseekV3TopkRouter.forward`` (transformers 5.25) without the float32 casts."""
-    hidden_states = hidden_states.view(-1, self.hidden_dim)
-    router_logits = F.linear(hidden_states, self.weight)
-    scores = router_logits.sigmoid()
-    scores_for_choice = scores + self.e_score_correction_bias
-    group_scores = (scores_for_choice.view(-1, self.num_group, self.num_experts // self.num_group)
-                    .topk(2, dim=-1)[0].sum(dim=-1))
-    group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
-    group_mask = torch.zeros_like(group_scores)
-    group_mask.scatter_(1, group_idx, 1)
-    score_mask = (group_mask.unsqueeze(-1)
-                  .expand(-1, self.num_group, self.num_experts // self.num_group)
-                  .reshape(-1, self.num_experts))
-    scores_for_choice = scores_for_choice.masked_fill(~score_mask.bool(), float("-inf"))
-    topk_indices = torch.topk(scores_for_choice, k=self.top_k, dim=-1, sorted=False)[1]
-    topk_weights = scores.gather(1, topk_indices)
-    if self.norm_topk_prob:
-        topk_weights = topk_weights / (topk_weights.sum(dim=-1, keepdim=True) + 1e-20)
-    return router_logits, topk_weights * self.routed_scaling_factor, topk_indices
+#: ``DeepseekV3TopkRouter.forward`` without the float32 casts, as ``verify --hf --hf-exact``
+#: patches it
+_exact_deepseek_router = v3_router_exact
 
 
 def _dense(weights, indices, E: int) -> np.ndarray:
