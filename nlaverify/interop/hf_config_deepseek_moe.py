@@ -34,7 +34,7 @@ from nlaverify.config_options import ConfigError
 from nlaverify.interop.hf_config_reader import typed
 
 __all__ = ["DEEPSEEK_V3_MOE_DEFAULTS", "deepseek_v3_moe_export", "deepseek_v3_moe_fields",
-           "deepseek_v3_moe_rebuilt"]
+           "deepseek_v3_moe_rebuilt", "refuse_fixed"]
 
 #: ``DeepseekV3Config``'s defaults of the MoE keys (transformers 5.25)
 DEEPSEEK_V3_MOE_DEFAULTS: dict[str, Any] = {
@@ -50,19 +50,26 @@ def _get(r: Any, key: str, kind: str) -> Any:
     return typed(r.mt, key, r.raw(key, DEEPSEEK_V3_MOE_DEFAULTS[key]), kind)
 
 
+def refuse_fixed(r: Any, fixed: dict[str, Any], prefix: str) -> None:
+    """Refuse, naming the key, any of the original code's router keys ``fixed`` set to another
+    value than the one the Hugging Face ``{prefix}TopkRouter`` / ``{prefix}DecoderLayer``
+    compute (``True`` is not ``1``); mark the training-only keys read."""
+    for key, want in fixed.items():
+        got = r.raw(key)
+        if got is not None and (got != want or type(got) is not type(want)):  # not True
+            raise ConfigError(f"load_hf_config: {r.mt} config: field {key!r}: only {want!r} is "
+                              f"supported (what {prefix}TopkRouter / {prefix}DecoderLayer "
+                              f"compute), got {got!r}")
+    for key in ("aux_loss_alpha", "seq_aux", "ep_size"):
+        r.raw(key)
+
+
 def deepseek_v3_moe_fields(r: Any, n_blocks: int, dense: int) -> dict[str, Any]:
     """The MoE fields of a ``deepseek_v3`` config whose blocks ``dense..n_blocks-1`` are
     mixtures of experts (module docstring), read through the reader ``r``. Raises
     :class:`ConfigError` naming the key."""
     mt = r.mt
-    for key, want in _FIXED.items():
-        got = r.raw(key)
-        if got is not None and (got != want or type(got) is not type(want)):  # not True
-            raise ConfigError(f"load_hf_config: {mt} config: field {key!r}: only {want!r} is "
-                              f"supported (what DeepseekV3TopkRouter / DeepseekV3DecoderLayer "
-                              f"compute), got {got!r}")
-    for key in ("aux_loss_alpha", "seq_aux", "ep_size"):
-        r.raw(key)
+    refuse_fixed(r, _FIXED, "DeepseekV3")
     E = _get(r, "n_routed_experts", "int")
     if r.has("num_local_experts"):
         alias = typed(mt, "num_local_experts", r.raw("num_local_experts"), "int")

@@ -32,6 +32,7 @@ from typing import Any
 
 from nlaverify.config_moe import expert_width
 from nlaverify.config_options import ConfigError
+from nlaverify.interop.hf_config_deepseek_moe import refuse_fixed
 from nlaverify.interop.hf_config_reader import typed
 
 __all__ = ["DEEPSEEK_V2_MOE_DEFAULTS", "deepseek_v2_moe_export", "deepseek_v2_moe_fields",
@@ -68,13 +69,7 @@ def deepseek_v2_moe_fields(r: Any, n_blocks: int, dense: int, mlp_bias: bool
     mixtures of experts (module docstring), read through the reader ``r``. Raises
     :class:`ConfigError` naming the key."""
     mt = r.mt
-    for key, want in _FIXED.items():
-        got = r.raw(key)
-        if got is not None and (got != want or type(got) is not type(want)):  # not True
-            raise _err(mt, key, f"only {want!r} is supported (what DeepseekV2TopkRouter / "
-                                f"DeepseekV2DecoderLayer compute), got {got!r}")
-    for key in ("aux_loss_alpha", "seq_aux", "ep_size"):
-        r.raw(key)
+    refuse_fixed(r, _FIXED, "DeepseekV2")
     method = _get(r, "topk_method", "str")
     if method not in _METHODS:
         raise _err(mt, "topk_method", f"expected one of {', '.join(_METHODS)} (what "
